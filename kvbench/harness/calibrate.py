@@ -1,0 +1,168 @@
+"""Measured bandwidth ceilings: what a streaming kernel can actually reach on this device.
+
+The spec peak (clock x bus) is never reached; an H200 copies at ~4.27 TB/s of its 4.81. A
+decode kernel at 3.9 TB/s is at 81% of spec but 91% of what the memory system delivers, and
+that second number is the one that says whether there is anything left to win. calibrate()
+measures three simple torch ops with the same cold-L2 timer the benchmarks use:
+
+- copy  dst.copy_(src):   bytes = read + write  (the ceiling of a scatter/gather)
+- read  torch.sum(x):     bytes = read          (the ceiling of decode attention)
+- write dst.fill_(1):     bytes = written
+
+and caches the result as JSON under platformdirs.user_cache_dir("kvbench") (override with
+KVBENCH_CACHE_DIR), keyed by device name, so report() can print %ceil without re-measuring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+
+import platformdirs
+import torch
+
+from kvbench.harness.peaks import device_peaks, resolve_device
+from kvbench.harness.timers import bench
+
+CUDA_SIZE_BYTES = 2 << 30  # 2 GiB: >30x the H200's 60 MiB L2, long enough to amortise launch
+CPU_SIZE_BYTES = 256 << 20
+MIN_SIZE_BYTES = 64 << 10
+_FILE_NAME = "ceilings.json"
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Measured streaming bandwidth of one device in 1e9 B/s, with when and with what."""
+
+    device_name: str
+    copy_gbps: float
+    read_gbps: float
+    write_gbps: float
+    measured_at: str
+    torch: str
+    triton: str
+
+
+def cache_dir() -> Path:
+    """Directory of kvbench's cached measurements (KVBENCH_CACHE_DIR overrides the default)."""
+    override = os.environ.get("KVBENCH_CACHE_DIR")
+    return Path(override) if override else Path(platformdirs.user_cache_dir("kvbench"))
+
+
+def _cache_file() -> Path:
+    return cache_dir() / _FILE_NAME
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+    except ImportError:
+        return "not installed"
+    return str(triton.__version__)
+
+
+def _read_all() -> dict:
+    path = _cache_file()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        # A broken cache must not stop a benchmark: warn, and behave as if nothing was cached.
+        warnings.warn(f"ignoring unreadable ceilings cache {path}: {exc}", stacklevel=3)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_all(data: dict) -> Path:
+    path = _cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write-then-rename: two processes calibrating at once never leave a torn file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ceilings-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+    return path
+
+
+def load_ceilings(device_name: str) -> Ceilings | None:
+    """The cached Ceilings of `device_name` (as in DevicePeaks.name), or None if never measured."""
+    if not isinstance(device_name, str) or not device_name:
+        raise ValueError(f"device_name must be a non-empty string, got {device_name!r}")
+    entry = _read_all().get(device_name)
+    if not isinstance(entry, dict):
+        return None
+    names = {f.name for f in fields(Ceilings)}
+    if set(entry) != names:
+        warnings.warn(
+            f"ignoring cached ceilings for {device_name!r}: "
+            f"keys {sorted(entry)} != {sorted(names)}",
+            stacklevel=2,
+        )
+        return None
+    return Ceilings(**entry)
+
+
+def _measure(dev: torch.device, size_bytes: int) -> tuple[float, float, float]:
+    """Median µs of (copy, read, write) of `size_bytes` buffers on `dev`, cold L2."""
+    src = torch.empty(size_bytes, dtype=torch.uint8, device=dev).random_(0, 256)
+    dst = torch.empty_like(src)
+    copy_us = bench(lambda: dst.copy_(src), device=dev).median_us
+    write_us = bench(lambda: dst.fill_(1), device=dev).median_us
+    # The read: a reduction of a 16-bit tensor on CUDA (bf16 sum runs at the read roofline).
+    # On a CPU bf16 arithmetic is emulated and compute-bound, so fp32 is summed instead.
+    # dst holds bytes 0x01 after the fill: as bf16/fp32 those are small normal numbers (no NaN,
+    # no denormals, which would slow a CPU sum down for reasons other than bandwidth).
+    read_dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    dst.fill_(1)
+    x = dst.view(read_dtype)
+    read_us = bench(lambda: torch.sum(x), device=dev).median_us
+    return copy_us, read_us, write_us
+
+
+def calibrate(
+    device: object = None, *, size_bytes: int | None = None, store: bool = True
+) -> Ceilings:
+    """Measure copy/read/write ceilings of `device` with bench() (cold L2) and cache them.
+
+    size_bytes: bytes per buffer (default 2 GiB on CUDA, 256 MiB on CPU; tests pass less).
+    store=False measures without touching the cache file.
+    """
+    if size_bytes is None:
+        pass
+    elif (
+        isinstance(size_bytes, bool)
+        or not isinstance(size_bytes, int)
+        or size_bytes < MIN_SIZE_BYTES
+    ):
+        raise ValueError(
+            f"size_bytes must be None or an int >= {MIN_SIZE_BYTES}, got {size_bytes!r}"
+        )
+    dev = resolve_device(device)
+    if size_bytes is None:
+        size_bytes = CUDA_SIZE_BYTES if dev.type == "cuda" else CPU_SIZE_BYTES
+    size_bytes -= size_bytes % 4  # whole elements of the 2- and 4-byte dtypes used below
+
+    copy_us, read_us, write_us = _measure(dev, size_bytes)
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()  # the buffers died with _measure; give the memory back
+
+    ceilings = Ceilings(
+        device_name=device_peaks(dev).name,
+        copy_gbps=2 * size_bytes / copy_us / 1e3,
+        read_gbps=size_bytes / read_us / 1e3,
+        write_gbps=size_bytes / write_us / 1e3,
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        torch=str(torch.__version__),
+        triton=_triton_version(),
+    )
+    if store:
+        data = _read_all()
+        data[ceilings.device_name] = asdict(ceilings)
+        _write_all(data)
+    return ceilings

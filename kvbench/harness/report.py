@@ -1,0 +1,218 @@
+"""The roofline table: throughput first, latency second, and impossible numbers called out.
+
+Throughput leads because it survives a change of shape; a µs column alone cannot say whether
+a kernel is near its limit. Each row is scored against the device's spec peaks (%tc, %bw) and,
+when calibrate() has run, against the measured copy/read/write ceiling (%ceil), which is what a
+streaming kernel can actually reach on this device.
+
+A row above 100% of a spec peak is not a win, it is a measurement bug, and is printed as a
+VIOLATION with the order in which to look for it. Warm-L2 rows carry a mark: they are the
+optimistic bound, not the regime a multi-GB KV pool runs in.
+
+Output is plain fixed-width text on purpose (no `rich`, no colours, no box drawing): it must
+read the same in a terminal, a CI log and asv's captured output, and stay greppable.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import TextIO
+
+from kvbench.harness.peaks import DevicePeaks, device_peaks
+from kvbench.harness.work import Row
+
+#: Where to look when a row beats a spec peak, in the order to look.
+VIOLATION_CHECKS: tuple[str, ...] = (
+    "unit factors (us vs ms, GB vs GiB, bytes vs elements, 1e9 vs 2**30)",
+    "the FLOP/byte formula (every input read once, every output written once, nothing more)",
+    "work the kernel skipped (early exit, masked-off tail, a smaller shape than the label)",
+    "a working set that stayed in L2 (warm timer, or inputs smaller than 2x L2)",
+    "a baseline doing a different operation (other dtype, layout or amount of work)",
+)
+
+#: A row whose µs is within this factor of the host floor measures the floor, not the op.
+FLOOR_FACTOR = 3.0
+
+#: Which measured ceiling %ceil divides by. "copy" (read + write streams) is the default: it is
+#: the ceiling of a scatter/gather and a conservative one for reads. Use "read" for
+#: read-dominated ops (decode attention), "write" for fills.
+CEILING_KINDS = ("copy", "read", "write")
+
+_COLUMNS = (
+    "impl",
+    "case",
+    "TFLOP/s",
+    "%tc",
+    "GB/s",
+    "%bw",
+    "%ceil",
+    "us",
+    "l2",
+    "timer",
+    "flag",
+    "note",
+)
+_NUMERIC = {"TFLOP/s", "%tc", "GB/s", "%bw", "%ceil", "us"}
+_DASH = "-"
+_STDOUT = object()  # resolved at call time, so a redirected/captured sys.stdout is honoured
+
+
+def _num(x: float) -> str:
+    """Three significant-ish digits without scientific notation for the usual ranges."""
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 0.01:
+        return f"{x:.2f}"
+    return f"{x:.2g}"
+
+
+def _pct(value: float, peak: float | None) -> str:
+    if peak is None or peak <= 0:
+        return _DASH
+    pct = 100.0 * value / peak
+    return f"{pct:.1f}%" if pct < 10 else f"{pct:.0f}%"
+
+
+def _ceiling_gbps(ceilings: object, kind: str) -> float | None:
+    if ceilings is None:
+        return None
+    value = getattr(ceilings, f"{kind}_gbps", None)
+    return float(value) if value else None
+
+
+def report(
+    rows: Iterable[Row],
+    *,
+    peaks: DevicePeaks | None = None,
+    ceilings: object = None,
+    floor_us: float | None = None,
+    title: str | None = None,
+    file: TextIO | None | object = _STDOUT,
+    ceiling: str = "copy",
+) -> str:
+    """Format `rows` as a table, print it to `file` (sys.stdout; None: no print), return it.
+
+    peaks: spec peaks to score against; None means device_peaks() of the current device (on a
+    CPU every peak is None and no percentage is printed). ceilings: a calibrate.Ceilings (or
+    None for no %ceil); `ceiling` picks its copy/read/write figure. floor_us: the host floor
+    (host_floor().median_us); rows within FLOOR_FACTOR of it are marked and a floor line printed.
+    """
+    rows = list(rows)
+    for i, row in enumerate(rows):
+        if not isinstance(row, Row):
+            got = type(row).__name__
+            raise ValueError(f"rows[{i}] must be a harness Row, got {got}")  # noqa: TRY004
+    if ceiling not in CEILING_KINDS:
+        raise ValueError(f"ceiling must be one of {CEILING_KINDS}, got {ceiling!r}")
+    if floor_us is not None and not (isinstance(floor_us, (int, float)) and floor_us > 0):
+        raise ValueError(
+            f"floor_us must be None or a positive number of microseconds, got {floor_us!r}"
+        )
+    if peaks is None:
+        peaks = device_peaks()
+    ceil_gbps = _ceiling_gbps(ceilings, ceiling)
+
+    table: list[dict[str, str]] = []
+    violations: list[str] = []
+    near_floor = False
+    any_warm = False
+    for row in rows:
+        flags = []
+        if peaks.mem_gbps and row.gbps > peaks.mem_gbps:
+            flags.append("VIOLATION")
+            violations.append(
+                f"VIOLATION {row.impl} | {row.case}: {_num(row.gbps)} GB/s is "
+                f"{_pct(row.gbps, peaks.mem_gbps)} of the {_num(peaks.mem_gbps)} GB/s spec peak"
+            )
+        if peaks.tc_tflops and row.tflops > peaks.tc_tflops:
+            if "VIOLATION" not in flags:
+                flags.append("VIOLATION")
+            violations.append(
+                f"VIOLATION {row.impl} | {row.case}: {_num(row.tflops)} TFLOP/s is "
+                f"{_pct(row.tflops, peaks.tc_tflops)} of the {_num(peaks.tc_tflops)} TFLOP/s "
+                "tensor-core spec peak"
+            )
+        if floor_us is not None and row.us <= FLOOR_FACTOR * floor_us:
+            flags.append("~floor")
+            near_floor = True
+        any_warm |= row.l2 == "warm"
+        has_flops = row.work.flops > 0
+        has_bytes = row.work.moved > 0
+        table.append(
+            {
+                "impl": row.impl,
+                "case": row.case,
+                "TFLOP/s": _num(row.tflops) if has_flops else _DASH,
+                "%tc": _pct(row.tflops, peaks.tc_tflops) if has_flops else _DASH,
+                "GB/s": _num(row.gbps) if has_bytes else _DASH,
+                "%bw": _pct(row.gbps, peaks.mem_gbps) if has_bytes else _DASH,
+                "%ceil": _pct(row.gbps, ceil_gbps) if has_bytes else _DASH,
+                "us": _num(row.us),
+                "l2": "warm*" if row.l2 == "warm" else row.l2,
+                "timer": row.timer,
+                "flag": ",".join(flags),
+                "note": row.note,
+            }
+        )
+
+    lines: list[str] = []
+    if title:
+        lines.append(f"== {title} ==")
+    lines.append(_peaks_line(peaks, ceilings, ceiling, ceil_gbps))
+    widths = {c: max([len(c)] + [len(r[c]) for r in table]) for c in _COLUMNS}
+    header = "  ".join(
+        c.rjust(widths[c]) if c in _NUMERIC else c.ljust(widths[c]) for c in _COLUMNS
+    )
+    lines.append(header.rstrip())
+    lines.append("-" * len(header.rstrip()))
+    for r in table:
+        cells = (
+            r[c].rjust(widths[c]) if c in _NUMERIC else r[c].ljust(widths[c]) for c in _COLUMNS
+        )
+        lines.append("  ".join(cells).rstrip())
+    if any_warm:
+        lines.append(
+            "* l2=warm: L2 not flushed between calls; the optimistic bound, not the cold "
+            "(DRAM) regime a KV pool runs in"
+        )
+    if near_floor:
+        lines.append(
+            f"host floor {_num(float(floor_us))} us: rows near it measure the floor "
+            f"(marked ~floor: within {FLOOR_FACTOR:g}x)"
+        )
+    if violations:
+        lines.append("")
+        lines.extend(violations)
+        lines.append(
+            "A row above 100% of a spec peak is a measurement error, not a win. Check, in order:"
+        )
+        lines.extend(f"  {i}. {check}" for i, check in enumerate(VIOLATION_CHECKS, 1))
+    text = "\n".join(lines) + "\n"
+
+    out = sys.stdout if file is _STDOUT else file
+    if out is not None:
+        out.write(text)  # type: ignore[union-attr]
+        flush = getattr(out, "flush", None)
+        if flush is not None:
+            flush()
+    return text
+
+
+def _peaks_line(peaks: DevicePeaks, ceilings: object, kind: str, ceil_gbps: float | None) -> str:
+    def known(value: float | None, unit: str) -> str:
+        return f"{_num(value)} {unit}" if value else f"unknown {unit} (no %)"
+
+    parts = [
+        f"device {peaks.name}",
+        f"spec peak {known(peaks.mem_gbps, 'GB/s')}",
+        f"tc {known(peaks.tc_tflops, 'TFLOP/s')}",
+    ]
+    if ceil_gbps:
+        when = getattr(ceilings, "measured_at", "")
+        parts.append(f"%ceil of measured {kind} ceiling {_num(ceil_gbps)} GB/s ({when})")
+    else:
+        parts.append("%ceil: no measured ceiling (run calibrate())")
+    return " | ".join(parts)

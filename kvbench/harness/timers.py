@@ -1,0 +1,276 @@
+"""The three timers. Which one a benchmark uses changes the number more than most kernel work.
+
+- bench(fn): fn is idempotent. CUDA events around each call, L2 flushed before each call and
+  outside the events, every interval read after ONE synchronize at the end. Synchronising per
+  iteration would pull Python and launch overhead into every sample and impose a floor of
+  tens of microseconds that small decode kernels sit below.
+- bench_stateful(fn, reset): each call mutates state. reset() runs before every call, outside
+  the events but on the device queue (it must not synchronise), so the intervals stay
+  enqueued back to back just like bench().
+- bench_host(fn, reset): the cost is the host waiting (a `.item()`, a host-side search).
+  A CUDA-event timer measures the device timeline and reports such a call as nearly free
+  whenever the GPU is still busy with earlier work while the host stalls; perf_counter around
+  fn plus a trailing synchronize measures what the caller actually waits for.
+
+Every timer leaves its first call untimed (Triton JIT, autotune searches, lazy allocations
+finish there) and reports the median in microseconds; `as_asv()` gives asv the raw samples in
+seconds so `asv compare` can run its statistics on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kvbench.harness.flush import flusher
+from kvbench.harness.peaks import resolve_device
+
+#: bench(): timed work per measurement (seconds) and the repeat clamp.
+BENCH_BUDGET_S = 0.15
+BENCH_REPEAT_RANGE = (10, 1000)
+#: bench_stateful() / bench_host(): wall time per measurement (seconds) and the repeat clamp.
+#: The budget is wall time here because reset() and the synchronizes cost as much as fn.
+STATEFUL_BUDGET_S = 0.075
+STATEFUL_REPEAT_RANGE = (20, 2000)
+#: Warm calls used to estimate the cost of one call when repeat is not given.
+_ESTIMATE_CALLS = 3
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Samples of one measurement. Units: microseconds (`as_asv()` converts to seconds)."""
+
+    median_us: float
+    samples_us: tuple[float, ...]
+    timer: str
+    l2: str
+    device: str
+
+    def as_asv(self) -> dict:
+        """The form an asv `track_*` may return to get statistics: samples in seconds."""
+        return {"samples": [s * 1e-6 for s in self.samples_us], "number": 1}
+
+
+def _check_callable(name: str, value: object) -> None:
+    if not callable(value):
+        raise ValueError(f"{name} must be callable, got {type(value).__name__}")  # noqa: TRY004
+
+
+def _check_repeat(repeat: object) -> int | None:
+    if repeat is None:
+        return None
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(
+            f"repeat must be None (chosen by time budget) or an int >= 1, got {repeat!r}"
+        )
+    return repeat
+
+
+def _choose_repeat(per_call_s: float, budget_s: float, bounds: tuple[int, int]) -> int:
+    lo, hi = bounds
+    if per_call_s <= 0:
+        return hi
+    return int(min(hi, max(lo, budget_s / per_call_s)))
+
+
+def _result(samples_us: list[float], timer: str, l2: str, dev: torch.device) -> TimingResult:
+    return TimingResult(
+        median_us=float(statistics.median(samples_us)),
+        samples_us=tuple(float(s) for s in samples_us),
+        timer=timer,
+        l2=l2,
+        device=str(dev),
+    )
+
+
+def _events(n: int) -> list[torch.cuda.Event]:
+    return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+
+
+def _wall_per_iteration(iteration: Callable[[], None], sync: Callable[[], None]) -> float:
+    """Seconds per iteration of `iteration` (wall clock, synchronised), over a few warm calls."""
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(_ESTIMATE_CALLS):
+        iteration()
+    sync()
+    return (time.perf_counter() - t0) / _ESTIMATE_CALLS
+
+
+def _noop() -> None:
+    return None
+
+
+def bench(
+    fn: Callable[[], object],
+    *,
+    repeat: int | None = None,
+    l2: str = "cold",
+    device: object = None,
+) -> TimingResult:
+    """Median time of an idempotent `fn` in microseconds (L2 flushed before each call by default).
+
+    CUDA: one event pair per call, all read after a single synchronize. repeat=None picks a
+    count whose timed work is ~BENCH_BUDGET_S (clamped to BENCH_REPEAT_RANGE). l2="warm" skips
+    the flush: the optimistic bound, and labelled so. CPU: perf_counter_ns around each call.
+    """
+    _check_callable("fn", fn)
+    repeat = _check_repeat(repeat)
+    if l2 not in ("cold", "warm"):
+        raise ValueError(f"l2 must be 'cold' (flush before each call) or 'warm', got {l2!r}")
+    dev = resolve_device(device)
+    flush = flusher(dev) if l2 == "cold" else _noop
+    if dev.type == "cuda":
+        with torch.cuda.device(dev):
+            fn()  # untimed: JIT compile, autotune, lazy allocation
+            if repeat is None:
+                start, end = _events(2)
+                torch.cuda.synchronize()
+                start.record()
+                for _ in range(_ESTIMATE_CALLS):
+                    fn()
+                end.record()
+                torch.cuda.synchronize()
+                per_call_s = start.elapsed_time(end) * 1e-3 / _ESTIMATE_CALLS
+                repeat = _choose_repeat(per_call_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
+            starts, ends = _events(repeat), _events(repeat)
+            torch.cuda.synchronize()
+            for i in range(repeat):
+                flush()
+                starts[i].record()
+                fn()
+                ends[i].record()
+            torch.cuda.synchronize()  # the one synchronize; every interval is read after it
+            samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        return _result(samples, "bench", l2, dev)
+
+    fn()  # untimed, as on CUDA
+    if repeat is None:
+        per_iter_s = _wall_per_iteration(lambda: (flush(), fn()), _noop)
+        # Budget the wall time (flush included): a CPU flush of 2x LLC costs milliseconds.
+        repeat = _choose_repeat(per_iter_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
+    samples = []
+    for _ in range(repeat):
+        flush()
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return _result(samples, "bench", l2, dev)
+
+
+def bench_stateful(
+    fn: Callable[[], object],
+    reset: Callable[[], object],
+    *,
+    repeat: int | None = None,
+    device: object = None,
+) -> TimingResult:
+    """Median time of a state-mutating `fn`, with `reset()` before every call, untimed.
+
+    CUDA: reset() must only enqueue device work (no synchronize, no `.item()`): the loop
+    enqueues reset, flush, start event, fn, end event for every iteration and reads all
+    intervals after one synchronize. A reset that blocks the host would still be excluded
+    from the events, but the loop would then no longer run ahead of the GPU.
+    CPU: perf_counter_ns around fn; reset() and the flush outside the window.
+    repeat=None picks a count by wall time (~STATEFUL_BUDGET_S, clamp STATEFUL_REPEAT_RANGE).
+    """
+    _check_callable("fn", fn)
+    _check_callable("reset", reset)
+    repeat = _check_repeat(repeat)
+    dev = resolve_device(device)
+    flush = flusher(dev)
+    if dev.type == "cuda":
+        with torch.cuda.device(dev):
+            reset()
+            fn()  # untimed first call
+            if repeat is None:
+                per_iter_s = _wall_per_iteration(
+                    lambda: (reset(), flush(), fn()), torch.cuda.synchronize
+                )
+                repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
+            starts, ends = _events(repeat), _events(repeat)
+            torch.cuda.synchronize()
+            for i in range(repeat):
+                reset()
+                flush()
+                starts[i].record()
+                fn()
+                ends[i].record()
+            torch.cuda.synchronize()
+            samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        return _result(samples, "bench_stateful", "cold", dev)
+
+    reset()
+    fn()
+    if repeat is None:
+        per_iter_s = _wall_per_iteration(lambda: (reset(), flush(), fn()), _noop)
+        repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
+    samples = []
+    for _ in range(repeat):
+        reset()
+        flush()
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return _result(samples, "bench_stateful", "cold", dev)
+
+
+def bench_host(
+    fn: Callable[[], object],
+    reset: Callable[[], object] | None = None,
+    *,
+    repeat: int | None = None,
+    device: object = None,
+) -> TimingResult:
+    """Median wall time the host spends in `fn` including the GPU work it leaves behind.
+
+    Per iteration: reset() (if given) and the L2 flush, a synchronize so neither is counted,
+    then perf_counter_ns, fn(), a trailing synchronize, perf_counter_ns. The trailing
+    synchronize is part of every sample, so compare rows with host_floor() (this timer around
+    a no-op). CPU: the same without synchronizes.
+    repeat=None picks a count by wall time (~STATEFUL_BUDGET_S, clamp STATEFUL_REPEAT_RANGE).
+    """
+    _check_callable("fn", fn)
+    if reset is not None:
+        _check_callable("reset", reset)
+    repeat = _check_repeat(repeat)
+    dev = resolve_device(device)
+    flush = flusher(dev)
+    do_reset = reset if reset is not None else _noop
+    is_cuda = dev.type == "cuda"
+
+    def sync() -> None:
+        if is_cuda:
+            torch.cuda.synchronize(dev)
+
+    def iteration() -> float:
+        do_reset()
+        flush()
+        sync()  # outside the window: reset's and the flush's device work is not counted
+        t0 = time.perf_counter_ns()
+        fn()
+        sync()  # inside the window: the caller waits for fn's device work too
+        return (time.perf_counter_ns() - t0) / 1e3
+
+    with torch.cuda.device(dev) if is_cuda else contextlib.nullcontext():
+        do_reset()
+        fn()  # untimed first call
+        sync()
+        if repeat is None:
+            per_iter_s = _wall_per_iteration(iteration, sync)
+            repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
+        samples = [iteration() for _ in range(repeat)]
+    return _result(samples, "bench_host", "cold", dev)
+
+
+def host_floor(device: object = None, *, repeat: int | None = None) -> TimingResult:
+    """bench_host() of a no-op: the cost of the timer itself (perf_counter + synchronize).
+
+    Print it beside bench_host rows: a row within a few times of it measures the floor.
+    """
+    return bench_host(_noop, repeat=repeat, device=device)

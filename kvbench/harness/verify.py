@@ -1,0 +1,175 @@
+"""Correctness gate run before any timing: out vs an independent reference, named tolerances.
+
+A fast wrong kernel is a bug, not a result, so every benchmark and every registry row goes
+through verify() first. The failure message carries everything needed to start debugging
+without re-running: how many elements are off, where the worst one is, both values there,
+and the tolerances that were applied.
+
+Floating tensors are compared in fp32 (fp64 if either side is fp64); a kernel's fp16/bf16
+output is checked against the fp32 reference directly. fp8 tensors are refused: the caller
+widens the bytes it means (`x.view(torch.float8_e4m3fn).to(torch.float32)`), which keeps the
+kernel's dequant separate from fp8 rounding. Integer tensors (byte views, indices) must have
+the same dtype on both sides; with rtol=atol=0 that is an exact compare.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+_FP8_DTYPES = tuple(
+    getattr(torch, name)
+    for name in (
+        "float8_e4m3fn",
+        "float8_e4m3fnuz",
+        "float8_e5m2",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+    )
+    if hasattr(torch, name)
+)
+
+
+class VerificationError(AssertionError):
+    """`out` does not match `ref` within the tolerances; attributes hold the details."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str,
+        mismatched: int = 0,
+        total: int = 0,
+        index: tuple[int, ...] | None = None,
+        out_value: float | None = None,
+        ref_value: float | None = None,
+        max_abs_diff: float | None = None,
+        rtol: float = 0.0,
+        atol: float = 0.0,
+    ) -> None:
+        super().__init__(message)
+        self.name = name
+        self.mismatched = mismatched
+        self.total = total
+        self.index = index
+        self.out_value = out_value
+        self.ref_value = ref_value
+        self.max_abs_diff = max_abs_diff
+        self.rtol = rtol
+        self.atol = atol
+
+
+def _tolerance(name: str, value: object) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not ok or not math.isfinite(float(value)) or float(value) < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _as_tensor(argument: str, value: object) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    elif isinstance(value, np.ndarray):
+        tensor = torch.from_numpy(value)
+    else:
+        got = type(value).__name__
+        raise ValueError(f"{argument} must be a torch.Tensor or numpy array, got {got}")  # noqa: TRY004
+    if tensor.dtype in _FP8_DTYPES:
+        raise ValueError(
+            f"{argument} has dtype {tensor.dtype}: widen fp8 to float32 before verify "
+            "(x.to(torch.float32)), so the compare is of values, not of fp8 rounding"
+        )
+    if tensor.is_complex():
+        raise ValueError(
+            f"{argument} has complex dtype {tensor.dtype}; verify compares real tensors"
+        )
+    return tensor.detach()
+
+
+def _kind(t: torch.Tensor) -> str:
+    return "float" if t.is_floating_point() else "integer"
+
+
+def verify(name: str, out: object, ref: object, *, rtol: float, atol: float) -> float:
+    """Check |out - ref| <= atol + rtol * |ref| everywhere; return max |out - ref|.
+
+    Raises VerificationError on a shape or dtype mismatch, on NaN/Inf in `out` where `ref` is
+    finite (non-finite `ref` entries must be matched exactly), or on any element out of
+    tolerance. Raises ValueError for bad arguments (fp8 or complex tensors, negative tolerances).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    rtol = _tolerance("rtol", rtol)
+    atol = _tolerance("atol", atol)
+    out_t = _as_tensor("out", out)
+    ref_t = _as_tensor("ref", ref)
+    tol_text = f"rtol={rtol:g}, atol={atol:g}"
+
+    if tuple(out_t.shape) != tuple(ref_t.shape):
+        raise VerificationError(
+            f"{name}: shape mismatch: out {tuple(out_t.shape)} vs ref {tuple(ref_t.shape)}",
+            name=name,
+            rtol=rtol,
+            atol=atol,
+        )
+    if _kind(out_t) != _kind(ref_t) or (_kind(out_t) == "integer" and out_t.dtype != ref_t.dtype):
+        raise VerificationError(
+            f"{name}: dtype mismatch: out {out_t.dtype} vs ref {ref_t.dtype} "
+            "(floating dtypes may differ and are compared in fp32; integer dtypes must match)",
+            name=name,
+            rtol=rtol,
+            atol=atol,
+        )
+    total = out_t.numel()
+    if total == 0:
+        return 0.0
+
+    if _kind(out_t) == "float":
+        wide = torch.float64 if torch.float64 in (out_t.dtype, ref_t.dtype) else torch.float32
+    else:
+        wide = torch.float64  # integers up to 2**53 exactly; int64 diffs could overflow
+    o = out_t.to(dtype=wide)
+    r = ref_t.to(device=o.device, dtype=wide)
+
+    diff = (o - r).abs()
+    ref_finite = torch.isfinite(r)
+    # Non-finite reference entries must be reproduced exactly (NaN where NaN, same-sign Inf).
+    nonfinite_ok = torch.where(torch.isnan(r), torch.isnan(o), o == r)
+    within = diff <= atol + rtol * r.abs()
+    good = torch.where(ref_finite, within & torch.isfinite(o), nonfinite_ok)
+    # Compared only where both are finite; a non-finite mismatch counts as an infinite diff.
+    finite_diff = torch.where(ref_finite & torch.isfinite(o), diff, torch.zeros_like(diff))
+    max_abs_diff = float(finite_diff.max())
+
+    bad = ~good
+    mismatched = int(bad.sum())
+    if mismatched == 0:
+        return max_abs_diff
+
+    score = torch.where(
+        bad,
+        torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff),
+        torch.full_like(diff, -1.0),
+    )
+    flat = int(torch.argmax(score.reshape(-1)))
+    index = tuple(int(i) for i in np.unravel_index(flat, tuple(out_t.shape)))
+    out_value = float(o.reshape(-1)[flat])
+    ref_value = float(r.reshape(-1)[flat])
+    worst = abs(out_value - ref_value) if math.isfinite(out_value - ref_value) else math.inf
+    allowed = atol + rtol * abs(ref_value)
+    raise VerificationError(
+        f"{name}: {mismatched} of {total} elements mismatch; worst at index {index}: "
+        f"out={out_value!r} ref={ref_value!r} |out-ref|={worst:.6g} > allowed {allowed:.6g} "
+        f"({tol_text}); max |out-ref| over finite elements {max_abs_diff:.6g}",
+        name=name,
+        mismatched=mismatched,
+        total=total,
+        index=index,
+        out_value=out_value,
+        ref_value=ref_value,
+        max_abs_diff=worst,
+        rtol=rtol,
+        atol=atol,
+    )

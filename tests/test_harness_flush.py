@@ -1,0 +1,42 @@
+"""The one flush routine: sized from the cache it evicts, and really writing its buffer."""
+
+import pytest
+
+from kvbench.harness import flush as flush_mod
+from kvbench.harness import flush_bytes, l2_flush
+
+
+def test_cpu_flush_covers_twice_the_last_level_cache():
+    assert flush_bytes("cpu") == flush_mod.FLUSH_MULTIPLE * flush_mod.cpu_llc_bytes()
+    assert flush_bytes("cpu") >= 2 * flush_mod.cpu_llc_bytes()
+
+
+def test_llc_is_the_largest_sysfs_cache(tmp_path):
+    for i, size in enumerate(["32K", "512K", "32768K", "64K"]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "size").write_text(size + "\n")
+    assert flush_mod.cpu_llc_bytes(str(tmp_path / "index*" / "size")) == 32 << 20
+
+
+def test_llc_falls_back_when_sysfs_is_missing(tmp_path):
+    assert flush_mod.cpu_llc_bytes(str(tmp_path / "nothing*" / "size")) == (
+        flush_mod.CPU_LLC_FALLBACK_BYTES
+    )
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [("32K", 32 << 10), ("16M", 16 << 20), ("1G", 1 << 30), ("4096", 4096), ("junk", None)],
+)
+def test_cache_size_parsing(text, expected):
+    assert flush_mod._parse_cache_size(text) == expected
+
+
+def test_cpu_flush_writes_the_whole_buffer():
+    l2_flush("cpu")
+    buf = flush_mod._cpu_buffer()
+    first = int(buf[0])
+    l2_flush("cpu")
+    assert buf.nbytes >= flush_bytes("cpu") - 8
+    assert int(buf[0]) == int(buf[-1]) == first + 1  # a new value everywhere, every call

@@ -1,0 +1,107 @@
+"""The harness on a real GPU, checked against measurements it does not make itself.
+
+Run on the device: `pytest -m gpu tests/test_harness_gpu.py`.
+"""
+
+import pytest
+import torch
+
+from kvbench.harness import bench, bench_host, bench_stateful, device_peaks, flush_bytes, host_floor
+from kvbench.harness import flush as flush_mod
+from kvbench.harness.calibrate import calibrate
+from kvbench.harness.validate_gpu import (
+    compare_copy,
+    host_stall_demo,
+    l2_ablation,
+    sleep_cycles_for_us,
+)
+
+pytestmark = pytest.mark.gpu
+
+#: bench() vs an independent construction of the same number on a 2 GiB copy.
+COPY_AGREEMENT = 0.05
+
+
+def test_flush_buffer_is_at_least_twice_l2():
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    assert l2 > 0
+    assert flush_bytes() >= 2 * l2
+    flush_mod.l2_flush()
+    buf = flush_mod._cuda_buffer(torch.cuda.current_device())
+    assert buf.numel() * buf.element_size() >= 2 * l2
+
+
+def test_device_peaks_from_the_device():
+    p = device_peaks()
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    assert p.is_cuda and p.name == props.name
+    assert p.sm_count == props.multi_processor_count and p.l2_bytes == props.L2_cache_size
+    assert p.mem_gbps is not None and p.mem_gbps > 100
+    if p.name == "NVIDIA H200":
+        assert p.mem_gbps == pytest.approx(4814, rel=0.01)
+        assert p.tc_tflops == 989.5 and p.sm_count == 132
+
+
+def test_bench_matches_independent_measurements_on_a_2gib_copy():
+    ours, graph_us, prof_us, prof_error = compare_copy(2 << 30)
+    torch.cuda.empty_cache()
+    assert abs(ours.median_us - graph_us) / graph_us < COPY_AGREEMENT, (ours.median_us, graph_us)
+    if prof_us is not None:
+        assert abs(ours.median_us - prof_us) / prof_us < COPY_AGREEMENT, (ours.median_us, prof_us)
+    # And the copy is physically plausible: below the spec peak.
+    gbps = 2 * (2 << 30) / ours.median_us / 1e3
+    peak = device_peaks().mem_gbps
+    assert gbps < peak, (gbps, peak, prof_error)
+
+
+def test_warm_l2_is_faster_than_cold_on_an_l2_resident_working_set():
+    cold, warm = l2_ablation()
+    assert (cold.l2, warm.l2) == ("cold", "warm")
+    assert warm.median_us < 0.95 * cold.median_us, (warm.median_us, cold.median_us)
+
+
+def test_bench_synchronizes_once_not_per_iteration(monkeypatch):
+    x = torch.empty(1 << 20, device="cuda")
+    calls = {"n": 0}
+    real = torch.cuda.synchronize
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "synchronize", counting)
+    for repeat in (10, 200):
+        calls["n"] = 0
+        bench(lambda: x.add_(1), repeat=repeat)
+        assert calls["n"] == 2  # one before the loop (drain), one after it; none inside
+
+
+def test_event_timer_misses_a_host_stall_that_bench_host_sees():
+    r = host_stall_demo(stall_us=300.0, backlog_us=2000.0, repeat=30)
+    assert r["host_us"] >= 0.95 * r["stall_us"], r
+    assert r["event_us"] < 0.5 * r["host_us"], r
+
+
+def test_bench_host_includes_the_device_work_fn_leaves_behind():
+    cycles = sleep_cycles_for_us(1000.0)
+    host = bench_host(lambda: torch.cuda._sleep(cycles), repeat=10)
+    assert host.median_us > 800, host.median_us  # the trailing synchronize waits for it
+
+
+def test_stateful_reset_is_outside_the_events():
+    cycles = sleep_cycles_for_us(2000.0)
+    x = torch.zeros(1, device="cuda")
+    r = bench_stateful(lambda: x.add_(1), lambda: torch.cuda._sleep(cycles), repeat=20)
+    assert r.median_us < 200, r.median_us
+
+
+def test_host_floor_is_tens_of_microseconds_at_most():
+    assert host_floor(repeat=200).median_us < 100
+
+
+def test_calibrated_ceilings_are_below_spec_peak(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVBENCH_CACHE_DIR", str(tmp_path))
+    c = calibrate(size_bytes=512 << 20)
+    peak = device_peaks().mem_gbps
+    for gbps in (c.copy_gbps, c.read_gbps, c.write_gbps):
+        assert 0.3 * peak < gbps < peak, (c, peak)

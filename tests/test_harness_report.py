@@ -1,0 +1,129 @@
+"""report(): column order, percentages only where a peak is known, violations, floor, warm."""
+
+import io
+
+import pytest
+
+from kvbench.harness import Row, Work, report
+from kvbench.harness.calibrate import Ceilings
+from kvbench.harness.peaks import DevicePeaks
+from kvbench.harness.report import VIOLATION_CHECKS
+
+H200 = DevicePeaks(
+    "NVIDIA H200", mem_gbps=4800.0, tc_tflops=989.5, l2_bytes=60 << 20, sm_count=132, is_cuda=True
+)
+CPU = DevicePeaks("some cpu", None, None, None, None, False)
+
+
+def _header(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("impl"))
+
+
+def _row_line(text: str, impl: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(impl))
+
+
+def test_throughput_columns_come_before_latency_and_labels():
+    text = report([Row("a", "c", 10.0, Work(flops=1e6, moved=1e6))], peaks=H200, file=None)
+    cols = _header(text).split()
+    order = ["TFLOP/s", "%tc", "GB/s", "%bw", "%ceil", "us", "l2", "timer"]
+    assert [cols.index(c) for c in order] == sorted(cols.index(c) for c in order)
+
+
+def test_percentages_of_spec_peak():
+    # 2.4 GB in 1000 us = 2400 GB/s = 50% of 4800.
+    text = report([Row("triton/split_kv", "c", 1000.0, Work(moved=2.4e9))], peaks=H200, file=None)
+    line = _row_line(text, "triton/split_kv")
+    assert "2400" in line and "50%" in line
+    assert "VIOLATION" not in text
+
+
+def test_impossible_row_is_a_violation_with_the_check_order():
+    # 6 GB in 1000 us = 6000 GB/s > 4800 GB/s spec peak.
+    text = report([Row("fast", "too good", 1000.0, Work(moved=6e9))], peaks=H200, file=None)
+    assert "VIOLATION" in _row_line(text, "fast")
+    assert "VIOLATION fast | too good" in text
+    positions = [text.index(check) for check in VIOLATION_CHECKS]
+    assert positions == sorted(positions)
+    assert VIOLATION_CHECKS[0].startswith("unit factors")
+    assert VIOLATION_CHECKS[-1].startswith("a baseline doing a different operation")
+
+
+def test_tensor_core_violation_is_flagged_too():
+    text = report([Row("mm", "c", 1.0, Work(flops=2e9))], peaks=H200, file=None)  # 2000 TFLOP/s
+    assert "TFLOP/s is" in text and "tensor-core spec peak" in text
+
+
+def test_cpu_peaks_print_no_percentages():
+    text = report([Row("a", "c", 10.0, Work(flops=1e9, moved=1e9))], peaks=CPU, file=None)
+    line = _row_line(text, "a ")
+    assert "%" not in line
+    assert "VIOLATION" not in text  # no peak, nothing to violate, nothing guessed
+
+
+def test_default_peaks_come_from_this_device(device):
+    text = report([Row("a", "c", 10.0, Work(moved=1e6))], file=None)
+    if device == "cpu":
+        assert "%" not in _row_line(text, "a ")
+
+
+def test_warm_rows_are_labelled_as_the_optimistic_bound():
+    text = report([Row("a", "c", 10.0, Work(moved=1e6), l2="warm")], peaks=H200, file=None)
+    assert "warm*" in _row_line(text, "a ")
+    assert "optimistic bound" in text
+    cold = report([Row("a", "c", 10.0, Work(moved=1e6))], peaks=H200, file=None)
+    assert "optimistic bound" not in cold
+
+
+def test_floor_row_only_when_a_row_is_near_the_floor():
+    rows = [Row("slow", "c", 1000.0, Work()), Row("fast", "c", 25.0, Work(), timer="bench_host")]
+    text = report(rows, peaks=CPU, floor_us=10.0, file=None)
+    assert "host floor 10.0 us: rows near it measure the floor" in text
+    assert "~floor" in _row_line(text, "fast") and "~floor" not in _row_line(text, "slow")
+    far = report(rows[:1], peaks=CPU, floor_us=10.0, file=None)
+    assert "host floor" not in far
+
+
+def test_ceiling_column_uses_the_chosen_measured_ceiling():
+    ceilings = Ceilings(
+        "NVIDIA H200",
+        copy_gbps=4000.0,
+        read_gbps=4200.0,
+        write_gbps=3400.0,
+        measured_at="2026-11-29T00:00:00+00:00",
+        torch="2.11",
+        triton="3.6",
+    )
+    row = Row("a", "c", 1000.0, Work(moved=2.1e9))  # 2100 GB/s
+    text = report([row], peaks=H200, ceilings=ceilings, file=None)
+    assert "52%" in _row_line(text, "a ")  # of copy 4000 (default)
+    assert "copy ceiling 4000" in text
+    text = report([row], peaks=H200, ceilings=ceilings, ceiling="read", file=None)
+    assert "50%" in _row_line(text, "a ")  # of read 4200
+
+
+def test_zero_work_columns_show_dash_not_zero():
+    text = report([Row("alloc", "bump", 5.0, Work(), timer="bench_host")], peaks=H200, file=None)
+    cells = _row_line(text, "alloc").split()
+    assert cells[2:7] == ["-"] * 5  # TFLOP/s %tc GB/s %bw %ceil: no work, nothing to score
+    assert cells[7] == "5.00"
+
+
+def test_prints_to_file_and_returns_the_same_text():
+    buf = io.StringIO()
+    text = report([Row("a", "c", 1.0, Work(moved=1.0))], peaks=CPU, title="t", file=buf)
+    assert buf.getvalue() == text and text.startswith("== t ==")
+
+
+def test_prints_to_stdout_by_default(capsys):
+    text = report([Row("a", "c", 1.0, Work(moved=1.0))], peaks=CPU)
+    assert capsys.readouterr().out == text
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match=r"rows\[0\]"):
+        report([1.0], peaks=CPU, file=None)
+    with pytest.raises(ValueError, match="ceiling"):
+        report([], peaks=CPU, ceiling="l2", file=None)
+    with pytest.raises(ValueError, match="floor_us"):
+        report([], peaks=CPU, floor_us=0, file=None)
