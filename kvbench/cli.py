@@ -1,0 +1,132 @@
+"""The `kvbench` command.
+
+Each subcommand imports its module lazily: `kvbench env` must answer on a machine where a
+Triton kernel would not even compile, and a CLI that imports every kernel at start pays
+Triton's import cost for nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+
+OPS = ("paged_decode", "kv_write", "kv_gather_fp8", "kv_alloc")
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    """What this machine is: device, peaks, L2, versions, and the selector variables."""
+    from kvbench.harness import device_peaks, metadata
+    from kvbench.harness.calibrate import load_ceilings
+    from kvbench.harness.meta import format_metadata
+
+    meta = metadata(command="kvbench env")
+    peaks = device_peaks()
+    ceilings = load_ceilings(peaks.name)
+    if args.json:
+        meta["ceilings"] = None if ceilings is None else dataclasses.asdict(ceilings)
+        print(json.dumps(meta, indent=2, default=str))
+        return 0
+    print(format_metadata(meta))
+    if ceilings is None:
+        print("measured ceilings: none stored for this device (run `kvbench calibrate`)")
+    else:
+        print(
+            f"measured ceilings ({ceilings.measured_at}): copy {ceilings.copy_gbps:.0f} GB/s, "
+            f"read {ceilings.read_gbps:.0f} GB/s, write {ceilings.write_gbps:.0f} GB/s"
+        )
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure copy / read / write bandwidth with the harness and store them per device name."""
+    from kvbench.harness.calibrate import cache_dir, calibrate
+
+    kwargs = {} if args.size_mib is None else {"size_bytes": args.size_mib * 2**20}
+    ceilings = calibrate(**kwargs)
+    print(
+        f"{ceilings.device_name}: copy {ceilings.copy_gbps:.0f} GB/s (read+write), "
+        f"read {ceilings.read_gbps:.0f} GB/s, write {ceilings.write_gbps:.0f} GB/s"
+    )
+    print(f"stored under {cache_dir()}")
+    return 0
+
+
+def _cmd_machine(args: argparse.Namespace) -> int:
+    from kvbench.machine import main as machine_main
+
+    return machine_main(args.rest)
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from kvbench.publish import main as publish_main
+
+    return publish_main(args.rest)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from kvbench.dispatch.tune import main as tune_main
+
+    return tune_main([args.op, *args.rest])
+
+
+def _cmd_table(args: argparse.Namespace) -> int:
+    from kvbench.table import main as table_main
+
+    return table_main([args.op, *args.rest])
+
+
+def _cmd_main(args: argparse.Namespace) -> int:
+    """The main job: environment, then a correctness-checked table for every op."""
+    from kvbench.table import run_all
+
+    return run_all(json_dir=args.json_dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvbench",
+        description="Per-commit performance history for KV-cache kernels.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("env", help="device, peaks, L2, versions, selector variables")
+    p.add_argument("--json", action="store_true", help="print the metadata as JSON")
+    p.set_defaults(func=_cmd_env)
+
+    p = sub.add_parser("calibrate", help="measure and store copy/read/write ceilings")
+    p.add_argument("--size-mib", type=int, default=None, help="buffer size (default per device)")
+    p.set_defaults(func=_cmd_calibrate)
+
+    for name, func, text in (
+        ("machine", _cmd_machine, "write the asv machine record from code"),
+        ("publish", _cmd_publish, "asv publish + local dashboard assets (renders offline)"),
+    ):
+        p = sub.add_parser(name, help=text, add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=func)
+
+    for name, func, text in (
+        ("tune", _cmd_tune, "measure every verified row and store the perf table dispatch ranks on"),
+        ("table", _cmd_table, "correctness-checked report table of every row and peer"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("op", choices=OPS)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("main", help="the main job: env + a table for every op this device runs")
+    p.add_argument("--json-dir", default=None, help="also write each table as JSON here")
+    p.set_defaults(func=_cmd_main)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
