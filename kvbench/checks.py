@@ -1,0 +1,283 @@
+"""Correctness gates: run an implementation against kvbench.reference before any timing.
+
+`check_<op>` returns max_abs_diff and raises harness.VerificationError on a mismatch; the
+tolerances are the kernel module's `_RTOL` / `_ATOL`, shared with tests and benchmarks.
+`selfcheck_<op>` builds a tiny problem so dispatch.golden can verify a registry row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvbench.harness.verify import verify
+
+# ---- paged_decode (owned by the paged-decode work) -------------------------------------
+#
+# The kernel module (for _RTOL/_ATOL) is imported inside the functions, for the same reason
+# as the kv_write section below: importing it decorates Triton kernels.
+
+_DECODE_DTYPES = ("fp16", "bf16", "fp8")
+_Q_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _poison_next_alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+    """Best effort: leave NaN in the block the kernel's ``torch.empty`` output will reuse.
+
+    The caching allocator (and, for small sizes, malloc) hands the freed block straight back
+    for a same-sized request, so an output element the kernel never writes reads NaN and
+    fails verify instead of passing on stale-but-plausible memory.
+    """
+    junk = torch.full(shape, float("nan"), dtype=dtype, device=device)
+    del junk
+
+
+def make_decode_query(
+    pool, q_heads: int, *, seed: int = 0, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """A seeded random decode query ``[num_seqs, q_heads, head_dim]`` on the pool's device.
+
+    ``dtype`` defaults to the pool's dtype (fp16 for an fp8 pool: the engine's activations).
+    """
+    if isinstance(q_heads, bool) or not isinstance(q_heads, int) or q_heads < 1:
+        raise ValueError(f"q_heads must be an int >= 1, got {q_heads!r}")
+    if q_heads % pool.kv_heads:
+        raise ValueError(
+            f"q_heads ({q_heads}) must be a multiple of pool.kv_heads ({pool.kv_heads})"
+        )
+    if dtype is None:
+        dtype = torch.bfloat16 if pool.kv_dtype_name == "bf16" else torch.float16
+    if dtype not in _Q_DTYPE_NAMES:
+        raise ValueError(f"dtype {dtype} is not accepted; accepted: torch.float16, torch.bfloat16")
+    from kvbench.pool import STREAM_QUERY, derive_seed
+
+    # A stream of its own: with the pool's seed it would reproduce the cached keys.
+    gen = torch.Generator(device=pool.device).manual_seed(derive_seed(seed, STREAM_QUERY))
+    shape = (pool.num_seqs, q_heads, pool.head_dim)
+    return torch.randn(shape, generator=gen, device=pool.device, dtype=torch.float32).to(dtype)
+
+
+def check_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = None) -> float:
+    """Run ``fn`` on the pool and compare with ``paged_decode_ref``; return max |out - ref|.
+
+    Tolerances are the kernel module's for the pool's KV dtype, loosened to q's dtype's entry
+    when that is looser (the kernel's arithmetic runs in q's dtype). NaN anywhere in the
+    output (e.g. an element never written, see ``_poison_next_alloc``) fails verify.
+    """
+    from kvbench.kernels.paged_decode import _ATOL, _RTOL
+    from kvbench.reference import paged_decode_ref
+
+    if q.dtype not in _Q_DTYPE_NAMES:
+        raise ValueError(f"q has dtype {q.dtype}; accepted: torch.float16, torch.bfloat16")
+    kv_name, q_name = pool.kv_dtype_name, _Q_DTYPE_NAMES[q.dtype]
+    rtol = max(_RTOL[kv_name], _RTOL[q_name])
+    atol = max(_ATOL[kv_name], _ATOL[q_name])
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    kwargs = {"sm_scale": sm_scale, "k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    ref = paged_decode_ref(*args, **kwargs)
+    _poison_next_alloc(tuple(q.shape), q.dtype, q.device)
+    out = fn(*args, **kwargs)
+    if out.dtype != q.dtype:
+        raise ValueError(f"{getattr(fn, '__name__', fn)} returned {out.dtype}; expected {q.dtype}")
+    name = f"paged_decode[{getattr(fn, '__name__', fn)}, kv={kv_name}, q={q_name}]"
+    return verify(name, out, ref, rtol=rtol, atol=atol)
+
+
+def selfcheck_paged_decode(fn, dtype: str, device) -> float:
+    """Tiny ragged problem (lens 1, 17, 40; page 16; 2 kv / 8 q heads; D 64) through ``fn``.
+
+    Covers a one-token sequence, a partial last page, several pages and GQA in one call;
+    fp8 runs through the real quantizer with fp16 q.
+    """
+    from kvbench.pool import paged_pool
+
+    if dtype not in _DECODE_DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not accepted; accepted: {_DECODE_DTYPES}")
+    pool = paged_pool(
+        3,
+        [1, 17, 40],
+        kv_heads=2,
+        head_dim=64,
+        page_size=16,
+        dtype=dtype,
+        min_l2_multiple=0,
+        device=device,
+        seed=0,
+    )
+    try:
+        q = make_decode_query(pool, 8, seed=1)
+        return check_paged_decode(fn, pool, q)
+    finally:
+        pool.free()
+
+
+# ---- kv_write (owned by the kv_write / kv_gather_fp8 work) ------------------------------
+#
+# Kernel modules are imported inside the functions: importing one decorates its Triton
+# kernels, which fixes compiled-vs-interpreted at that moment, and kvbench.checks is imported
+# early (by dispatch) on machines where TRITON_INTERPRET is set later by the caller.
+
+_KV_WRITE_DTYPES = ("fp16", "bf16", "fp8")
+#: untouched cache rows compared before/after a write (plus every written slot's neighbours)
+_UNTOUCHED_SAMPLE = 4096
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """An integer view of cache rows, so "unchanged" means the same bits (incl. NaN, -0)."""
+    if t.dtype in (torch.float16, torch.bfloat16):
+        return t.view(torch.int16)
+    if t.dtype == torch.float8_e4m3fn:
+        return t.view(torch.uint8)
+    return t
+
+
+def make_write_inputs(
+    pool, n: int, *, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """New rows ``k``, ``v`` [n, Hkv, D] and ``n`` distinct slots scattered over the pool.
+
+    Slots are drawn without replacement from the pages the pool's (fragmented) block table
+    hands to its sequences, in random order, so consecutive tokens land on unrelated pages;
+    when ``n`` exceeds those, the rest of the pool is used too. Inputs are fp16 for an fp8
+    pool (the engine's activations; quantized on write with the pool's scales), else the
+    pool's dtype. Seeded on the host generator: identical on every device.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be an int >= 0, got {n!r}")
+    ps = pool.page_size
+    total = pool.num_pages * ps
+    if n > total:
+        raise ValueError(f"n={n} exceeds the pool's {total} slots")
+    gen = torch.Generator().manual_seed(seed)
+    pages = torch.cat(
+        [pool.block_table[i, : -(-length // ps)].cpu().to(torch.int64)
+         for i, length in enumerate(pool.seq_lens_list)]
+    ).unique()
+    candidates = (pages[:, None] * ps + torch.arange(ps)[None, :]).reshape(-1)
+    if n > candidates.numel():
+        candidates = torch.arange(total)
+    slots = candidates[torch.randperm(candidates.numel(), generator=gen)[:n]]
+    in_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float16}[
+        pool.kv_dtype_name
+    ]
+    shape = (n, pool.kv_heads, pool.head_dim)
+    k = torch.randn(shape, generator=gen).to(in_dtype)
+    v = torch.randn(shape, generator=gen).to(in_dtype)
+    return k.to(pool.device), v.to(pool.device), slots.to(pool.device)
+
+
+def check_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> float:
+    """Run ``fn`` (a kv_write row) on ``pool`` and verify it; returns max_abs_diff (0.0).
+
+    Written rows are read back through the destination index (page, offset) of each token
+    through the pool's own K and V views: in the combined buffer a wrong stride lands K in the
+    V half, which this catches and a sequential index would hide. A sample of untouched rows,
+    including every written slot's neighbours, must keep its bits. Negative slots are skipped
+    tokens; slots must be distinct and in range (checked here on the host).
+    """
+    from kvbench.kernels.kv_write import _ATOL, _RTOL
+    from kvbench.reference import kv_write_ref
+
+    dtype = pool.kv_dtype_name
+    ps = pool.page_size
+    total = pool.num_pages * ps
+    slots = slot_mapping.tolist()
+    written = [s for s in slots if s >= 0]
+    if len(set(written)) != len(written) or any(s >= total for s in written):
+        raise ValueError(f"slot_mapping must hold distinct slots < {total} (or negatives)")
+    taken = set(written)
+    near = {s + d for s in written for d in (-1, 1)} - taken
+    rest = [s for s in range(total) if s not in taken and s not in near]
+    if len(rest) > _UNTOUCHED_SAMPLE:
+        gen = torch.Generator().manual_seed(0)
+        rest = [rest[i] for i in torch.randperm(len(rest), generator=gen)[:_UNTOUCHED_SAMPLE]]
+    untouched = torch.tensor(
+        sorted(s for s in near | set(rest) if 0 <= s < total), dtype=torch.int64
+    ).to(pool.device)
+    kc, vc = pool.k_cache, pool.v_cache
+    before = [_bits(c[untouched // ps, untouched % ps]).clone() for c in (kc, vc)]
+
+    scales = {"k_scale": pool.k_scale, "v_scale": pool.v_scale} if dtype == "fp8" else {}
+    fn(k, v, kc, vc, slot_mapping, **scales)
+
+    ref_k, ref_v = kv_write_ref(k, v, slot_mapping, cache_dtype=dtype, **scales)
+    keep = torch.nonzero(slot_mapping >= 0).squeeze(1)
+    dst = slot_mapping[keep]
+    diff = 0.0
+    for name, cache, ref in (("K", kc, ref_k), ("V", vc, ref_v)):
+        got = cache[dst // ps, dst % ps]
+        want = ref[keep]
+        if dtype == "fp8":
+            got = got.view(torch.uint8)
+        diff = max(diff, verify(f"kv_write {name} rows read back ({dtype})", got, want,
+                                rtol=_RTOL[dtype], atol=_ATOL[dtype]))
+    for name, cache, old in (("K", kc, before[0]), ("V", vc, before[1])):
+        now = _bits(cache[untouched // ps, untouched % ps])
+        verify(f"kv_write untouched {name} rows ({dtype})", now, old, rtol=0.0, atol=0.0)
+    return diff
+
+
+def selfcheck_kv_write(fn, dtype: str, device) -> float:
+    """Tiny fragmented combined-buffer problem with two skipped tokens, for dispatch.golden."""
+    from kvbench.pool import paged_pool
+
+    if dtype not in _KV_WRITE_DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not accepted; accepted: {_KV_WRITE_DTYPES}")
+    pool = paged_pool(3, [40, 23, 57], kv_heads=2, head_dim=64, page_size=16, dtype=dtype,
+                      layout="fragmented", storage="combined", min_l2_multiple=0,
+                      device=device, seed=0)
+    try:
+        k, v, slots = make_write_inputs(pool, 24, seed=0)
+        slots[3] = -1
+        slots[17] = -1
+        return check_kv_write(fn, pool, k, v, slots)
+    finally:
+        pool.free()
+
+
+# ---- kv_gather_fp8 (owned by the kv_write / kv_gather_fp8 work) -------------------------
+
+
+def check_kv_gather_fp8(
+    fn, kv_cache: torch.Tensor, page_table_flat: torch.Tensor, extra_rows: int
+) -> float:
+    """Run ``fn`` (a kv_gather_fp8 row) and require bit-exact bytes; returns 0.0.
+
+    Compared on uint8 views (fp8 values would hide -0 vs +0 and NaN payloads); the pad rows
+    after the gathered ones are checked separately to be all zero bytes, with their own name
+    in the error, since stale pad bytes are the cached-buffer variant's specific failure.
+    """
+    from kvbench.harness.verify import VerificationError
+    from kvbench.kernels.kv_gather_fp8 import _ATOL, _RTOL
+    from kvbench.reference import kv_gather_fp8_ref
+
+    out = fn(kv_cache, page_table_flat, extra_rows=extra_rows)
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float8_e4m3fn:
+        got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+        raise VerificationError(f"kv_gather_fp8: output must be float8_e4m3fn, got {got}",
+                                name="kv_gather_fp8")
+    ref = kv_gather_fp8_ref(kv_cache, page_table_flat, extra_rows=extra_rows)
+    got = out.view(torch.uint8)
+    n = int(page_table_flat.shape[0])
+    diff = verify("kv_gather_fp8 bytes", got, ref.view(torch.uint8),
+                  rtol=_RTOL["fp8"], atol=_ATOL["fp8"])
+    verify("kv_gather_fp8 pad rows (must be zero bytes)", got[n:],
+           torch.zeros((extra_rows, got.shape[-1]), dtype=torch.uint8, device=got.device),
+           rtol=0.0, atol=0.0)
+    return diff
+
+
+def selfcheck_kv_gather_fp8(fn, dtype: str = "fp8", device=None) -> float:
+    """Tiny ragged problem, then a smaller one on the same row (cached-buffer shrink reuse)."""
+    from kvbench.gather_pool import build_gather_pool, build_page_table_flat
+
+    if dtype != "fp8":
+        raise ValueError(f"dtype={dtype!r} is not accepted; kv_gather_fp8 accepts 'fp8' only")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    # Tiny on purpose: the legacy row runs 5 programs per token, slow under the interpreter.
+    pool_tokens = 256
+    kv_cache = build_gather_pool(pool_tokens, device=device, seed=0)
+    big = build_page_table_flat([21, 10], pool_tokens, seed=1, device=device)
+    small = build_page_table_flat([4], pool_tokens, seed=2, device=device)
+    diff = check_kv_gather_fp8(fn, kv_cache, big, 5)
+    return max(diff, check_kv_gather_fp8(fn, kv_cache, small, 3))

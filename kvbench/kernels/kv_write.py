@@ -1,0 +1,274 @@
+"""KV write (scatter): put N new K/V rows into the paged cache at their slots.
+
+Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=None) -> None``
+
+- ``k``, ``v``: [N, Hkv, D] fp16/bf16 new rows (strided views are fine; last dim stride 1).
+- ``k_cache``, ``v_cache``: [num_pages, page_size, Hkv, D], usually the two strided halves of
+  one combined per-layer buffer [num_pages, 2, page_size, Hkv, D] (kvbench.pool). The kernels
+  take the views' strides and never ``.contiguous()`` a cache: that copy would write into a
+  temporary and lose the update (and is the measurement mistake seed 000 warns about).
+- ``slot_mapping``: int64 [N]; token i goes to ``page = slot // page_size``,
+  ``offset = slot % page_size``. A **negative slot means "skip this token"**: engines pad a
+  batch to a captured size (CUDA graphs) and mark the padding with -1 (vLLM's convention).
+  Slots must be distinct and < num_pages * page_size; neither is checked on the host because
+  that needs a device sync on every call (the torch row's indexing raises on a bad slot).
+- fp8 caches (uint8 containers of e4m3fn bytes, or float8_e4m3fn tensors) quantize on write
+  with the caller's per-tensor fp32 scales: ``byte = e4m3_rne(clamp(fp32(x) / scale, +-448))``.
+  The quotient is the IEEE fp32 quotient (``tl.math.div_rn`` in Triton, because Triton's ``/``
+  is an approximate division on the GPU), rounded to nearest-even and saturated, which is what
+  ``(x.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)`` computes. Python-float
+  scales are rounded to fp32 first. fp16/bf16 caches are exact copies and take no scales.
+
+Rows: ``kv_write_triton`` (one Triton kernel for prefill and decode shapes) and
+``kv_write_torch`` (index_copy_ / index_put_, any device). Both are bit-exact to
+``kvbench.reference.kv_write_ref``: tolerances are zero for every dtype (``_RTOL``/``_ATOL``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_interpreted
+from kvbench.kernels._validate import (
+    check_dtype,
+    check_last_dim_contiguous,
+    check_ndim,
+    check_same_device,
+    check_scale,
+    check_shape,
+)
+
+# Exact copies for fp16/bf16; fp8 bytes equal torch's RNE quantization of the same input
+# (the soft encoder makes this hold under the interpreter too, see kernels/_fp8.py).
+_RTOL: dict[str, float] = {"fp16": 0.0, "bf16": 0.0, "fp8": 0.0}
+_ATOL: dict[str, float] = {"fp16": 0.0, "bf16": 0.0, "fp8": 0.0}
+
+_IN_DTYPES = (torch.float16, torch.bfloat16)
+_CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.uint8, torch.float8_e4m3fn)
+_FP8_CACHE = (torch.uint8, torch.float8_e4m3fn)
+_DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
+_TORCH_NAME = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.uint8: "fp8",
+               torch.float8_e4m3fn: "fp8"}
+
+# Elements one program moves per tensor (K or V). 4096 fp16 elements = 8 KiB in and out per
+# tensor: large enough to amortize the slot loads, small enough that a 16k-token prefill at
+# 8x128 still launches thousands of programs. Decode (N <= 64) is launch-bound whatever the
+# tile (seed 000: 4-5 us for 1 or 64 rows), so no separate decode tile is kept.
+_TILE_ELEMS = 4096
+_HEAD_TILE_ELEMS = 1024
+_NUM_WARPS = 4
+
+
+def _dtype_name(dtype: torch.dtype | str) -> str:
+    if isinstance(dtype, str):
+        if dtype not in _DTYPE_BYTES:
+            raise ValueError(f"dtype {dtype!r} is not accepted; accepted: fp16, bf16, fp8")
+        return dtype
+    if dtype not in _TORCH_NAME:
+        raise ValueError(f"dtype {dtype} is not accepted; accepted: {', '.join(_DTYPE_BYTES)}")
+    return _TORCH_NAME[dtype]
+
+
+def _scale_tensor(name: str, scale: object, device: torch.device) -> torch.Tensor:
+    """Validate a caller-side scale and return it as a 1-element fp32 tensor on ``device``.
+
+    A python float costs a host->device copy per call; production callers pass tensors.
+    """
+    check_scale(name, scale, device)
+    if isinstance(scale, torch.Tensor):
+        return scale.reshape(1)
+    value = float(scale)  # type: ignore[arg-type]
+    if not value > 0.0 or value == float("inf"):
+        raise ValueError(f"{name} must be a finite positive scale, got {value!r}")
+    return torch.tensor([value], dtype=torch.float32, device=device)
+
+
+def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
+    """Host checks shared by both rows; returns (is_fp8, k_scale_t, v_scale_t)."""
+    check_ndim("k", k, 3, "[N, kv_heads, head_dim]")
+    check_ndim("v", v, 3, "[N, kv_heads, head_dim]")
+    check_dtype("k", k, _IN_DTYPES)
+    check_dtype("v", v, _IN_DTYPES)
+    if v.shape != k.shape or v.dtype != k.dtype:
+        raise ValueError(
+            f"v must match k in shape and dtype: k {tuple(k.shape)} {k.dtype}, "
+            f"v {tuple(v.shape)} {v.dtype}"
+        )
+    check_ndim("k_cache", k_cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
+    check_dtype("k_cache", k_cache, _CACHE_DTYPES)
+    check_shape("v_cache", v_cache, tuple(k_cache.shape))
+    if v_cache.dtype != k_cache.dtype:
+        raise ValueError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
+    n, heads, dim = k.shape
+    if (k_cache.shape[2], k_cache.shape[3]) != (heads, dim):
+        raise ValueError(
+            f"k has kv_heads={heads}, head_dim={dim} but k_cache holds "
+            f"kv_heads={k_cache.shape[2]}, head_dim={k_cache.shape[3]}"
+        )
+    check_dtype("slot_mapping", slot_mapping, (torch.int64,))
+    check_shape("slot_mapping", slot_mapping, (n,))
+    for name, t in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+        check_last_dim_contiguous(name, t)
+    if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
+        raise ValueError("k_cache and v_cache are the same memory; pass the K and V views")
+    device = check_same_device(
+        k=k, v=v, k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping
+    )
+    is_fp8 = k_cache.dtype in _FP8_CACHE
+    if not is_fp8:
+        if k.dtype != k_cache.dtype:
+            raise ValueError(
+                f"k dtype {k.dtype} must equal the {k_cache.dtype} cache dtype (an fp16/bf16 "
+                "write is an exact copy; only fp8 caches convert)"
+            )
+        if k_scale is not None or v_scale is not None:
+            raise ValueError("k_scale/v_scale apply to fp8 caches only; pass None for "
+                             f"a {k_cache.dtype} cache")
+        return False, None, None
+    if k_scale is None or v_scale is None:
+        raise ValueError("fp8 caches need k_scale and v_scale (python floats or 1-element "
+                         "float32 tensors on the cache's device)")
+    return True, _scale_tensor("k_scale", k_scale, device), _scale_tensor("v_scale", v_scale, device)
+
+
+@triton.jit
+def _kv_write_kernel(
+    k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr,
+    n_tokens, num_heads, head_dim,
+    s_kt, s_kh, s_vt, s_vh,
+    s_kcp, s_kco, s_kch, s_vcp, s_vco, s_vch,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    FP8: tl.constexpr, SOFT_FP8: tl.constexpr, IN_BF16: tl.constexpr,
+):
+    """One program copies a [BLOCK_T tokens, BLOCK_H heads, D] tile of K and of V.
+
+    The innermost axis is contiguous in both source and destination (stride 1 is checked on
+    the host and specialized by Triton), so loads/stores vectorize to 16-byte accesses.
+    Destination offsets are computed from the slot with the cache views' own strides: in the
+    combined buffer the page stride covers both halves, which is what puts K and V apart.
+    """
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    d = tl.arange(0, BLOCK_D)
+    t_ok = t < n_tokens
+    slot = tl.load(slot_ptr + t, mask=t_ok, other=-1)
+    row_ok = t_ok & (slot >= 0)
+    page = slot // PAGE_SIZE
+    off = slot % PAGE_SIZE
+    mask = row_ok[:, None, None] & (h < num_heads)[None, :, None] & (d < head_dim)[None, None, :]
+    t64 = t.to(tl.int64)[:, None, None]
+    h3 = h[None, :, None]
+    d3 = d[None, None, :]
+    src_k = t64 * s_kt + h3 * s_kh + d3
+    src_v = t64 * s_vt + h3 * s_vh + d3
+    dst_k = page[:, None, None] * s_kcp + off[:, None, None] * s_kco + h3 * s_kch + d3
+    dst_v = page[:, None, None] * s_vcp + off[:, None, None] * s_vco + h3 * s_vch + d3
+    kx = tl.load(k_ptr + src_k, mask=mask, other=0.0)
+    vx = tl.load(v_ptr + src_v, mask=mask, other=0.0)
+    if FP8:
+        ks = tl.load(ks_ptr)
+        vs = tl.load(vs_ptr)
+        if IN_BF16:
+            # bit shift, exact for bf16 subnormals too (the interpreter's cast flushes them)
+            kf = bf16_bits_to_f32(kx)
+            vf = bf16_bits_to_f32(vx)
+        else:
+            kf = kx.to(tl.float32)
+            vf = vx.to(tl.float32)
+        kq = tl.math.div_rn(kf, tl.zeros_like(kf) + ks)
+        vq = tl.math.div_rn(vf, tl.zeros_like(vf) + vs)
+        tl.store(kc_ptr + dst_k, encode_e4m3(kq, SOFT_FP8), mask=mask)
+        tl.store(vc_ptr + dst_v, encode_e4m3(vq, SOFT_FP8), mask=mask)
+    else:
+        tl.store(kc_ptr + dst_k, kx, mask=mask)
+        tl.store(vc_ptr + dst_v, vx, mask=mask)
+
+
+def _tiles(n: int, heads: int, dim: int) -> tuple[int, int, int]:
+    block_d = triton.next_power_of_2(dim)
+    block_h = min(triton.next_power_of_2(heads), max(1, _HEAD_TILE_ELEMS // block_d))
+    block_t = max(1, min(triton.next_power_of_2(max(n, 1)), _TILE_ELEMS // (block_h * block_d)))
+    return block_t, block_h, block_d
+
+
+def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp8: bool):
+    n, heads, dim = k.shape
+    if n == 0:
+        return
+    block_t, block_h, block_d = _tiles(n, heads, dim)
+    if is_fp8:
+        # store bytes through uint8 views: the kernel writes codes, never fp8 arithmetic
+        kc, vc = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+    else:
+        kc, vc = k_cache, v_cache
+        ks = vs = slot_mapping  # unused pointer arguments when FP8 is False
+    grid = (triton.cdiv(n, block_t), triton.cdiv(heads, block_h))
+    _kv_write_kernel[grid](
+        k, v, kc, vc, slot_mapping, ks, vs,
+        n, heads, dim,
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2),
+        PAGE_SIZE=k_cache.shape[1],
+        BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
+        FP8=is_fp8, SOFT_FP8=soft_fp8, IN_BF16=k.dtype == torch.bfloat16,
+        num_warps=_NUM_WARPS,
+    )
+
+
+def kv_write_triton(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=None) -> None:
+    """Scatter with one Triton kernel (prefill and decode shapes, fp16/bf16/fp8, strided caches).
+
+    Grid: (token blocks, head blocks). Under the Triton interpreter fp8 codes come from the
+    integer RNE encoder (kernels/_fp8.py) because the interpreter's own cast is wrong.
+    """
+    is_fp8, ks, vs = _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8,
+                   soft_fp8=is_interpreted(_kv_write_kernel))
+
+
+def _quantize_torch(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """fp8 bytes of ``x / scale`` in torch: fp32 IEEE quotient, saturate, RNE cast."""
+    q = (x.to(torch.float32) / scale).clamp_(-FP8_MAX, FP8_MAX)
+    return q.to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def _flat_rows(cache: torch.Tensor) -> torch.Tensor | None:
+    """[num_pages * page_size, H, D] view of a cache when its pages are back to back, else None.
+
+    True for split storage; false for a half of the combined buffer, whose page stride spans
+    both halves (then the caller indexes (page, offset) pairs instead).
+    """
+    pages, page_size, heads, dim = cache.shape
+    if cache.stride(0) != page_size * cache.stride(1):
+        return None
+    return cache.view(pages * page_size, heads, dim)
+
+
+def kv_write_torch(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=None) -> None:
+    """Scatter with torch indexing (any device): the engine's fallback row.
+
+    Where the cache rows are back to back (split storage) it is ``index_copy_`` on a flattened
+    [slots, H, D] view; on a combined-buffer half it is ``index_put_`` on (page, offset)
+    pairs, because no view flattens pages whose stride spans the K and V halves. Dropping the
+    negative (padding) slots uses ``nonzero``, which waits for the device once per call; the
+    Triton row masks them in-kernel instead.
+    """
+    is_fp8, ks, vs = _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    keep = torch.nonzero(slot_mapping >= 0).squeeze(1)
+    if keep.numel() == 0:
+        return
+    slots = slot_mapping.index_select(0, keep)
+    rows_k, rows_v = k.index_select(0, keep), v.index_select(0, keep)
+    if is_fp8:
+        rows_k, rows_v = _quantize_torch(rows_k, ks), _quantize_torch(rows_v, vs)
+        k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
+    page_size = k_cache.shape[1]
+    for cache, rows in ((k_cache, rows_k), (v_cache, rows_v)):
+        flat = _flat_rows(cache)
+        if flat is not None:
+            flat.index_copy_(0, slots, rows)
+        else:
+            cache.index_put_((slots // page_size, slots % page_size), rows)
