@@ -1,0 +1,613 @@
+"""Paged decode attention: Triton single-pass, Triton split-KV (+reduce), torch gather + SDPA.
+
+One decode step: each sequence ``b`` has one query token ``q[b]`` of ``Hq`` heads that attends
+to its ``seq_lens[b]`` cached tokens, found page by page through ``block_table[b]``.
+
+Design (why it looks like this):
+
+* GQA-aware: one program owns one (sequence, kv head) and all ``Hq // Hkv`` query heads that
+  share it, as a ``[GROUP_PAD, D]`` tile (padded to 16 rows, the smallest ``tl.dot`` M) against
+  ``[BLOCK_N, D]`` K/V tiles. Every KV byte is read from memory once per (sequence, kv head);
+  decode is bandwidth-bound, so the padded MMA rows cost nothing that matters.
+* ``BLOCK_N`` tokens per iteration regardless of the page size (several pages per iteration at
+  page 16): one block-table entry is looked up per token row, which keeps any power-of-two page
+  size correct and puts tens of KiB in flight per iteration.
+* Online softmax in fp32 in the log2 domain (``exp2``); fp8 bytes are bitcast to e4m3 and
+  widened to q's dtype, with ``k_scale`` folded into the score scale and ``v_scale`` into the
+  output, never multiplied per element.
+* Split-KV (flash-decode) for small batches: grid (B, Hkv, splits), each split a contiguous
+  token range; partial outputs and log-sum-exps go to an fp32 scratch and a second kernel
+  combines them. ``choose_num_splits`` returns 1 when B x Hkv already fills the machine, and
+  then the split row launches the single-pass kernel: short contexts pay no split cost.
+* Caches may be strided views (the pool's combined K/V buffer): strides are kernel arguments,
+  a cache is never ``.contiguous()``-ed. Page offsets are computed in int64 (pools > 2 GiB).
+
+Host validation runs before every launch and raises ValueError naming the argument. Value
+checks (seq_lens range, block-table entries) need the values on the host: they run for CPU
+tensors and, on CUDA, only when ``CHECK_VALUES_ON_DEVICE`` is set, because a ``.item()`` sync
+in the launcher would stall the launch queue inside every timed region. Accepted inputs:
+q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or uint8 e4m3
+bytes with ``k_scale``/``v_scale``; D a power of two in [16, 256]; page_size a power of two;
+block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
+values >= 0 (a length-0 sequence gets a zero output, as padded batch slots do in an engine).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from kvbench.kernels import _validate as V
+
+# Tolerances (|out - ref| <= atol + rtol * |ref|) against kvbench.reference (fp64 math, rounded
+# to q's dtype). Keyed by the KV dtype name; a check with bf16 q takes the looser of its KV entry
+# and the "bf16" entry, because the kernels' probabilities and output are rounded to q's dtype.
+# rtol is ~2-4 output ulps. atol sized from measurement (interpreter, 8 seeds, lens 1-130, D 64,
+# score spread 1-3 sigma), worst atol needed at that rtol: Triton fp16 2.0e-4, bf16 4.2e-3,
+# fp8 bytes with fp16 q 1.5e-4 / bf16 q 3.1e-3. At 32 q / 8 kv heads, D 128, 4k context the
+# errors were 10x smaller. fp8 compares with the same bytes widened by torch, so its entry is
+# about arithmetic, not fp8 rounding; it is looser than fp16 for the torch row (gather_sdpa),
+# which multiplies each widened byte by the scale in q's dtype (one rounding per element the
+# Triton rows avoid by folding scales into scores and output): it needed 1.3e-3 at fp16 q, and
+# with bf16 q 3.5e-3 at 1 sigma but 1.25e-2 at 3 sigma, beyond the bf16 entry (test data: 1 sigma).
+_RTOL = {"fp16": 5e-3, "bf16": 2e-2, "fp8": 1e-2}
+_ATOL = {"fp16": 5e-4, "bf16": 8e-3, "fp8": 2e-3}
+
+# Launch configuration, module-level so the H200 sweep can change it without editing kernels.
+# BLOCK_N: KV tokens per loop iteration (>= 16 for tl.dot). fp8 rows are half the bytes, so
+# they get twice the tokens per iteration for the same bytes in flight. Compiled for sm_90
+# with triton 3.9's ptxas these use 96-132 registers, 16-byte cp.async loads, no spills (a CPU
+# test compiles them and asserts that); the H200 numbers behind the choice are still to measure.
+CONFIG: dict[str, dict[str, int]] = {
+    "single_pass": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+    "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
+    "split_kv": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2},
+    "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
+    "reduce": {"SPLIT_BLOCK": 16, "num_warps": 4},
+}
+# Split policy (see choose_num_splits). Programs already >= FILL_WAVES x SMs: no split.
+# Otherwise aim for TARGET_WAVES x SMs programs, each split >= MIN_TOKENS_PER_SPLIT tokens.
+SPLIT_POLICY: dict[str, float] = {
+    "FILL_WAVES": 1.0,
+    "TARGET_WAVES": 2.0,
+    "MIN_TOKENS_PER_SPLIT": 128,
+    "MAX_SPLITS": 256,
+}
+# The interpreter has no SMs; a nominal count makes the default CPU path split (and so tests it).
+_INTERPRETER_SM_COUNT = 4
+# Triton 3.9's interpreter multiplies bf16 dot operands as their raw uint16 bit patterns
+# (interpreter.create_dot; a 16x16 product came out 2.7e10 off), so under the interpreter only,
+# bf16 operands are widened to fp32 (after the same bf16 rounding of p) before tl.dot. The
+# compiled GPU path dots bf16 directly; the `gpu` tests cover it.
+
+# Opt-in value validation on CUDA (costs a device sync per call; never set it while timing).
+CHECK_VALUES_ON_DEVICE = False
+
+_Q_DTYPES = (torch.float16, torch.bfloat16)
+_HEAD_DIMS = "a power of two in [16, 256]"
+_LOG2E = 1.4426950408889634
+
+
+# ----------------------------------------------------------------------------- Triton kernels
+
+
+@triton.jit
+def _decode_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    bt_ptr,
+    seq_lens_ptr,
+    out_ptr,
+    part_o_ptr,
+    part_lse_ptr,
+    k_scale,
+    v_scale,
+    qk_scale,
+    stride_qb,
+    stride_qh,
+    stride_kp,
+    stride_ks,
+    stride_kh,
+    stride_vp,
+    stride_vs,
+    stride_vh,
+    stride_btb,
+    max_pages,
+    num_heads_q,
+    num_splits,
+    GROUP: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FP8: tl.constexpr,
+    SCALE_PTR: tl.constexpr,
+    SPLIT: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    # Table capacity bounds the walk: a seq_len beyond it (invalid input, checked on the host
+    # where the values are visible) must not read past the block-table row.
+    seq_len = tl.minimum(tl.load(seq_lens_ptr + b), max_pages * PAGE_SIZE)
+    if SPLIT:
+        chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+        lo = s * chunk
+        hi = tl.minimum(lo + chunk, seq_len)
+    else:
+        lo = 0
+        hi = seq_len
+
+    offs_g = tl.arange(0, GROUP_PAD)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_g = offs_g < GROUP
+    heads = h * GROUP + offs_g
+    q = tl.load(
+        q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=mask_g[:, None],
+        other=0.0,
+    )
+    scale = qk_scale
+    if FP8:
+        if SCALE_PTR:
+            ks = tl.load(k_scale)
+            vs = tl.load(v_scale)
+        else:
+            ks = k_scale
+            vs = v_scale
+        scale = scale * ks
+
+    m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    bt_row = bt_ptr + b.to(tl.int64) * stride_btb
+    k_head = k_ptr + h * stride_kh
+    v_head = v_ptr + h * stride_vh
+    for start in range(lo, hi, BLOCK_N):
+        tok = start + offs_n
+        mask_n = tok < hi
+        page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
+        slot = tok % PAGE_SIZE
+        k = tl.load(
+            k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0,
+        )
+        if FP8:
+            k = k.to(tl.float8e4nv, bitcast=True).to(q.dtype)
+        if DOT_F32:
+            scores = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32))) * scale
+        else:
+            scores = tl.dot(q, tl.trans(k)) * scale
+        scores = tl.where(mask_n[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(scores - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0,
+        )
+        if FP8:
+            v = v.to(tl.float8e4nv, bitcast=True).to(q.dtype)
+        if DOT_F32:
+            pv = tl.dot(p.to(q.dtype).to(tl.float32), v.to(tl.float32))
+        else:
+            pv = tl.dot(p.to(q.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    has = l_i > 0.0
+    o = acc / tl.where(has, l_i, 1.0)[:, None]
+    if FP8:
+        o = o * vs
+    row = b * num_heads_q + heads
+    if SPLIT:
+        part = row * num_splits + s
+        tl.store(part_o_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=mask_g[:, None])
+        lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+        tl.store(part_lse_ptr + part, lse, mask=mask_g)
+    else:
+        tl.store(
+            out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :],
+            o.to(out_ptr.dtype.element_ty),
+            mask=mask_g[:, None],
+        )
+
+
+@triton.jit
+def _reduce_kernel(
+    part_o_ptr,
+    part_lse_ptr,
+    out_ptr,
+    num_splits,
+    HEAD_DIM: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+):
+    """One program per (sequence, q head): combine the splits' (o, lse) by online softmax."""
+    row = tl.program_id(0)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_s = tl.arange(0, SPLIT_BLOCK)
+    base = row * num_splits
+    m = tl.full([1], float("-inf"), tl.float32)
+    den = tl.zeros([1], tl.float32)
+    acc = tl.zeros([HEAD_DIM], tl.float32)
+    for s0 in range(0, num_splits, SPLIT_BLOCK):
+        sp = s0 + offs_s
+        mask_s = sp < num_splits
+        lse = tl.load(part_lse_ptr + base + sp, mask=mask_s, other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(lse, 0))
+        # All-empty so far (m_new == -inf): keep the exponents finite; weights are then 0.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_safe)
+        w = tl.exp2(lse - m_safe)
+        o = tl.load(
+            part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
+            mask=mask_s[:, None],
+            other=0.0,
+        )
+        acc = acc * alpha + tl.sum(w[:, None] * o, 0)
+        den = den * alpha + tl.sum(w, 0)
+        m = m_new
+    res = acc / tl.where(den > 0.0, den, 1.0)
+    tl.store(out_ptr + row * HEAD_DIM + offs_d, res.to(out_ptr.dtype.element_ty))
+
+
+# Triton fixes compiled-vs-interpreted when a kernel is decorated (TRITON_INTERPRET at import
+# time), so ask the kernel object rather than the environment, which may have changed since.
+_INTERPRET = type(_decode_kernel).__name__ == "InterpretedFunction"
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """Validated inputs plus the sizes the launchers need."""
+
+    batch: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    page_size: int
+    num_pages: int
+    max_pages: int
+    fp8: bool
+    sm_scale: float
+    k_scale: torch.Tensor | float
+    v_scale: torch.Tensor | float
+
+
+def _validate(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float | None,
+    k_scale: torch.Tensor | float | None,
+    v_scale: torch.Tensor | float | None,
+    *,
+    triton_kernel: bool,
+) -> _Problem:
+    V.check_dtype("q", q, _Q_DTYPES)
+    V.check_ndim("q", q, 3, "[batch, q_heads, head_dim]")
+    V.check_last_dim_contiguous("q", q)
+    accepted_cache = (q.dtype, torch.uint8)
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        V.check_dtype(name, cache, accepted_cache)
+        V.check_ndim(name, cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
+        V.check_last_dim_contiguous(name, cache)
+    if v_cache.dtype != k_cache.dtype:
+        raise ValueError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
+    V.check_shape("v_cache", v_cache, tuple(k_cache.shape))
+    batch, q_heads, head_dim = q.shape
+    num_pages, page_size, kv_heads, cache_dim = k_cache.shape
+    if cache_dim != head_dim:
+        raise ValueError(f"k_cache head_dim {cache_dim} must equal q head_dim {head_dim}")
+    if not (16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0):
+        raise ValueError(f"head_dim must be {_HEAD_DIMS}, got {head_dim}")
+    V.check_power_of_two("page_size (k_cache.shape[1])", page_size)
+    if num_pages < 1 or kv_heads < 1:
+        raise ValueError(
+            f"k_cache must have >= 1 page and >= 1 kv head, got {tuple(k_cache.shape)}"
+        )
+    if q_heads % kv_heads != 0:
+        raise ValueError(f"q heads ({q_heads}) must be a multiple of kv heads ({kv_heads})")
+    V.check_dtype("block_table", block_table, (torch.int32,))
+    V.check_shape("block_table", block_table, (batch, None))
+    V.check_last_dim_contiguous("block_table", block_table)
+    V.check_dtype("seq_lens", seq_lens, (torch.int32,))
+    V.check_shape("seq_lens", seq_lens, (batch,))
+    V.check_contiguous("seq_lens", seq_lens)
+    device = V.check_same_device(
+        q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens
+    )
+    if triton_kernel and device.type != "cuda" and not _INTERPRET:
+        raise ValueError(
+            f"inputs are on {device}; the Triton kernels need a CUDA device "
+            "(or TRITON_INTERPRET=1 set before kvbench.kernels is imported)"
+        )
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(head_dim)
+    elif (
+        isinstance(sm_scale, bool)
+        or not isinstance(sm_scale, (int, float))
+        or not math.isfinite(sm_scale)
+        or sm_scale <= 0
+    ):
+        raise ValueError(f"sm_scale must be None or a finite float > 0, got {sm_scale!r}")
+    fp8 = k_cache.dtype == torch.uint8
+    if fp8:
+        V.check_scale("k_scale", k_scale, device)
+        V.check_scale("v_scale", v_scale, device)
+    else:
+        for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if sc is not None:
+                raise ValueError(f"{name} is only accepted with uint8 (fp8 e4m3) caches; pass None")
+    max_pages = block_table.shape[1]
+    if device.type == "cpu" or CHECK_VALUES_ON_DEVICE:
+        _check_values(block_table, seq_lens, page_size, num_pages)
+    return _Problem(
+        batch=batch,
+        q_heads=q_heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        page_size=page_size,
+        num_pages=num_pages,
+        max_pages=max_pages,
+        fp8=fp8,
+        sm_scale=float(sm_scale),
+        k_scale=1.0 if k_scale is None else k_scale,
+        v_scale=1.0 if v_scale is None else v_scale,
+    )
+
+
+def _check_values(
+    block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, num_pages: int
+) -> None:
+    """seq_lens within the table's capacity; the pages they use within the pool."""
+    if seq_lens.numel() == 0:
+        return
+    cap = block_table.shape[1] * page_size
+    lo, hi = int(seq_lens.min()), int(seq_lens.max())
+    if lo < 0 or hi > cap:
+        raise ValueError(
+            f"seq_lens must lie in [0, block_table.shape[1] * page_size = {cap}], got [{lo}, {hi}]"
+        )
+    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < (
+        (seq_lens[:, None] + page_size - 1) // page_size
+    )
+    pages = block_table[used]
+    if pages.numel() and (int(pages.min()) < 0 or int(pages.max()) >= num_pages):
+        raise ValueError(
+            f"block_table entries used by seq_lens must lie in [0, {num_pages}) (num_pages), "
+            f"got [{int(pages.min())}, {int(pages.max())}]"
+        )
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return _INTERPRETER_SM_COUNT
+
+
+def choose_num_splits(
+    batch: int, kv_heads: int, max_seq_len: int, sm_count: int, page_size: int
+) -> int:
+    """Number of KV splits for the split-KV kernel, from the problem shape alone.
+
+    1 when ``batch * kv_heads`` programs already fill ``FILL_WAVES`` x ``sm_count`` (short
+    contexts / big batches pay no split cost); otherwise enough splits for ``TARGET_WAVES`` x
+    ``sm_count`` programs, but no split shorter than ``MIN_TOKENS_PER_SPLIT`` tokens (rounded
+    up to whole pages) and never more than ``MAX_SPLITS``.
+    """
+    for name, value in (
+        ("batch", batch),
+        ("kv_heads", kv_heads),
+        ("max_seq_len", max_seq_len),
+        ("sm_count", sm_count),
+        ("page_size", page_size),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    programs = batch * kv_heads
+    if programs >= SPLIT_POLICY["FILL_WAVES"] * sm_count:
+        return 1
+    wanted = math.ceil(SPLIT_POLICY["TARGET_WAVES"] * sm_count / programs)
+    min_tokens = max(
+        page_size, math.ceil(SPLIT_POLICY["MIN_TOKENS_PER_SPLIT"] / page_size) * page_size
+    )
+    by_length = max(1, max_seq_len // min_tokens)
+    return int(max(1, min(wanted, by_length, SPLIT_POLICY["MAX_SPLITS"])))
+
+
+def _launch(
+    p: _Problem,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_splits: int,
+) -> torch.Tensor:
+    out = torch.empty((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
+    if p.batch == 0:
+        return out
+    split = num_splits > 1
+    cfg = CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if p.fp8 else "")]
+    group = p.q_heads // p.kv_heads
+    scale_ptr = isinstance(p.k_scale, torch.Tensor)
+    if scale_ptr != isinstance(p.v_scale, torch.Tensor):
+        raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
+    if split:
+        part_o = torch.empty(
+            (p.batch, p.q_heads, num_splits, p.head_dim), dtype=torch.float32, device=q.device
+        )
+        part_lse = torch.empty(
+            (p.batch, p.q_heads, num_splits), dtype=torch.float32, device=q.device
+        )
+    else:
+        part_o = part_lse = out  # unused by the kernel when SPLIT is False
+    _decode_kernel[(p.batch, p.kv_heads, num_splits)](
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        seq_lens,
+        out,
+        part_o,
+        part_lse,
+        p.k_scale,
+        p.v_scale,
+        p.sm_scale * _LOG2E,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        block_table.stride(0),
+        p.max_pages,
+        p.q_heads,
+        num_splits,
+        GROUP=group,
+        GROUP_PAD=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=p.head_dim,
+        PAGE_SIZE=p.page_size,
+        BLOCK_N=cfg["BLOCK_N"],
+        FP8=p.fp8,
+        SCALE_PTR=scale_ptr,
+        SPLIT=split,
+        DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
+    )
+    if split:
+        rcfg = CONFIG["reduce"]
+        _reduce_kernel[(p.batch * p.q_heads,)](
+            part_o,
+            part_lse,
+            out,
+            num_splits,
+            HEAD_DIM=p.head_dim,
+            SPLIT_BLOCK=rcfg["SPLIT_BLOCK"],
+            num_warps=rcfg["num_warps"],
+        )
+    return out
+
+
+def paged_decode_single_pass(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
+) -> torch.Tensor:
+    """Triton decode, one program per (sequence, kv head) over the whole context."""
+    p = _validate(
+        q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale, triton_kernel=True
+    )
+    return _launch(p, q, k_cache, v_cache, block_table, seq_lens, 1)
+
+
+def paged_decode_split_kv(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Triton flash-decode: KV split across programs, then a combine kernel.
+
+    ``num_splits=None`` picks ``choose_num_splits`` from the shape, using the block table's
+    width x page_size as the context bound (the host never reads seq_lens: no device sync).
+    With one split this launches the single-pass kernel (no scratch, no reduce).
+    """
+    p = _validate(
+        q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale, triton_kernel=True
+    )
+    if num_splits is None:
+        if p.batch == 0 or p.max_pages == 0:
+            num_splits = 1
+        else:
+            num_splits = choose_num_splits(
+                p.batch, p.kv_heads, p.max_pages * p.page_size, _sm_count(q.device), p.page_size
+            )
+    elif (
+        isinstance(num_splits, bool)
+        or not isinstance(num_splits, int)
+        or not (1 <= num_splits <= 4096)
+    ):
+        raise ValueError(f"num_splits must be None or an int in [1, 4096], got {num_splits!r}")
+    return _launch(p, q, k_cache, v_cache, block_table, seq_lens, num_splits)
+
+
+def paged_decode_gather_sdpa(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
+) -> torch.Tensor:
+    """Torch production fallback: gather pages into padded ``[B, Hkv, L, D]``, masked SDPA.
+
+    L is the block table's width x page_size (no host read of seq_lens); fp8 bytes are widened
+    with ``view(float8_e4m3fn).to(q.dtype) * scale``. Runs on any device.
+    """
+    p = _validate(
+        q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale, triton_kernel=False
+    )
+    if p.batch == 0 or p.max_pages == 0:
+        return torch.zeros((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
+    idx = block_table.long()
+    length = p.max_pages * p.page_size
+
+    def gather(cache: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+        pages = cache[idx]  # [B, max_pages, page, Hkv, D]
+        if p.fp8:
+            pages = pages.view(torch.float8_e4m3fn).to(q.dtype) * scale
+        return pages.reshape(p.batch, length, p.kv_heads, p.head_dim).transpose(1, 2)
+
+    k = gather(k_cache, p.k_scale)
+    v = gather(v_cache, p.v_scale)
+    keep = torch.arange(length, device=q.device)[None, :] < seq_lens[:, None].long()
+    out = F.scaled_dot_product_attention(
+        q.unsqueeze(2),
+        k,
+        v,
+        attn_mask=keep[:, None, None, :],
+        scale=p.sm_scale,
+        enable_gqa=p.q_heads != p.kv_heads,
+    ).squeeze(2)
+    # A fully masked row (seq_len 0) is NaN in SDPA; the op's contract is a zero output.
+    return torch.where(
+        (seq_lens > 0)[:, None, None], out, torch.zeros((), dtype=out.dtype, device=out.device)
+    )
