@@ -1,0 +1,189 @@
+"""`python -m kvbench.alloc_report`: the allocator and dispatch-overhead table of docs/allocator.md.
+
+Every number comes from the harness (bench_host, host_floor, metadata); this module only
+chooses the cases. Two columns per row:
+
+  single   bench_host of one alloc(n) per sample, reset by prepare_state (outside the window)
+  batched  bench_host of BATCH back-to-back alloc(n) per sample, divided by BATCH
+
+Why both: bench_host evicts the caches of the device it times before every sample. On CUDA
+that is the GPU L2 and the host code runs warm, as in a serving loop; on CPU it is the CPU's
+own caches, so a single few-µs host call pays cold Python/numpy misses that no serving loop
+pays. Batched amortizes that first cold call; on CUDA the two columns should agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+import torch
+
+from kvbench.alloc import STATES, KVCacheManager, checked_alloc, prepare_state
+
+IMPLS = ("torch/legacy", "host/freelist")
+SIZES = (1, 64)
+BATCH = 64
+DISPATCH_LOOP = 2000
+
+
+def measure_alloc(num_rows: int, device: torch.device | str) -> list[dict]:
+    """bench_host medians (µs) per impl x state x n, after the per-state invariant check."""
+    from kvbench.harness import bench_host
+
+    rows = []
+    for impl in IMPLS:
+        for n in SIZES:
+            for state in STATES:
+                m = KVCacheManager(num_rows, device=device, impl=impl)
+                prepare_state(m, state, n=n)
+                checked_alloc(m, n)  # correctness before timing: distinct rows that were free
+                single = bench_host(
+                    lambda m=m, n=n: m.alloc(n),
+                    reset=lambda m=m, s=state, n=n: prepare_state(m, s, n=n),
+                    device=device,
+                )
+
+                def batch(m=m, n=n):
+                    for _ in range(BATCH):
+                        m.alloc(n)
+
+                batched = bench_host(
+                    batch,
+                    reset=lambda m=m, s=state, n=n: prepare_state(m, s, n=n * BATCH),
+                    device=device,
+                )
+                rows.append(
+                    {
+                        "impl": impl,
+                        "state": state,
+                        "n": n,
+                        "single_us": single.median_us,
+                        "batched_us": batched.median_us / BATCH,
+                        "samples": len(single.samples_us),
+                    }
+                )
+    return rows
+
+
+def measure_dispatch_overhead(device: torch.device | str) -> dict:
+    """Per-call cost of kvbench.ops.paged_decode with a cached decision over a no-op row."""
+    from kvbench import ops
+    from kvbench.dispatch import KernelSpec, LayoutRequirement, Registry, using_registry
+    from kvbench.harness import bench_host
+
+    def noop_row(*args, **kwargs):
+        return None
+
+    spec = KernelSpec(
+        name="noop/row",
+        op="paged_decode",
+        dtypes=("fp16",),
+        target=noop_row,
+        selfcheck=lambda fn, dtype, dev: 0.0,
+        layout=LayoutRequirement(required=("kv:paged",)),
+    )
+    buf = torch.zeros(64, 2, 16, 8, 128, dtype=torch.float16, device=device)
+    k, v = buf[:, 0], buf[:, 1]
+    q = torch.zeros(8, 32, 128, dtype=torch.float16, device=device)
+    bt = torch.zeros(8, 8, dtype=torch.int32, device=device)
+    sl = torch.ones(8, dtype=torch.int32, device=device)
+    with using_registry(Registry([spec])):
+        ops.paged_decode(q, k, v, bt, sl)
+
+        def via_ops():
+            for _ in range(DISPATCH_LOOP):
+                ops.paged_decode(q, k, v, bt, sl)
+
+        def direct():
+            for _ in range(DISPATCH_LOOP):
+                noop_row(q, k, v, bt, sl, sm_scale=None, k_scale=None, v_scale=None)
+
+        r_ops = bench_host(via_ops, device=device)
+        r_direct = bench_host(direct, device=device)
+    t_ops, t_direct = r_ops.median_us / DISPATCH_LOOP, r_direct.median_us / DISPATCH_LOOP
+    # Fastest sample too: on a shared machine the median also measures the neighbours.
+    fastest = (min(r_ops.samples_us) - min(r_direct.samples_us)) / DISPATCH_LOOP
+    return {
+        "ops_us": t_ops,
+        "direct_us": t_direct,
+        "overhead_us": t_ops - t_direct,
+        "overhead_fastest_us": fastest,
+    }
+
+
+def render(meta: dict, floor_us: float, rows: list[dict], dispatch: dict, num_rows: int) -> str:
+    from kvbench.harness import format_metadata
+
+    out = [format_metadata(meta), ""]
+    out.append(
+        f"kv_alloc, num_rows={num_rows}, bench_host medians in µs "
+        f"(host floor {floor_us:.2f} µs = bench_host of a no-op)"
+    )
+    out.append("")
+    out.append("| impl | state | n | single µs | batched µs/call | host floor µs |")
+    out.append("| --- | --- | --- | ---: | ---: | ---: |")
+    for r in rows:
+        out.append(
+            f"| {r['impl']} | {r['state']} | {r['n']} | {r['single_us']:.2f} | "
+            f"{r['batched_us']:.2f} | {floor_us:.2f} |"
+        )
+    out.append("")
+    out.append("step between states (x the bump row of the same impl and n, batched column):")
+    out.append("")
+    for impl in IMPLS:
+        for n in SIZES:
+            by_state = {
+                r["state"]: r["batched_us"] for r in rows if r["impl"] == impl and r["n"] == n
+            }
+            steps = ", ".join(f"{s} {by_state[s] / by_state['bump']:.1f}x" for s in STATES[1:])
+            spread = max(by_state.values()) / min(by_state.values())
+            out.append(f"- {impl} n={n}: {steps}; spread max/min {spread:.2f}x")
+    out.append("")
+    out.append(
+        f"dispatch overhead (kvbench.ops.paged_decode, cached decision, no-op row, "
+        f"{DISPATCH_LOOP} calls per sample): {dispatch['ops_us']:.2f} µs per call via "
+        f"ops, {dispatch['direct_us']:.2f} µs calling the row directly, overhead "
+        f"{dispatch['overhead_us']:.2f} µs (medians); fastest samples: overhead "
+        f"{dispatch['overhead_fastest_us']:.2f} µs"
+    )
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from kvbench.harness import host_floor, metadata
+
+    parser = argparse.ArgumentParser(
+        prog="python -m kvbench.alloc_report", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
+    parser.add_argument("--num-rows", type=int, default=32768)
+    parser.add_argument("--json", default=None, help="also write the numbers to this file")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    command = "python -m kvbench.alloc_report " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    meta = metadata(command=command.strip())
+    if hasattr(os, "getloadavg"):
+        meta["loadavg"] = os.getloadavg()  # other processes share the cores: say so
+    floor = host_floor(device).median_us
+    rows = measure_alloc(args.num_rows, device)
+    dispatch = measure_dispatch_overhead(device)
+    print(render(meta, floor, rows, dispatch, args.num_rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"metadata": meta, "host_floor_us": floor, "alloc": rows, "dispatch": dispatch},
+                f,
+                indent=2,
+                default=str,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

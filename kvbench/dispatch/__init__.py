@@ -1,0 +1,56 @@
+"""Kernel registry and dispatch: which row serves a problem, and why.
+
+Importing this package imports no kernel code: registry rows name their targets as
+"module:function" strings, loaded when a row is first selected or checked.
+
+    sel = dispatch("paged_decode", dtype="fp16", tags=("kv:paged",), shape={...})
+    sel.spec.name, sel.target, sel.bucket, print(sel.explain())
+
+set_perf_provider(fn) installs measured latencies (fn returns milliseconds); `kvbench tune`
+stores per-device tables that the default provider reads.
+"""
+
+from kvbench.dispatch.core import (
+    DispatchError,
+    Selection,
+    active_registry,
+    clear_decisions,
+    device_name,
+    dispatch,
+    get_perf_provider,
+    reset_perf_provider,
+    set_perf_provider,
+    spec_names,
+    using_registry,
+    verified_rows,
+)
+from kvbench.dispatch.golden import clear_golden, record_golden
+from kvbench.dispatch.registry import BUCKETS, REGISTRY, Registry, bucket
+from kvbench.dispatch.selectors import read_selector
+from kvbench.dispatch.spec import GoldenRecord, KernelSpec, LayoutRequirement, Preference
+
+__all__ = [
+    "BUCKETS",
+    "REGISTRY",
+    "DispatchError",
+    "GoldenRecord",
+    "KernelSpec",
+    "LayoutRequirement",
+    "Preference",
+    "Registry",
+    "Selection",
+    "active_registry",
+    "bucket",
+    "clear_decisions",
+    "clear_golden",
+    "device_name",
+    "dispatch",
+    "get_perf_provider",
+    "read_selector",
+    "record_golden",
+    "reset_perf_provider",
+    "set_perf_provider",
+    "spec_names",
+    "using_registry",
+    "verified_rows",
+]

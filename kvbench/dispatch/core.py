@@ -1,0 +1,480 @@
+"""dispatch(): pick the registry row for a problem, say why, and cache the decision.
+
+A problem is (op, dtype name, layout tags, shape, device). Every row of the op is filtered in
+order: dtype, layout tags (missing / forbidden), availability on the problem's device, shape
+gate, and golden verification (the row's correctness check, run lazily once per process and
+(dtype, device kind)). Survivors are ranked by the key
+
+    (measured µs from the perf provider, or +inf; -preference score; -priority; name)
+
+so a measurement beats every heuristic, a heuristic beats the static priority, and the name
+makes the order total. explain() prints the whole chain.
+
+Selectors (KVBENCH_PAGED_DECODE ...) are read when dispatch() is called. "auto" ranks; a spec
+name forces that row. A forced row that the problem filters out raises DispatchError (its
+message carries explain()), and so does a forced row whose check fails: a forced row still
+runs its check once and never runs unverified, so a benchmark that forces a broken row fails
+loudly instead of timing wrong output. No forced decision silently runs another row.
+
+Decisions are cached per (op, dtype, tags, bucket, device, raw selector value). The selector
+variable is read on every call from the bytes mapping os.environ keeps in sync (one dict
+lookup; os.environ.get() would cost more than the rest of the cached path, see _ENV below and
+docs/allocator.md); with its raw value in the key a changed selector never hits a stale
+decision. set_perf_provider(), record_golden() and using_registry() clear the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kvbench.dispatch import golden
+from kvbench.dispatch.registry import REGISTRY, Registry, bucket, check_op
+from kvbench.dispatch.selectors import AUTO, SELECTOR_VARS, read_selector
+from kvbench.dispatch.spec import DTYPE_NAMES, GoldenRecord, KernelSpec
+
+#: fn(op, bucket, spec_name, device_name) -> milliseconds, or None when not measured.
+PerfProvider = Callable[[str, str, str, str], "float | None"]
+
+
+class DispatchError(ValueError):
+    """No row can serve the problem, or the forced row cannot. `.explain` holds the chain."""
+
+    def __init__(self, message: str, explain: str) -> None:
+        super().__init__(f"{message}\n{explain}")
+        self.explain = explain
+
+
+# ---- module state ----------------------------------------------------------------------------
+
+#: (op, dtype, tags, bucket, device, raw selector value) -> Selection. kvbench.ops reads it
+#: directly on its hot path (DECISIONS is the same dict); only this module writes it.
+_DECISIONS: dict[tuple[Any, ...], Selection] = {}
+DECISIONS = _DECISIONS
+_registry: Registry = REGISTRY
+
+
+def _default_provider(op: str, bucket_name: str, spec_name: str, device_name: str) -> float | None:
+    """Perf tables stored by `kvbench tune` for this device name (loaded lazily, per name)."""
+    from kvbench.dispatch import tune  # lazy: tune imports the harness
+
+    return tune.stored_tables_provider(op, bucket_name, spec_name, device_name)
+
+
+_provider: PerfProvider | None = _default_provider
+
+
+# Selector values in the decision key are read raw: os.environ.get() encodes the name and
+# decodes the value on every call (measured 2.2-2.5 µs on the 2-core CI machine, more than the
+# rest of the cached path together), while the bytes mapping that os.environ keeps in sync
+# answers in ~0.15 µs. read_selector() still parses the value when a decision is made.
+_ENV_DATA = getattr(os.environ, "_data", None)
+if os.name == "posix" and isinstance(_ENV_DATA, dict):
+    _ENV: Mapping[Any, Any] = _ENV_DATA
+    _ENV_KEYS: dict[str, Any] = {op: os.fsencode(var) for op, var in SELECTOR_VARS.items()}
+else:  # pragma: no cover - other platforms keep the documented mapping
+    _ENV = os.environ
+    _ENV_KEYS = dict(SELECTOR_VARS)
+
+
+def selector_source(op: str) -> tuple[Mapping[Any, Any], Any]:
+    """(mapping, key) whose .get(key) is the raw selector value in decision keys (hot path)."""
+    return _ENV, _ENV_KEYS[op]
+
+
+def clear_decisions() -> None:
+    """Drop every cached decision (the next dispatch() of each problem decides again)."""
+    _DECISIONS.clear()
+
+
+def set_perf_provider(fn: PerfProvider | None) -> None:
+    """Install the source of measured latencies; None ranks on preference/priority/name only.
+
+    fn(op, bucket, spec_name, device_name) returns MILLISECONDS (the engine's convention) or
+    None. reset_perf_provider() restores the default: the tables `kvbench tune` stored for the
+    device. Cached decisions are dropped.
+    """
+    global _provider
+    if fn is not None and not callable(fn):
+        raise ValueError(f"set_perf_provider: expected a callable or None, got {fn!r}")
+    _provider = fn
+    clear_decisions()
+
+
+def reset_perf_provider() -> None:
+    """Back to the default provider (perf tables stored by `kvbench tune`)."""
+    set_perf_provider(_default_provider)
+
+
+def get_perf_provider() -> PerfProvider | None:
+    return _provider
+
+
+def _provider_us(op: str, bucket_name: str, spec_name: str, device_name: str) -> float:
+    """Measured latency of a row in MICROSECONDS, +inf when the provider has no number.
+
+    Unit boundary: the perf provider speaks milliseconds (engine convention), the harness and
+    the ranking speak microseconds. This is the only place that converts (x 1000).
+    """
+    if _provider is None:
+        return math.inf
+    ms = _provider(op, bucket_name, spec_name, device_name)
+    if ms is None:
+        return math.inf
+    ms = float(ms)
+    if not math.isfinite(ms) or ms <= 0:
+        raise ValueError(
+            f"perf provider returned {ms!r} ms for {op}/{bucket_name}/{spec_name}; "
+            "expected a positive finite number of milliseconds or None"
+        )
+    return ms * 1000.0
+
+
+def active_registry() -> Registry:
+    return _registry
+
+
+@contextlib.contextmanager
+def using_registry(registry: Registry) -> Iterator[Registry]:
+    """Make dispatch use `registry` inside the block (tests register fake rows this way)."""
+    global _registry
+    if not isinstance(registry, Registry):
+        raise ValueError(  # noqa: TRY004 - one exception type for bad input
+            f"using_registry: expected a Registry, got {type(registry).__name__}"
+        )
+    previous = _registry
+    _registry = registry
+    clear_decisions()
+    try:
+        yield registry
+    finally:
+        _registry = previous
+        clear_decisions()
+
+
+def spec_names(op: str) -> tuple[str, ...]:
+    """Row names of `op` in the active registry (asv params, the selector error message)."""
+    return _registry.spec_names(op)
+
+
+# ---- devices ---------------------------------------------------------------------------------
+
+_DEVICE_INFO: dict[torch.device, tuple[str, int | None]] = {}
+
+
+def resolve_device(device: torch.device | str | None) -> torch.device:
+    """None -> the current CUDA device when there is one, else cpu."""
+    if device is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    if isinstance(device, torch.device):
+        return device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"device {device!r}: expected a torch.device or a name like 'cuda:0'"
+        ) from None
+
+
+def _device_info(device: torch.device) -> tuple[str, int | None]:
+    """(device name, SM count) from the harness, cached: the names perf tables are keyed on."""
+    info = _DEVICE_INFO.get(device)
+    if info is None:
+        from kvbench.harness.peaks import device_peaks  # lazy: the harness is not needed to import
+
+        peaks = device_peaks(device)
+        info = (peaks.name, peaks.sm_count)
+        _DEVICE_INFO[device] = info
+    return info
+
+
+def device_name(device: torch.device | str | None = None) -> str:
+    """The name perf tables and the perf provider use for `device` (harness.device_peaks)."""
+    return _device_info(resolve_device(device))[0]
+
+
+# ---- decisions -------------------------------------------------------------------------------
+
+
+@dataclass
+class RowVerdict:
+    """One row's fate in a decision: excluded (with the reason) or ranked (with its key)."""
+
+    spec: KernelSpec
+    excluded: str | None = None
+    golden: GoldenRecord | None = None
+    perf_us: float = math.inf
+    preference: float = 0.0
+    fired: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[float, float, int, str]:
+        return (self.perf_us, -self.preference, -self.spec.priority, self.spec.name)
+
+
+@dataclass
+class Selection:
+    """The chosen row for a problem. `.target` is the imported callable; explain() says why."""
+
+    spec: KernelSpec
+    target: Callable[..., Any]
+    bucket: str
+    op: str
+    dtype: str
+    tags: frozenset[str]
+    shape: Mapping[str, Any] | None
+    device: torch.device
+    device_name: str
+    selector: str
+    verdicts: list[RowVerdict]
+    ranked: list[RowVerdict]
+
+    @property
+    def forced(self) -> bool:
+        return self.selector != AUTO
+
+    def explain(self) -> str:
+        return _explain(self, chosen=self.spec.name)
+
+
+def _fmt_us(us: float) -> str:
+    return "unmeasured" if math.isinf(us) else f"{us:.2f} µs"
+
+
+def _explain(sel: Selection, chosen: str | None) -> str:
+    """The decision chain as plain text (greppable in CI logs and asv output)."""
+    var = SELECTOR_VARS[sel.op]
+    tags = ", ".join(sorted(sel.tags)) or "-"
+    shape = "-" if sel.shape is None else ", ".join(f"{k}={v}" for k, v in sel.shape.items())
+    lines = [
+        (
+            f"dispatch {sel.op}: dtype={sel.dtype} tags={{{tags}}} bucket={sel.bucket} "
+            f"device={sel.device} ({sel.device_name}) {var}={sel.selector}"
+        ),
+        f"  shape: {shape}",
+        "  rows:",
+    ]
+    width = max(len(v.spec.name) for v in sel.verdicts) if sel.verdicts else 10
+    for v in sel.verdicts:
+        if v.excluded is not None:
+            lines.append(f"    {v.spec.name:<{width}}  excluded: {v.excluded}")
+        else:
+            g = v.golden
+            diff = "-" if g is None or g.max_abs_diff is None else f"{g.max_abs_diff:.3g}"
+            lines.append(
+                f"    {v.spec.name:<{width}}  ok: verified (max_abs_diff {diff}, "
+                f"{g.detail if g else '-'})"
+            )
+    lines.append("  ranked by (measured µs, -preference, -priority, name):")
+    if not sel.ranked:
+        lines.append("    (no row survives)")
+    for i, v in enumerate(sel.ranked, 1):
+        fired = f" [{', '.join(v.fired)}]" if v.fired else ""
+        mark = "  <- selected" if v.spec.name == chosen else ""
+        lines.append(
+            f"    {i}. {v.spec.name:<{width}}  {_fmt_us(v.perf_us)}  preference={v.preference:g}"
+            f"{fired}  priority={v.spec.priority}{mark}"
+        )
+    if chosen is not None:
+        how = f"forced by {var}" if sel.forced else "auto"
+        lines.append(f"  selected: {chosen} ({how})")
+    return "\n".join(lines)
+
+
+def _exclusion(spec: KernelSpec, dtype: str, tags: frozenset[str], shape, device) -> str | None:
+    """Why `spec` cannot serve the problem (cheap filters only), or None."""
+    if dtype not in spec.dtypes:
+        return f"dtype {dtype} not served (serves {', '.join(spec.dtypes)})"
+    missing = spec.layout.missing(tags)
+    if missing:
+        return f"layout tag missing: {', '.join(missing)}"
+    conflicting = spec.layout.conflicting(tags)
+    if conflicting:
+        return f"layout tag forbidden: {', '.join(conflicting)}"
+    why = spec.available(device)
+    if why:
+        return f"unavailable: {why}"
+    if spec.shape_gate is not None and shape is not None:
+        why = spec.shape_gate(shape)
+        if why:
+            return f"shape gate: {why}"
+    return None
+
+
+def _evaluate(
+    op: str,
+    dtype: str,
+    tags: frozenset[str],
+    shape: Mapping[str, Any] | None,
+    bucket_name: str,
+    device: torch.device,
+    dev_name: str,
+    forced: str | None,
+) -> tuple[list[RowVerdict], list[RowVerdict]]:
+    """Filter, verify and rank every row. With `forced`, only that row is checked and ranked."""
+    verdicts: list[RowVerdict] = []
+    for spec in _registry.specs(op):
+        v = RowVerdict(spec)
+        verdicts.append(v)
+        if forced is not None and spec.name != forced:
+            v.excluded = f"not considered: selector forces {forced}"
+            continue
+        v.excluded = _exclusion(spec, dtype, tags, shape, device)
+        if v.excluded is not None:
+            continue
+        v.golden = golden.ensure_verified(spec, dtype, device)
+        if not v.golden.verified:
+            v.excluded = f"unverified: selfcheck failed ({v.golden.detail})"
+            continue
+        v.preference, v.fired = spec.preference_score(shape)
+        v.perf_us = _provider_us(op, bucket_name, spec.name, dev_name)
+    ranked = sorted((v for v in verdicts if v.excluded is None), key=lambda v: v.key)
+    return verdicts, ranked
+
+
+def _full_shape(shape: Mapping[str, Any] | None, device: torch.device) -> dict[str, Any] | None:
+    """The caller's shape plus the device's SM count (preference rules read it; None on CPU)."""
+    if shape is None:
+        return None
+    full = dict(shape)
+    if "sm_count" not in full:
+        full["sm_count"] = _device_info(device)[1]
+    return full
+
+
+def _decide(
+    op: str,
+    dtype: str,
+    tags: frozenset[str],
+    shape: Mapping[str, Any] | None,
+    bucket_name: str,
+    device: torch.device,
+) -> Selection:
+    selector = read_selector(op)
+    names = _registry.spec_names(op)
+    if selector != AUTO and selector not in names:
+        raise ValueError(
+            f"{SELECTOR_VARS[op]}={selector!r} is not a row of {op}; "
+            f"valid values: {AUTO}, {', '.join(names)}"
+        )
+    dev_name = _device_info(device)[0]
+    full = _full_shape(shape, device)
+    forced = None if selector == AUTO else selector
+    verdicts, ranked = _evaluate(op, dtype, tags, full, bucket_name, device, dev_name, forced)
+    sel = Selection(
+        # spec/target are filled below once a row won; an error path never returns `sel`
+        spec=ranked[0].spec if ranked else None,  # type: ignore[arg-type]
+        target=_unloaded,
+        bucket=bucket_name,
+        op=op,
+        dtype=dtype,
+        tags=tags,
+        shape=full,
+        device=device,
+        device_name=dev_name,
+        selector=selector,
+        verdicts=verdicts,
+        ranked=ranked,
+    )
+    if not ranked:
+        text = _explain(sel, chosen=None)
+        if forced is not None:
+            reason = next(v.excluded for v in verdicts if v.spec.name == forced)
+            raise DispatchError(
+                f"{op}: forced row {forced} cannot serve this problem: {reason}", text
+            )
+        raise DispatchError(f"{op}: no registry row can serve this problem", text)
+    sel.target = ranked[0].spec.load()
+    return sel
+
+
+def _unloaded(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("internal: Selection.target used before the row was loaded")
+
+
+def _check_dtype(dtype: str) -> None:
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"dtype {dtype!r}: accepted dtype names are {', '.join(DTYPE_NAMES)}")
+
+
+def _as_tags(tags: Iterable[str]) -> frozenset[str]:
+    if type(tags) is frozenset:
+        return tags  # type: ignore[return-value]
+    if isinstance(tags, str):
+        raise ValueError(  # noqa: TRY004 - one exception type for bad input
+            f"tags: expected an iterable of tag strings, got the string {tags!r}"
+        )
+    out = frozenset(tags)
+    if not all(isinstance(t, str) for t in out):
+        raise ValueError(f"tags: every tag must be a string, got {sorted(map(repr, out))}")
+    return out
+
+
+def dispatch(
+    op: str,
+    *,
+    dtype: str,
+    tags: Iterable[str] = (),
+    shape: Mapping[str, Any] | None = None,
+    device: torch.device | str | None = None,
+) -> Selection:
+    """The row that serves (op, dtype, tags, shape, device) now, honouring the op's selector.
+
+    Raises ValueError for an unknown op, dtype name or selector value (listing what is
+    accepted), and DispatchError (a ValueError) when no row, or not the forced row, can serve.
+    """
+    tagset = _as_tags(tags)
+    dev = resolve_device(device)
+    bucket_name = bucket(op, shape)  # also validates op
+    key = (op, dtype, tagset, bucket_name, dev, _ENV.get(_ENV_KEYS[op]))
+    sel = _DECISIONS.get(key)
+    if sel is None:
+        _check_dtype(dtype)
+        sel = _decide(op, dtype, tagset, shape, bucket_name, dev)
+        _DECISIONS[key] = sel
+    return sel
+
+
+def cached_selection(
+    op: str, dtype: str, tags: frozenset[str], bucket_name: str, device: torch.device
+) -> Selection | None:
+    """The cached decision for an already-bucketed problem, or None (the ops' hot path).
+
+    kvbench.ops calls this first with values read straight from tensor shapes, so a cached
+    call costs a tuple build and a dict lookup; on a miss it calls dispatch() with the full
+    shape, which stores the decision under the same key.
+    """
+    return _DECISIONS.get((op, dtype, tags, bucket_name, device, _ENV.get(_ENV_KEYS[op])))
+
+
+def verified_rows(
+    op: str,
+    *,
+    dtype: str,
+    tags: Iterable[str] = (),
+    shape: Mapping[str, Any] | None = None,
+    device: torch.device | str | None = None,
+) -> list[KernelSpec]:
+    """Every row that passes all filters and its check for this problem, ignoring the selector
+    and the perf provider (what `kvbench tune` measures)."""
+    check_op(op)
+    _check_dtype(dtype)
+    dev = resolve_device(device)
+    tagset = _as_tags(tags)
+    full = _full_shape(shape, dev)
+    verdicts = []
+    for spec in _registry.specs(op):
+        if (
+            _exclusion(spec, dtype, tagset, full, dev) is None
+            and golden.ensure_verified(spec, dtype, dev).verified
+        ):
+            verdicts.append(spec)
+    return verdicts

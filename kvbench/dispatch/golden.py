@@ -1,0 +1,102 @@
+"""Golden verification of registry rows: a row is verified by running its check, nothing else.
+
+The first time dispatch considers a row for a (dtype, device kind), it imports the row's
+target and its `selfcheck` (kvbench.checks.selfcheck_<op>, a tiny problem against the torch
+reference) and runs it; the outcome is a GoldenRecord cached for the process. A check that
+raises, for any reason (mismatch, a kernel that fails to compile, a module that does not
+exist at this commit), leaves the row unverified, and auto never selects an unverified row;
+explain() prints why. Benchmarks and `kvbench tune` run the full-size check of the rows they
+time and install it with record_golden(), so the record names the shapes that were measured.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+
+import torch
+
+from kvbench.dispatch.spec import GoldenRecord, KernelSpec, resolve
+
+#: (op, spec name, dtype, device kind) -> record. Per process, on purpose: a new commit or a
+#: new Triton means a new process (asv spawns one per benchmark), so a stale pass cannot leak.
+_RECORDS: dict[tuple[str, str, str, str], GoldenRecord] = {}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    msg = text[0] if text else ""
+    if len(msg) > 300:
+        msg = msg[:297] + "..."
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+
+
+def run_check(spec: KernelSpec, dtype: str, device: torch.device) -> GoldenRecord:
+    """Run the row's selfcheck now (no cache); any exception makes the record unverified."""
+    try:
+        fn = spec.load()
+        check = resolve(spec.selfcheck)
+        diff = float(check(fn, dtype, device))
+        if not math.isfinite(diff):
+            raise ValueError(f"selfcheck returned a non-finite max_abs_diff {diff}")
+    except Exception as exc:  # noqa: BLE001 - every failure means "not verified"; see explain()
+        return GoldenRecord(spec.name, dtype, device.type, False, None, _now(), _first_line(exc))
+    return GoldenRecord(spec.name, dtype, device.type, True, diff, _now(), "selfcheck")
+
+
+def ensure_verified(spec: KernelSpec, dtype: str, device: torch.device) -> GoldenRecord:
+    """The cached record for (row, dtype, device kind), running the check the first time."""
+    key = (spec.op, spec.name, dtype, device.type)
+    record = _RECORDS.get(key)
+    if record is None:
+        record = run_check(spec, dtype, device)
+        _RECORDS[key] = record
+    return record
+
+
+def lookup(op: str, spec_name: str, dtype: str, device_kind: str) -> GoldenRecord | None:
+    """The cached record, or None when the row was not checked in this process."""
+    return _RECORDS.get((op, spec_name, dtype, device_kind))
+
+
+def record_golden(
+    op: str,
+    spec_name: str,
+    dtype: str,
+    device: torch.device | str,
+    *,
+    max_abs_diff: float | None,
+    verified: bool = True,
+    detail: str = "full-size check",
+) -> GoldenRecord:
+    """Install the outcome of a caller's own check (a benchmark's or tune's full-size gate).
+
+    Call it with the max_abs_diff that check_<op> returned (verified=True), or with
+    verified=False after the check raised. Cached decisions are dropped, since a row's
+    verification changes what auto may select.
+    """
+    from kvbench.dispatch import core  # lazy: core imports this module
+
+    spec = core.active_registry().get(op, spec_name)  # ValueError names the valid rows
+    if dtype not in spec.dtypes:
+        raise ValueError(f"{op} row {spec_name} serves dtypes {spec.dtypes}, not {dtype!r}")
+    if verified and (max_abs_diff is None or not math.isfinite(float(max_abs_diff))):
+        raise ValueError(f"verified record needs a finite max_abs_diff, got {max_abs_diff!r}")
+    kind = torch.device(device).type
+    diff = None if max_abs_diff is None else float(max_abs_diff)
+    record = GoldenRecord(spec_name, dtype, kind, bool(verified), diff, _now(), detail)
+    _RECORDS[(op, spec_name, dtype, kind)] = record
+    core.clear_decisions()
+    return record
+
+
+def clear_golden() -> None:
+    """Forget every record (tests; a process that swapped kernels at runtime)."""
+    from kvbench.dispatch import core
+
+    _RECORDS.clear()
+    core.clear_decisions()

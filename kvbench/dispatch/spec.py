@@ -1,0 +1,201 @@
+"""What a registry row declares: KernelSpec, LayoutRequirement, GoldenRecord.
+
+A KernelSpec says what one backend can serve (op, dtypes, layout tags, devices, shapes) and
+how to find its code and its correctness check, without importing either: the registry must
+be importable on a machine where a Triton kernel would not even compile, and an asv run of an
+old commit must not pay Triton's import cost for rows it never calls.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+#: Dtype names accepted anywhere in kvbench (docs/architecture.md, "Dtype names"), plus the
+#: index dtype of the allocator op, whose rows have no KV dtype.
+DTYPE_NAMES: tuple[str, ...] = ("fp16", "bf16", "fp8", "int64")
+
+#: A shape-preference rule: shape dict -> score (higher = more preferred). Rules must be
+#: cheap and pure; they run once per cached decision, never per call.
+PreferenceFn = Callable[[Mapping[str, Any]], float]
+#: A shape gate: shape dict -> None when the row serves the shape, else the reason it cannot.
+ShapeGate = Callable[[Mapping[str, Any]], "str | None"]
+#: Availability: device -> None when the row can run there, else the reason it cannot.
+AvailabilityFn = Callable[[torch.device], "str | None"]
+
+
+def resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
+    """Import a "module:attr" string (or return a callable unchanged, for test rows)."""
+    if callable(target):
+        return target
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"target {target!r}: expected 'module:attr'")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# ---- availability checks (a problem's device decides, never the machine alone) ------------
+
+
+def any_device(device: torch.device) -> str | None:
+    """Torch and host rows run wherever torch runs."""
+    return None
+
+
+def triton_device(device: torch.device) -> str | None:
+    """Triton rows: compiled on CUDA, or interpreted on CPU tensors with TRITON_INTERPRET=1.
+
+    TRITON_INTERPRET is read when a decision is made; Triton itself reads it when a kernel is
+    decorated, so setting it after kvbench.kernels was imported does not help (tests/conftest.py
+    sets it first).
+    """
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return "CUDA device requested but torch.cuda.is_available() is False"
+        return None
+    if device.type == "cpu":
+        if os.environ.get("TRITON_INTERPRET", "") == "1":
+            return None
+        return "CPU tensors need TRITON_INTERPRET=1 for Triton rows"
+    return f"Triton rows run on cuda, or cpu with TRITON_INTERPRET=1, not {device.type}"
+
+
+def cuda_only(device: torch.device) -> str | None:
+    """Rows that need a real CUDA device (no interpreter path)."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        return None
+    return f"needs a CUDA device, problem is on {device}"
+
+
+# ---- the declarations ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayoutRequirement:
+    """Layout tags a row needs and tags it cannot serve, compared by set algebra.
+
+    A row serves a problem when `required <= tags` and `forbidden & tags` is empty. Problems
+    pass the tags their inputs actually satisfy (kvbench.ops derives them from the tensors), so
+    a row that needs a missing tag is filtered out visibly, in explain(), instead of a different
+    row being chosen silently.
+    """
+
+    required: tuple[str, ...] = ()
+    forbidden: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("required", "forbidden"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(t, str) for t in value):
+                raise ValueError(f"LayoutRequirement.{name}: expected a tuple of tag strings")
+            object.__setattr__(self, name, tuple(value))
+        both = set(self.required) & set(self.forbidden)
+        if both:
+            raise ValueError(f"LayoutRequirement: tags both required and forbidden: {sorted(both)}")
+
+    def missing(self, tags: frozenset[str]) -> tuple[str, ...]:
+        """Required tags the problem lacks (sorted)."""
+        return tuple(sorted(set(self.required) - tags))
+
+    def conflicting(self, tags: frozenset[str]) -> tuple[str, ...]:
+        """Forbidden tags the problem has (sorted)."""
+        return tuple(sorted(set(self.forbidden) & tags))
+
+    def serves(self, tags: Iterable[str]) -> bool:
+        tags = frozenset(tags)
+        return set(self.required) <= tags and not (set(self.forbidden) & tags)
+
+
+@dataclass(frozen=True)
+class Preference:
+    """A named shape-preference rule; `doc` is printed by explain() so a score is readable."""
+
+    name: str
+    score: PreferenceFn
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One registry row: a backend's implementation of one op.
+
+    name: "<backend>/<impl>", unique within its op; the asv params, the env-var selectors and
+        the benchmark's _IMPL constant use exactly this string.
+    target / selfcheck: "module:attr" strings imported lazily (a callable is accepted for rows
+        registered by tests). selfcheck(target, dtype, device) -> max_abs_diff raises on a
+        mismatch; dispatch.golden runs it before auto may select the row.
+    priority: the last-but-one tie-break (higher wins), after measured perf and preference.
+    preferences: shape rules; their scores are summed (higher wins).
+    shape_gate: excludes shapes the row cannot serve. Decisions are cached per shape bucket,
+        so a gate must depend only on features that are constant within a bucket.
+    """
+
+    name: str
+    op: str
+    dtypes: tuple[str, ...]
+    target: str | Callable[..., Any]
+    selfcheck: str | Callable[..., Any]
+    layout: LayoutRequirement = field(default_factory=LayoutRequirement)
+    available: AvailabilityFn = any_device
+    priority: int = 0
+    preferences: tuple[Preference, ...] = ()
+    shape_gate: ShapeGate | None = None
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        backend, sep, impl = self.name.partition("/")
+        if not sep or not backend or not impl or "/" in impl:
+            raise ValueError(f"KernelSpec.name {self.name!r}: expected '<backend>/<impl>'")
+        if isinstance(self.dtypes, str) or not self.dtypes:
+            raise ValueError(f"KernelSpec {self.name}: dtypes must be a non-empty tuple of names")
+        bad = [d for d in self.dtypes if d not in DTYPE_NAMES]
+        if bad:
+            raise ValueError(
+                f"KernelSpec {self.name}: unknown dtype names {bad}; accepted: {DTYPE_NAMES}"
+            )
+        object.__setattr__(self, "dtypes", tuple(self.dtypes))
+        object.__setattr__(self, "preferences", tuple(self.preferences))
+        if not isinstance(self.priority, int):
+            raise ValueError(f"KernelSpec {self.name}: priority must be an int")  # noqa: TRY004
+
+    def load(self) -> Callable[..., Any]:
+        """The implementation (imports its module on first use)."""
+        return resolve(self.target)
+
+    def preference_score(self, shape: Mapping[str, Any] | None) -> tuple[float, list[str]]:
+        """Summed preference score and the names of the rules that scored (for explain)."""
+        if not shape:
+            return 0.0, []
+        total, fired = 0.0, []
+        for rule in self.preferences:
+            s = float(rule.score(shape))
+            if s:
+                total += s
+                fired.append(f"{rule.name}{s:+g}")
+        return total, fired
+
+
+@dataclass(frozen=True)
+class GoldenRecord:
+    """The outcome of running a row's correctness check for one (dtype, device kind).
+
+    Records come only from running a check (dispatch.golden, or a benchmark / tune installing
+    the result of its own full-size check through record_golden); there is no flag to set.
+    `detail` holds the failure text of an unverified row for explain().
+    """
+
+    spec_name: str
+    dtype: str
+    device_kind: str
+    verified: bool
+    max_abs_diff: float | None
+    checked_at: str
+    detail: str = ""

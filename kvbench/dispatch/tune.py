@@ -1,0 +1,420 @@
+"""`kvbench tune <op>`: measure every verified row per shape bucket; store what dispatch ranks on.
+
+For each case (one per bucket of the op) tune builds the inputs with the project fixtures,
+asks dispatch which rows pass every filter and their golden check (verified_rows), runs each
+row's full-size correctness check (installed with record_golden), then times it with the
+harness: bench() (cold L2) for the idempotent kernels, bench_host() for the allocator, whose
+cost is the host waiting. The table is JSON under the kvbench cache dir
+(platformdirs.user_cache_dir("kvbench"); KVBENCH_CACHE_DIR overrides), one file per
+(device name, op):
+
+    {"schema": 1, "device_name", "op", "dtype", "kvbench_commit", "date", "metadata",
+     "entries": [{"bucket", "spec", "us", "case", "timer", "l2"}]}
+
+plus one "any" entry per row (its worst bucket) for problems dispatched without a shape.
+
+Units: entries store MICROSECONDS ("us"); the perf provider built from them returns
+milliseconds (the provider convention), and dispatch converts back in core._provider_us.
+
+The default perf provider of kvbench.dispatch reads these tables lazily per device name. A
+table is used only for the exact device name it was measured on: numbers from another GPU (or
+from a CPU run through the Triton interpreter) never rank rows here. The provider has no dtype
+argument, so each op is tuned at one dtype (CASES below: fp16 for decode/write, fp8 for the
+gather, int64 rows for the allocator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvbench.dispatch import core
+from kvbench.dispatch.golden import record_golden
+from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, check_op
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class TuneCase:
+    """One measured case: the op, its dtype, a label and the fixture parameters.
+
+    params per op:
+      paged_decode   batch, seq_len, kv_heads, q_heads, head_dim, page_size
+      kv_write       n, num_seqs, seq_len, kv_heads, head_dim, page_size
+      kv_gather_fp8  kv_len, pool_tokens, extra_rows
+      kv_alloc       n, num_rows
+    """
+
+    op: str
+    label: str
+    dtype: str
+    params: dict[str, int] = field(default_factory=dict)
+
+
+def _decode_case(batch: int, seq_len: int, **kw: int) -> TuneCase:
+    p = {
+        "batch": batch,
+        "seq_len": seq_len,
+        "kv_heads": 8,
+        "q_heads": 32,
+        "head_dim": 128,
+        "page_size": 16,
+    }
+    p.update(kw)
+    return TuneCase("paged_decode", f"batch={batch},seq_len={seq_len}", "fp16", p)
+
+
+def _write_case(n: int, **kw: int) -> TuneCase:
+    p = {"n": n, "num_seqs": 8, "seq_len": 2048, "kv_heads": 8, "head_dim": 128, "page_size": 16}
+    p.update(kw)
+    return TuneCase("kv_write", f"n={n}", "fp16", p)
+
+
+def _gather_case(kv_len: int, **kw: int) -> TuneCase:
+    p = {"kv_len": kv_len, "pool_tokens": 131072, "extra_rows": 2048}
+    p.update(kw)
+    return TuneCase("kv_gather_fp8", f"kv_len={kv_len}", "fp8", p)
+
+
+def _alloc_case(n: int, num_rows: int = 32768) -> TuneCase:
+    return TuneCase("kv_alloc", f"n={n}", "int64", {"n": n, "num_rows": num_rows})
+
+
+#: Device-sized cases, one per bucket (registry.BUCKETS order). Decode geometry is the
+#: Llama-3 / Qwen3 one of seed 000 (32 q heads, 8 kv heads, d 128, 16-token pages).
+CASES: dict[str, tuple[TuneCase, ...]] = {
+    "paged_decode": tuple(
+        _decode_case(b, c) for b in (1, 8, 32, 64) for c in (1024, 4096, 16384, 32768)
+    ),
+    "kv_write": (_write_case(32), _write_case(8192)),
+    "kv_gather_fp8": (_gather_case(8192), _gather_case(32768), _gather_case(65536)),
+    "kv_alloc": (_alloc_case(1), _alloc_case(64), _alloc_case(256)),
+}
+
+#: CPU cases: the Triton rows run in the interpreter, so their numbers only rank interpreter
+#: speed; they exist so `kvbench tune` works end to end on a developer machine and the table
+#: carries the CPU's name, which no GPU will match. The allocator numbers are real host costs.
+CPU_CASES: dict[str, tuple[TuneCase, ...]] = {
+    "paged_decode": (
+        _decode_case(1, 64, kv_heads=2, q_heads=4, head_dim=32),
+        _decode_case(2, 1040, kv_heads=1, q_heads=2, head_dim=16, page_size=64),
+    ),
+    "kv_write": (
+        _write_case(8, num_seqs=2, seq_len=64, kv_heads=2, head_dim=32),
+        _write_case(96, num_seqs=2, seq_len=64, kv_heads=2, head_dim=32),
+    ),
+    "kv_gather_fp8": (_gather_case(100, pool_tokens=1024, extra_rows=16),),
+    "kv_alloc": (_alloc_case(1, 4096), _alloc_case(64, 4096)),
+}
+
+
+def default_cases(op: str, device: torch.device | str | None = None) -> tuple[TuneCase, ...]:
+    dev = core.resolve_device(device)
+    return (CASES if dev.type == "cuda" else CPU_CASES)[check_op(op)]
+
+
+# ---- building and timing one case -------------------------------------------------------------
+
+
+@dataclass
+class _Built:
+    """A case's inputs: the dispatch problem, a correctness gate and a timer for any row."""
+
+    problem: Any  # kvbench.ops.Problem
+    check: Callable[[Callable[..., Any]], float]
+    time: Callable[[Callable[..., Any]], Any]  # -> harness TimingResult
+    release: Callable[[], None]
+
+
+def _build(case: TuneCase, dev: torch.device) -> _Built:
+    from kvbench import ops
+    from kvbench.harness import bench, bench_host
+
+    p = case.params
+    small = dev.type != "cuda"
+    if case.op == "paged_decode":
+        from kvbench.checks import check_paged_decode, make_decode_query
+        from kvbench.pool import paged_pool
+
+        pool = paged_pool(
+            p["batch"],
+            p["seq_len"],
+            kv_heads=p["kv_heads"],
+            head_dim=p["head_dim"],
+            page_size=p["page_size"],
+            dtype=torch.float16,
+            min_l2_multiple=0 if small else 8,
+            device=dev,
+        )
+        q = make_decode_query(pool, p["q_heads"])
+        args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+        kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+        return _Built(
+            ops.describe_paged_decode(*args[:4], **kw),
+            lambda fn: check_paged_decode(fn, pool, q),
+            lambda fn: bench(lambda: fn(*args, **kw), device=dev),
+            pool.free,
+        )
+    if case.op == "kv_write":
+        from kvbench.checks import check_kv_write, make_write_inputs
+        from kvbench.pool import paged_pool
+
+        pool = paged_pool(
+            p["num_seqs"],
+            p["seq_len"],
+            kv_heads=p["kv_heads"],
+            head_dim=p["head_dim"],
+            page_size=p["page_size"],
+            dtype=torch.float16,
+            min_l2_multiple=0 if small else 8,
+            device=dev,
+        )
+        k, v, slots = make_write_inputs(pool, p["n"])
+        args = (k, v, pool.k_cache, pool.v_cache, slots)
+        kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+        return _Built(
+            ops.describe_kv_write(*args[:4], **kw),
+            lambda fn: check_kv_write(fn, pool, k, v, slots),
+            lambda fn: bench(lambda: fn(*args, **kw), device=dev),
+            pool.free,
+        )
+    if case.op == "kv_gather_fp8":
+        from kvbench.checks import check_kv_gather_fp8
+        from kvbench.gather_pool import build_gather_pool, build_page_table_flat
+
+        kv_cache = build_gather_pool(p["pool_tokens"], device=dev)
+        pt = build_page_table_flat([p["kv_len"]], p["pool_tokens"], device=dev)
+        extra = p["extra_rows"]
+        return _Built(
+            ops.describe_kv_gather_fp8(kv_cache, pt),
+            lambda fn: check_kv_gather_fp8(fn, kv_cache, pt, extra),
+            lambda fn: bench(lambda: fn(kv_cache, pt, extra_rows=extra), device=dev),
+            lambda: None,
+        )
+    # kv_alloc: the row is a class; time alloc(n) in every state and keep the worst, since a
+    # serving engine reaches all three and the row must be ranked on the state that hurts.
+    from kvbench.alloc import STATES, checked_alloc, prepare_state
+
+    n, num_rows = p["n"], p["num_rows"]
+
+    def check(cls) -> float:
+        m = cls(num_rows, dev)  # the row's class is the allocator (a KVCacheManager backend)
+        for state in STATES:
+            prepare_state(m, state, n=n)
+            checked_alloc(m, n)
+        return 0.0
+
+    def time_worst(cls):
+        m = cls(num_rows, dev)
+        results = [
+            bench_host(lambda: m.alloc(n), reset=lambda s=s: prepare_state(m, s, n=n), device=dev)
+            for s in STATES
+        ]
+        return max(results, key=lambda r: r.median_us)
+
+    return _Built(
+        ops.Problem("kv_alloc", "int64", frozenset(), {"n": n}, dev),
+        check,
+        time_worst,
+        lambda: None,
+    )
+
+
+# ---- storage and the provider ------------------------------------------------------------------
+
+
+def _cache_dir() -> Path:
+    from kvbench.harness.calibrate import cache_dir  # one definition of the cache directory
+
+    return cache_dir()
+
+
+def tables_dir() -> Path:
+    return _cache_dir() / "perf"
+
+
+def _slug(device_name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", device_name).strip("_") or "device"
+
+
+def table_path(device_name: str, op: str) -> Path:
+    return tables_dir() / f"{_slug(device_name)}__{check_op(op)}.json"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new table
+
+
+def load_perf_table(device_name: str) -> Callable[[str, str, str, str], float | None]:
+    """A perf provider over the tables stored for `device_name` (ms, or None if unmeasured).
+
+    Files whose recorded device_name differs (a slug collision, a copied file) are skipped,
+    and the provider answers None for any other device name.
+    """
+    us: dict[tuple[str, str, str], float] = {}
+    directory = tables_dir()
+    for op in BUCKETS:
+        path = directory / f"{_slug(device_name)}__{op}.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("schema") != SCHEMA or data.get("device_name") != device_name:
+            continue
+        for e in data.get("entries", ()):
+            value = e.get("us")
+            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                us[(data.get("op", op), e["bucket"], e["spec"])] = float(value)
+
+    def provider(op: str, bucket_name: str, spec_name: str, dev_name: str) -> float | None:
+        if dev_name != device_name:
+            return None
+        value = us.get((op, bucket_name, spec_name))
+        return None if value is None else value / 1000.0  # table µs -> provider ms
+
+    provider.device_name = device_name  # type: ignore[attr-defined]
+    provider.entries = len(us)  # type: ignore[attr-defined]
+    return provider
+
+
+_LOADED: dict[str, Callable[[str, str, str, str], float | None]] = {}
+
+
+def stored_tables_provider(op: str, bucket_name: str, spec_name: str, dev_name: str):
+    """The default provider: stored tables for `dev_name`, loaded once per process and name."""
+    provider = _LOADED.get(dev_name)
+    if provider is None:
+        provider = _LOADED[dev_name] = load_perf_table(dev_name)
+    return provider(op, bucket_name, spec_name, dev_name)
+
+
+def clear_table_cache() -> None:
+    """Forget loaded tables (after writing one, or when KVBENCH_CACHE_DIR changes)."""
+    _LOADED.clear()
+    core.clear_decisions()
+
+
+# ---- tune --------------------------------------------------------------------------------------
+
+
+def tune(
+    op: str,
+    *,
+    device: torch.device | str | None = None,
+    cases: Sequence[TuneCase] | None = None,
+) -> dict:
+    """Measure every verified row of `op` over its cases; write and install the perf table.
+
+    Returns the table dict (also written to table_path(device name, op)). Afterwards the
+    default perf provider is active and reads the new table.
+    """
+    from kvbench.harness import metadata
+
+    check_op(op)
+    dev = core.resolve_device(device)
+    name = core.device_name(dev)
+    cases = tuple(default_cases(op, dev) if cases is None else cases)
+    for c in cases:
+        if not isinstance(c, TuneCase) or c.op != op:
+            raise ValueError(f"cases must be TuneCase entries for {op}, got {c!r}")
+    entries = []
+    for case in cases:
+        built = _build(case, dev)
+        try:
+            prob = built.problem
+            bucket_name = prob.bucket
+            for spec in core.verified_rows(
+                op, dtype=prob.dtype, tags=prob.tags, shape=prob.shape, device=dev
+            ):
+                fn = spec.load()
+                diff = built.check(fn)  # full-size gate before any timing
+                record_golden(
+                    op, spec.name, prob.dtype, dev, max_abs_diff=diff, detail=f"tune {case.label}"
+                )
+                t = built.time(fn)
+                entries.append(
+                    {
+                        "bucket": bucket_name,
+                        "spec": spec.name,
+                        "us": t.median_us,
+                        "case": case.label,
+                        "timer": t.timer,
+                        "l2": t.l2,
+                    }
+                )
+        finally:
+            built.release()
+    entries += _any_bucket_entries(entries, len(cases))
+    table = {
+        "schema": SCHEMA,
+        "device_name": name,
+        "op": op,
+        "dtype": cases[0].dtype if cases else None,
+        "kvbench_commit": None,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "metadata": metadata(command=f"kvbench tune {op}"),
+        "entries": entries,
+    }
+    table["kvbench_commit"] = table["metadata"].get("commit")
+    _write_json(table_path(name, op), table)
+    clear_table_cache()
+    core.reset_perf_provider()
+    return table
+
+
+def _any_bucket_entries(entries: list[dict], n_cases: int) -> list[dict]:
+    """Entries for the "any" bucket (problems dispatched without a shape, e.g. a
+    KVCacheManager choosing its backend at construction): each row's worst case over the
+    buckets, for rows measured in every case only, so no row wins by a missing bucket."""
+    by_spec: dict[str, list[float]] = {}
+    for e in entries:
+        by_spec.setdefault(e["spec"], []).append(e["us"])
+    return [
+        {
+            "bucket": ANY_BUCKET,
+            "spec": spec,
+            "us": max(us),
+            "case": "worst over buckets",
+            "timer": "derived",
+            "l2": "-",
+        }
+        for spec, us in by_spec.items()
+        if n_cases and len(us) == n_cases
+    ]
+
+
+def format_table(table: dict) -> str:
+    lines = [
+        f"# {table['op']} on {table['device_name']} ({table['kvbench_commit']}, {table['date']})",
+        f"{'bucket':<22} {'spec':<22} {'us':>12}  case",
+    ]
+    for e in sorted(table["entries"], key=lambda e: (e["bucket"], e["us"])):
+        lines.append(f"{e['bucket']:<22} {e['spec']:<22} {e['us']:>12.2f}  {e['case']}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kvbench tune", description=__doc__.splitlines()[0])
+    parser.add_argument("op", choices=tuple(BUCKETS))
+    parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
+    args = parser.parse_args(argv)
+    table = tune(args.op, device=args.device)
+    print(format_table(table))
+    print(f"stored in {table_path(table['device_name'], args.op)}")
+    return 0

@@ -1,0 +1,609 @@
+"""Registry and dispatch: ranking, caching, explain(), selectors, golden gating, perf tables.
+
+Most tests run against a test-scoped Registry of fake rows (callable targets and checks), so
+they exercise dispatch itself and never depend on kernel code; the real registry is checked
+for its names, its lazy imports and its buckets.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kvbench.dispatch import (
+    DispatchError,
+    KernelSpec,
+    LayoutRequirement,
+    Preference,
+    Registry,
+    bucket,
+    clear_golden,
+    core,
+    dispatch,
+    golden,
+    record_golden,
+    registry,
+    reset_perf_provider,
+    set_perf_provider,
+    spec_names,
+    tune,
+    using_registry,
+)
+from kvbench.dispatch.spec import any_device, triton_device
+
+OP = "paged_decode"  # fake rows use a real op name so its selector variable applies
+VAR = "KVBENCH_PAGED_DECODE"
+SHAPE = {"batch": 4, "max_context": 2048}  # bucket batch=2-8,ctx<=4k
+CPU = torch.device("cpu")
+
+
+class Checks:
+    """Counts selfcheck runs per row name."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+
+def fake(
+    name: str,
+    checks: Checks,
+    *,
+    dtypes=("fp16",),
+    required=("kv:paged",),
+    forbidden=(),
+    priority=0,
+    preferences=(),
+    gate=None,
+    available=any_device,
+    check_ok=True,
+) -> KernelSpec:
+    def target(*args, **kwargs):
+        return name
+
+    def selfcheck(fn, dtype, device):
+        checks.calls.append(name)
+        assert fn() == name
+        if not check_ok:
+            raise AssertionError("max_abs_diff 0.5 > atol 0.004")
+        return 0.001
+
+    return KernelSpec(
+        name=name,
+        op=OP,
+        dtypes=dtypes,
+        target=target,
+        selfcheck=selfcheck,
+        layout=LayoutRequirement(required=required, forbidden=forbidden),
+        available=available,
+        priority=priority,
+        preferences=preferences,
+        shape_gate=gate,
+    )
+
+
+@pytest.fixture(autouse=True)
+def clean_dispatch(monkeypatch, tmp_path):
+    """No provider, no golden records, no selector, a private cache dir; restored after."""
+    monkeypatch.setenv("KVBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    for var in (
+        "KVBENCH_PAGED_DECODE",
+        "KVBENCH_KV_WRITE",
+        "KVBENCH_KV_GATHER",
+        "KVBENCH_KV_ALLOC",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    clear_golden()
+    tune.clear_table_cache()
+    set_perf_provider(None)
+    yield
+    reset_perf_provider()
+    tune.clear_table_cache()
+    clear_golden()
+
+
+@pytest.fixture
+def checks() -> Checks:
+    return Checks()
+
+
+def provider_from(table_ms: dict[str, float | None], calls: list | None = None):
+    def provider(op, bucket_name, spec_name, device_name):
+        if calls is not None:
+            calls.append((op, bucket_name, spec_name, device_name))
+        return table_ms.get(spec_name)
+
+    return provider
+
+
+def pick(*specs, tags=("kv:paged",), shape=SHAPE, dtype="fp16"):
+    with using_registry(Registry(list(specs))):
+        return dispatch(OP, dtype=dtype, tags=tags, shape=shape, device="cpu")
+
+
+# ---- ranking ---------------------------------------------------------------------------------
+
+
+def test_measured_perf_ranks_first(checks):
+    set_perf_provider(provider_from({"a/fast": 0.002, "a/slow": 0.004}))
+    sel = pick(fake("a/slow", checks, priority=100), fake("a/fast", checks, priority=0))
+    assert sel.spec.name == "a/fast"
+    assert [v.spec.name for v in sel.ranked] == ["a/fast", "a/slow"]
+    assert sel.ranked[0].perf_us == pytest.approx(2.0)
+
+
+def test_measured_row_beats_unmeasured_row(checks):
+    set_perf_provider(provider_from({"a/measured": 5.0}))  # 5 ms, slow but measured
+    sel = pick(fake("a/unmeasured", checks, priority=100), fake("a/measured", checks))
+    assert sel.spec.name == "a/measured"
+    assert math.isinf(sel.ranked[1].perf_us)
+
+
+def test_preference_breaks_perf_tie(checks):
+    always = Preference("always", lambda shape: 1.0, "test rule")
+    sel = pick(
+        fake("a/high_prio", checks, priority=50), fake("a/preferred", checks, preferences=(always,))
+    )
+    assert sel.spec.name == "a/preferred"
+    assert "always+1" in sel.explain()
+
+
+def test_priority_breaks_preference_tie(checks):
+    sel = pick(fake("a/low", checks, priority=1), fake("a/high", checks, priority=2))
+    assert sel.spec.name == "a/high"
+
+
+def test_name_breaks_full_tie(checks):
+    sel = pick(fake("b/z", checks), fake("b/a", checks))
+    assert sel.spec.name == "b/a"
+    assert [v.spec.name for v in sel.ranked] == ["b/a", "b/z"]
+
+
+def test_preference_rules_see_the_shape(checks):
+    def long_context(shape):
+        return 1.0 if shape["max_context"] > 4096 else 0.0
+
+    rows = (
+        fake("a/plain", checks, priority=1),
+        fake("a/long", checks, preferences=(Preference("long", long_context),)),
+    )
+    assert pick(*rows, shape={"batch": 1, "max_context": 1024}).spec.name == "a/plain"
+    assert pick(*rows, shape={"batch": 1, "max_context": 32768}).spec.name == "a/long"
+
+
+# ---- units -----------------------------------------------------------------------------------
+
+
+def test_provider_ms_converted_to_us_once(checks):
+    set_perf_provider(provider_from({"a/x": 0.0125}))
+    assert core._provider_us(OP, "any", "a/x", "dev") == pytest.approx(12.5)
+    sel = pick(fake("a/x", checks))
+    assert sel.ranked[0].perf_us == pytest.approx(12.5)
+    assert "12.50 µs" in sel.explain()
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.0, float("nan"), float("inf")])
+def test_provider_bad_value_raises(checks, bad):
+    set_perf_provider(provider_from({"a/x": bad}))
+    with pytest.raises(ValueError, match="milliseconds"):
+        pick(fake("a/x", checks))
+
+
+def test_set_perf_provider_rejects_non_callable():
+    with pytest.raises(ValueError, match="callable"):
+        set_perf_provider(42)
+
+
+# ---- decision cache ----------------------------------------------------------------------------
+
+
+def test_decision_cached_per_bucket(checks):
+    calls: list = []
+    set_perf_provider(provider_from({"a/x": 0.01}, calls))
+    with using_registry(Registry([fake("a/x", checks)])):
+        first = dispatch(OP, dtype="fp16", tags=("kv:paged",), shape=SHAPE, device="cpu")
+        same_bucket = dispatch(
+            OP, dtype="fp16", tags=["kv:paged"], shape={"batch": 8, "max_context": 4096}, device=CPU
+        )
+        assert same_bucket is first
+        assert len(calls) == 1
+        other = dispatch(
+            OP,
+            dtype="fp16",
+            tags=("kv:paged",),
+            shape={"batch": 64, "max_context": 4096},
+            device="cpu",
+        )
+        assert other is not first and other.bucket == "batch=33+,ctx<=4k"
+        assert len(calls) == 2
+    assert checks.calls == ["a/x"]  # golden ran once for (row, dtype, device kind)
+
+
+def test_cache_invalidated_by_provider_change(checks):
+    rows = (fake("a/one", checks), fake("a/two", checks))
+    with using_registry(Registry(list(rows))):
+        set_perf_provider(provider_from({"a/one": 1.0, "a/two": 2.0}))
+        assert dispatch(OP, dtype="fp16", tags=("kv:paged",), shape=SHAPE).spec.name == "a/one"
+        set_perf_provider(provider_from({"a/one": 3.0, "a/two": 2.0}))
+        assert dispatch(OP, dtype="fp16", tags=("kv:paged",), shape=SHAPE).spec.name == "a/two"
+
+
+def test_cache_invalidated_by_selector_change(checks, monkeypatch):
+    rows = (fake("a/one", checks, priority=2), fake("a/two", checks))
+    with using_registry(Registry(list(rows))):
+        args = {"dtype": "fp16", "tags": ("kv:paged",), "shape": SHAPE, "device": "cpu"}
+        assert dispatch(OP, **args).spec.name == "a/one"
+        monkeypatch.setenv(VAR, "a/two")
+        sel = dispatch(OP, **args)
+        assert sel.spec.name == "a/two" and sel.forced
+        assert "selected: a/two (forced by KVBENCH_PAGED_DECODE)" in sel.explain()
+        monkeypatch.setenv(VAR, "auto")
+        assert dispatch(OP, **args).spec.name == "a/one"
+        monkeypatch.delenv(VAR)
+        assert dispatch(OP, **args).spec.name == "a/one"
+
+
+def test_cached_selection_is_the_dispatch_entry(checks):
+    with using_registry(Registry([fake("a/x", checks)])):
+        tags = frozenset({"kv:paged"})
+        assert core.cached_selection(OP, "fp16", tags, bucket(OP, SHAPE), CPU) is None
+        sel = dispatch(OP, dtype="fp16", tags=tags, shape=SHAPE, device="cpu")
+        assert core.cached_selection(OP, "fp16", tags, bucket(OP, SHAPE), CPU) is sel
+
+
+# ---- explain and exclusions --------------------------------------------------------------------
+
+
+def test_explain_names_every_exclusion_reason(checks):
+    def gate(shape):
+        return "needs batch >= 16" if shape["batch"] < 16 else None
+
+    def nowhere(device):
+        return "no such hardware here"
+
+    rows = [
+        fake("x/dtype", checks, dtypes=("bf16",)),
+        fake("x/missing", checks, required=("kv:paged", "kv:contiguous")),
+        fake("x/forbidden", checks, forbidden=("kv:strided",)),
+        fake("x/unavailable", checks, available=nowhere),
+        fake("x/gated", checks, gate=gate),
+        fake("x/broken", checks, check_ok=False, priority=99),
+        fake("x/good", checks),
+    ]
+    sel = pick(*rows, tags=("kv:paged", "kv:strided"))
+    assert sel.spec.name == "x/good"
+    text = sel.explain()
+    assert "dtype=fp16" in text and "kv:paged, kv:strided" in text
+    assert "bucket=batch=2-8,ctx<=4k" in text and "KVBENCH_PAGED_DECODE=auto" in text
+    assert "batch=4" in text and "max_context=2048" in text
+    expected = {
+        "x/dtype": "dtype fp16 not served (serves bf16)",
+        "x/missing": "layout tag missing: kv:contiguous",
+        "x/forbidden": "layout tag forbidden: kv:strided",
+        "x/unavailable": "unavailable: no such hardware here",
+        "x/gated": "shape gate: needs batch >= 16",
+        "x/broken": "unverified: selfcheck failed (AssertionError: max_abs_diff 0.5 > atol 0.004)",
+    }
+    for name, reason in expected.items():
+        line = next(ln for ln in text.splitlines() if f" {name} " in ln and "excluded" in ln)
+        assert reason in line, (name, line)
+    assert "1. x/good" in text and "<- selected" in text
+    assert "selected: x/good (auto)" in text
+    # The check of a row filtered by the cheap filters never ran.
+    assert checks.calls == ["x/broken", "x/good"]
+
+
+def test_no_survivor_raises_with_explain(checks):
+    with pytest.raises(DispatchError) as err:
+        pick(fake("x/bf16", checks, dtypes=("bf16",)))
+    assert isinstance(err.value, ValueError)
+    assert "no registry row can serve" in str(err.value)
+    assert re.search(r"x/bf16 +excluded: dtype fp16 not served", str(err.value))
+    assert "(no row survives)" in err.value.explain
+
+
+def test_triton_availability_follows_interpret_flag(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert triton_device(CPU) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert "TRITON_INTERPRET=1" in triton_device(CPU)
+    if not torch.cuda.is_available():
+        assert "is_available() is False" in triton_device(torch.device("cuda"))
+
+
+# ---- selectors ---------------------------------------------------------------------------------
+
+
+def test_unknown_selector_lists_valid_names(checks, monkeypatch):
+    monkeypatch.setenv(VAR, "triton/does_not_exist")
+    with pytest.raises(ValueError) as err:
+        pick(fake("a/one", checks), fake("a/two", checks))
+    msg = str(err.value)
+    assert "triton/does_not_exist" in msg and "auto, a/one, a/two" in msg
+    assert not isinstance(err.value, DispatchError)
+
+
+def test_unknown_selector_real_registry_lists_every_row(monkeypatch):
+    monkeypatch.setenv("KVBENCH_KV_WRITE", "nope")
+    with pytest.raises(ValueError) as err:
+        dispatch("kv_write", dtype="fp16", tags=("kv:paged",), shape={"n": 4}, device="cpu")
+    for name in spec_names("kv_write"):
+        assert name in str(err.value)
+
+
+def test_forced_filtered_row_raises_never_runs_another(checks, monkeypatch):
+    monkeypatch.setenv(VAR, "a/bf16_only")
+    with pytest.raises(DispatchError) as err:
+        pick(fake("a/fine", checks), fake("a/bf16_only", checks, dtypes=("bf16",)))
+    msg = str(err.value)
+    assert "forced row a/bf16_only cannot serve" in msg
+    assert err.value.explain in msg
+    assert re.search(r"a/fine +excluded: not considered: selector forces a/bf16_only", msg)
+    assert "KVBENCH_PAGED_DECODE=a/bf16_only" in msg
+    assert checks.calls == []  # nothing was checked, nothing ran
+
+
+def test_forced_missing_tag_raises(checks, monkeypatch):
+    monkeypatch.setenv(VAR, "a/needs_contig")
+    with pytest.raises(DispatchError, match="layout tag missing: kv:contiguous"):
+        pick(fake("a/needs_contig", checks, required=("kv:contiguous",)))
+
+
+def test_forced_unverified_row_raises(checks, monkeypatch):
+    monkeypatch.setenv(VAR, "a/broken")
+    with pytest.raises(DispatchError, match="unverified: selfcheck failed"):
+        pick(fake("a/broken", checks, check_ok=False), fake("a/fine", checks))
+    assert checks.calls == ["a/broken"]
+
+
+def test_forced_row_runs_its_check_once(checks, monkeypatch):
+    monkeypatch.setenv(VAR, "a/two")
+    with using_registry(Registry([fake("a/one", checks), fake("a/two", checks)])):
+        for batch in (1, 4, 64):
+            sel = dispatch(
+                OP,
+                dtype="fp16",
+                tags=("kv:paged",),
+                shape={"batch": batch, "max_context": 100},
+                device="cpu",
+            )
+            assert sel.spec.name == "a/two"
+    assert checks.calls == ["a/two"]
+
+
+# ---- golden ------------------------------------------------------------------------------------
+
+
+def test_unverified_row_never_chosen_by_auto(checks):
+    set_perf_provider(provider_from({"a/broken": 0.001, "a/slow": 9.0}))
+    rows = (fake("a/broken", checks, check_ok=False, priority=100), fake("a/slow", checks))
+    for _ in range(3):
+        core.clear_decisions()
+        assert pick(*rows).spec.name == "a/slow"
+    assert checks.calls.count("a/broken") == 1  # cached per (dtype, device kind)
+    rec = golden.lookup(OP, "a/broken", "fp16", "cpu")
+    assert rec is not None and rec.verified is False and rec.max_abs_diff is None
+
+
+def test_golden_is_per_dtype(checks):
+    row = fake("a/x", checks, dtypes=("fp16", "bf16"))
+    pick(row, dtype="fp16")
+    pick(row, dtype="bf16")
+    assert checks.calls == ["a/x", "a/x"]
+
+
+def test_selfcheck_import_error_leaves_row_unverified():
+    spec = KernelSpec(
+        name="a/ghost",
+        op=OP,
+        dtypes=("fp16",),
+        target="kvbench.kernels.no_such_module:fn",
+        selfcheck="kvbench.checks:selfcheck_paged_decode",
+        layout=LayoutRequirement(required=("kv:paged",)),
+    )
+    with pytest.raises(DispatchError, match="ModuleNotFoundError"):
+        pick(spec)
+
+
+def test_record_golden_installs_a_full_size_result(checks):
+    with using_registry(Registry([fake("a/one", checks, priority=5), fake("a/two", checks)])):
+        args = {"dtype": "fp16", "tags": ("kv:paged",), "shape": SHAPE, "device": "cpu"}
+        assert dispatch(OP, **args).spec.name == "a/one"
+        rec = record_golden(
+            OP,
+            "a/one",
+            "fp16",
+            "cpu",
+            max_abs_diff=None,
+            verified=False,
+            detail="full-size check failed",
+        )
+        assert rec.verified is False and rec.device_kind == "cpu"
+        sel = dispatch(OP, **args)  # record_golden dropped the cached decision
+        assert sel.spec.name == "a/two"
+        assert "full-size check failed" in sel.explain()
+        with pytest.raises(ValueError, match="valid names"):
+            record_golden(OP, "a/missing", "fp16", "cpu", max_abs_diff=0.0)
+        with pytest.raises(ValueError, match="serves dtypes"):
+            record_golden(OP, "a/two", "fp8", "cpu", max_abs_diff=0.0)
+        with pytest.raises(ValueError, match="finite max_abs_diff"):
+            record_golden(OP, "a/two", "fp16", "cpu", max_abs_diff=float("nan"))
+
+
+# ---- input validation --------------------------------------------------------------------------
+
+
+def test_bad_problem_inputs(checks):
+    with using_registry(Registry([fake("a/x", checks)])):
+        with pytest.raises(ValueError, match="accepted dtype names"):
+            dispatch(OP, dtype="float16", tags=("kv:paged",), shape=SHAPE)
+        with pytest.raises(ValueError, match="unknown op"):
+            dispatch("attention", dtype="fp16")
+        with pytest.raises(ValueError, match="iterable of tag strings"):
+            dispatch(OP, dtype="fp16", tags="kv:paged", shape=SHAPE)
+        with pytest.raises(ValueError, match="lacks"):
+            dispatch(OP, dtype="fp16", tags=("kv:paged",), shape={"batch": 1})
+        with pytest.raises(ValueError, match="device"):
+            dispatch(OP, dtype="fp16", tags=("kv:paged",), shape=SHAPE, device="gpu0")
+
+
+def test_spec_and_layout_validation():
+    req = LayoutRequirement(required=("kv:paged",), forbidden=("kv:strided",))
+    assert req.serves({"kv:paged"}) and req.serves({"kv:paged", "kv:fp8-scaled"})
+    assert not req.serves({"kv:paged", "kv:strided"}) and not req.serves(set())
+    with pytest.raises(ValueError, match="both required and forbidden"):
+        LayoutRequirement(required=("a",), forbidden=("a",))
+    with pytest.raises(ValueError, match="tuple of tag strings"):
+        LayoutRequirement(required="kv:paged")
+    with pytest.raises(ValueError, match="<backend>/<impl>"):
+        KernelSpec(name="single_pass", op=OP, dtypes=("fp16",), target="m:f", selfcheck="m:g")
+    with pytest.raises(ValueError, match="unknown dtype names"):
+        KernelSpec(name="a/b", op=OP, dtypes=("float16",), target="m:f", selfcheck="m:g")
+    reg = Registry()
+    reg.register(KernelSpec(name="a/b", op=OP, dtypes=("fp16",), target="m:f", selfcheck="m:g"))
+    with pytest.raises(ValueError, match="already has a row"):
+        reg.register(KernelSpec(name="a/b", op=OP, dtypes=("fp16",), target="m:f", selfcheck="m:g"))
+    with pytest.raises(ValueError, match="unknown op"):
+        reg.register(
+            KernelSpec(name="a/c", op="attn", dtypes=("fp16",), target="m:f", selfcheck="m:g")
+        )
+
+
+# ---- the real registry -------------------------------------------------------------------------
+
+
+def test_real_rows_match_architecture_table():
+    assert spec_names("paged_decode") == (
+        "triton/single_pass",
+        "triton/split_kv",
+        "torch/gather_sdpa",
+    )
+    assert spec_names("kv_write") == ("triton/scatter", "torch/index_copy")
+    assert spec_names("kv_gather_fp8") == (
+        "triton/legacy",
+        "triton/vectorized",
+        "triton/cached",
+        "torch/gather",
+    )
+    assert spec_names("kv_alloc") == ("torch/legacy", "host/freelist")
+    for op in registry.OPS:
+        for spec in registry.REGISTRY.specs(op):
+            assert isinstance(spec.target, str) and ":" in spec.target
+            assert isinstance(spec.selfcheck, str) and ":" in spec.selfcheck
+
+
+def test_importing_dispatch_imports_no_kernel_code():
+    code = (
+        "import sys, kvbench.dispatch, kvbench.ops, kvbench.alloc\n"
+        "bad = [m for m in sys.modules if m.startswith(('kvbench.kernels', 'triton'))]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_buckets():
+    assert bucket("paged_decode", None) == "any"
+    assert bucket("paged_decode", {"batch": 1, "max_context": 1024}) == "batch=1,ctx<=1k"
+    assert bucket("paged_decode", {"batch": 2, "max_context": 1025}) == "batch=2-8,ctx<=4k"
+    assert bucket("paged_decode", {"batch": 32, "max_context": 16384}) == "batch=9-32,ctx<=16k"
+    assert bucket("paged_decode", {"batch": 33, "max_context": 16385}) == "batch=33+,ctx>16k"
+    assert bucket("kv_write", {"n": 64}) == "decode" and bucket("kv_write", {"n": 65}) == "prefill"
+    assert bucket("kv_gather_fp8", {"kv_len": 8192}) == "kv_len<=8k"
+    assert bucket("kv_gather_fp8", {"kv_len": 65536}) == "kv_len>32k"
+    assert bucket("kv_alloc", {"n": 1}) == "n=1" and bucket("kv_alloc", {"n": 64}) == "n=2-64"
+    for op, names in registry.BUCKETS.items():
+        assert len(set(names)) == len(names) == len(tune.CASES[op])
+    with pytest.raises(ValueError, match="non-negative int"):
+        bucket("kv_write", {"n": -1})
+
+
+def test_split_preference_rules():
+    split, single = registry.PREFER_SPLIT.score, registry.PREFER_SINGLE.score
+    long_small = {"batch": 1, "kv_heads": 8, "max_context": 32768, "sm_count": 132}
+    big = {"batch": 64, "kv_heads": 8, "max_context": 8192, "sm_count": 132}
+    short = {"batch": 1, "kv_heads": 8, "max_context": 1024, "sm_count": 132}
+    assert (split(long_small), single(long_small)) == (1.0, 0.0)
+    assert (split(big), single(big)) == (0.0, 1.0)
+    assert (split(short), single(short)) == (0.0, 1.0)
+    no_sms = dict(long_small, sm_count=None)  # CPU: no occupancy opinion
+    assert (split(no_sms), single(no_sms)) == (0.0, 0.0)
+
+
+# ---- perf tables -------------------------------------------------------------------------------
+
+
+def _write_table(device_name: str, op: str, entries: list[dict], file_device: str | None = None):
+    path = tune.table_path(file_device or device_name, op)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {"schema": tune.SCHEMA, "device_name": device_name, "op": op, "entries": entries}
+        )
+    )
+    return path
+
+
+def test_perf_table_for_another_device_is_ignored():
+    _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 250.0}])
+    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A") == pytest.approx(0.25)
+    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU B") is None
+    assert tune.load_perf_table("GPU B")(OP, "any", "a/x", "GPU B") is None
+    # Same file name (slug) but a different recorded device name: not used.
+    _write_table("GPU_A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0}], file_device="GPU A")
+    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A") is None
+
+
+def test_default_provider_reads_stored_table(checks):
+    name = core.device_name("cpu")
+    _write_table(
+        name,
+        OP,
+        [
+            {"bucket": bucket(OP, SHAPE), "spec": "a/low", "us": 3.0},
+            {"bucket": bucket(OP, SHAPE), "spec": "a/high", "us": 9.0},
+        ],
+    )
+    _write_table("Some Other GPU", OP, [{"bucket": bucket(OP, SHAPE), "spec": "a/high", "us": 1.0}])
+    reset_perf_provider()
+    sel = pick(fake("a/high", checks, priority=9), fake("a/low", checks))
+    assert sel.spec.name == "a/low"
+    assert "3.00 µs" in sel.explain() and "9.00 µs" in sel.explain()
+
+
+def test_tune_kv_alloc_writes_table_and_installs_it(tmp_path):
+    cases = [
+        tune.TuneCase("kv_alloc", "n=1", "int64", {"n": 1, "num_rows": 512}),
+        tune.TuneCase("kv_alloc", "n=64", "int64", {"n": 64, "num_rows": 512}),
+    ]
+    table = tune.tune("kv_alloc", device="cpu", cases=cases)
+    path = tune.table_path(table["device_name"], "kv_alloc")
+    stored = json.loads(path.read_text())
+    assert stored["device_name"] == core.device_name("cpu") and stored["op"] == "kv_alloc"
+    assert stored["kvbench_commit"] and stored["date"] and stored["metadata"]["command"]
+    measured_entries = [e for e in stored["entries"] if e["bucket"] != "any"]
+    got = {(e["bucket"], e["spec"]) for e in measured_entries}
+    assert got == {(b, s) for b in ("n=1", "n=2-64") for s in spec_names("kv_alloc")}
+    assert all(e["us"] > 0 and e["timer"] == "bench_host" for e in measured_entries)
+    worst = {e["spec"]: e["us"] for e in stored["entries"] if e["bucket"] == "any"}
+    for spec in spec_names("kv_alloc"):
+        assert worst[spec] == max(e["us"] for e in measured_entries if e["spec"] == spec)
+    # A manager choosing its backend (no shape: bucket "any") now ranks on the table too.
+    manager_sel = dispatch("kv_alloc", dtype="int64", device="cpu")
+    assert manager_sel.spec.name == min(worst, key=worst.get)
+    assert not math.isinf(manager_sel.ranked[0].perf_us)
+    sel = dispatch("kv_alloc", dtype="int64", shape={"n": 1}, device="cpu")
+    assert not math.isinf(sel.ranked[0].perf_us)
+    measured = {e["spec"]: e["us"] for e in stored["entries"] if e["bucket"] == "n=1"}
+    assert sel.spec.name == min(measured, key=measured.get)
+    # The record of the last case checked is the one kept.
+    assert golden.lookup("kv_alloc", "host/freelist", "int64", "cpu").detail == "tune n=64"
+
+
+def test_tune_rejects_foreign_cases():
+    with pytest.raises(ValueError, match="TuneCase entries for kv_alloc"):
+        tune.tune("kv_alloc", device="cpu", cases=[tune.CPU_CASES["kv_write"][0]])

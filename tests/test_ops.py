@@ -1,0 +1,387 @@
+"""Public ops: problem derivation from inputs, forwarding, selectors, overhead, real rows.
+
+Derivation and forwarding run against fake registry rows (the op's real name, a recording
+target), so they test kvbench.ops and not a kernel. The integration tests at the end run the
+real rows through kvbench.checks against the torch references at tiny shapes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvbench import ops
+from kvbench.dispatch import (
+    DispatchError,
+    KernelSpec,
+    LayoutRequirement,
+    Registry,
+    clear_golden,
+    reset_perf_provider,
+    set_perf_provider,
+    tune,
+    using_registry,
+)
+
+SELECTORS = ("KVBENCH_PAGED_DECODE", "KVBENCH_KV_WRITE", "KVBENCH_KV_GATHER", "KVBENCH_KV_ALLOC")
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch, tmp_path):
+    monkeypatch.setenv("KVBENCH_CACHE_DIR", str(tmp_path))
+    for var in SELECTORS:
+        monkeypatch.delenv(var, raising=False)
+    set_perf_provider(None)
+    clear_golden()
+    yield
+    reset_perf_provider()
+    tune.clear_table_cache()
+    clear_golden()
+
+
+class Recorder:
+    def __init__(self, result=None):
+        self.calls: list[tuple[tuple, dict]] = []
+        self.result = result
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self.result
+
+
+def row(
+    op: str,
+    name: str,
+    target,
+    *,
+    dtypes=("fp16", "bf16", "fp8"),
+    required=("kv:paged",),
+    forbidden=(),
+    priority=0,
+) -> KernelSpec:
+    return KernelSpec(
+        name=name,
+        op=op,
+        dtypes=dtypes,
+        target=target,
+        selfcheck=lambda fn, dtype, device: 0.0,
+        layout=LayoutRequirement(required=required, forbidden=forbidden),
+        priority=priority,
+    )
+
+
+def combined_caches(pages=8, page=16, heads=2, dim=32, dtype=torch.float16):
+    """K and V as strided halves of one per-layer buffer (what an engine passes)."""
+    buf = torch.zeros(pages, 2, page, heads, dim, dtype=dtype)
+    return buf[:, 0], buf[:, 1]
+
+
+def split_caches(pages=8, page=16, heads=2, dim=32, dtype=torch.float16):
+    shape = (pages, page, heads, dim)
+    return torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)
+
+
+# ---- problem derivation --------------------------------------------------------------------------
+
+
+def test_decode_problem_from_inputs():
+    k, v = combined_caches()
+    q = torch.zeros(3, 8, 32, dtype=torch.float16)
+    bt = torch.zeros(3, 70, dtype=torch.int32)  # 70 pages x 16 = 1120 tokens of capacity
+    p = ops.describe_paged_decode(q, k, v, bt)
+    assert p.dtype == "fp16" and p.tags == {"kv:paged", "kv:strided"}
+    assert p.shape == {
+        "batch": 3,
+        "max_context": 1120,
+        "page_size": 16,
+        "kv_heads": 2,
+        "head_dim": 32,
+        "q_heads": 8,
+    }
+    assert p.bucket == "batch=2-8,ctx<=4k" and p.device == torch.device("cpu")
+    k, v = split_caches(dtype=torch.uint8)
+    one = torch.tensor(1.0)
+    p = ops.describe_paged_decode(q, k, v, bt[:1], k_scale=one, v_scale=one)
+    assert p.dtype == "fp8" and p.tags == {"kv:paged", "kv:fp8-scaled"}
+    assert p.bucket == "batch=1,ctx<=4k"
+    p = ops.describe_paged_decode(q, k.view(torch.float8_e4m3fn), v, bt)
+    assert p.dtype == "fp8" and p.tags == {"kv:paged"}
+    flat = torch.zeros(128, 2, 32, dtype=torch.bfloat16)
+    p = ops.describe_paged_decode(q, flat, flat, bt)
+    assert p.dtype == "bf16" and "kv:paged" not in p.tags
+
+
+def test_write_and_gather_problems_from_inputs():
+    k_cache, v_cache = combined_caches()
+    k = torch.zeros(65, 2, 32, dtype=torch.float16)
+    p = ops.describe_kv_write(k, k, k_cache, v_cache)
+    assert (p.dtype, p.tags, p.bucket) == ("fp16", {"kv:paged", "kv:strided"}, "prefill")
+    p = ops.describe_kv_write(k[:64], k[:64], *split_caches())
+    assert (p.tags, p.bucket) == ({"kv:paged"}, "decode")
+    cache = torch.zeros(1024, 1, 656, dtype=torch.uint8)
+    pt = torch.zeros(9000, dtype=torch.int32)
+    p = ops.describe_kv_gather_fp8(cache, pt)
+    assert (p.dtype, p.tags, p.bucket) == ("fp8", {"kv:paged"}, "kv_len<=32k")
+
+
+def test_bad_inputs_raise_value_error_naming_the_argument():
+    k, v = split_caches()
+    q = torch.zeros(1, 2, 32, dtype=torch.float16)
+    bt = torch.zeros(1, 4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="k_cache must be a torch.Tensor"):
+        ops.paged_decode(q, [1, 2], v, bt, bt[0])
+    with pytest.raises(ValueError, match=r"k_cache has dtype torch.float32; accepted"):
+        ops.paged_decode(q, k.float(), v, bt, bt[0])
+    with pytest.raises(ValueError, match="kv_cache must be a torch.Tensor"):
+        ops.kv_gather_fp8(None, bt[0], extra_rows=0)
+    with pytest.raises(ValueError, match="unknown op"):
+        ops.last_selection("attention")
+
+
+# ---- forwarding, selectors, missing tags --------------------------------------------------------
+
+
+def test_ops_forward_every_argument_to_the_selected_row():
+    out = torch.ones(1)
+    rec_d, rec_w, rec_g = Recorder(out), Recorder(), Recorder(out)
+    reg = Registry(
+        [
+            row("paged_decode", "fake/decode", rec_d),
+            row("kv_write", "fake/write", rec_w),
+            row("kv_gather_fp8", "fake/gather", rec_g),
+        ]
+    )
+    k, v = split_caches()
+    q = torch.zeros(2, 4, 32, dtype=torch.float16)
+    bt = torch.zeros(2, 3, dtype=torch.int32)
+    sl = torch.ones(2, dtype=torch.int32)
+    with using_registry(reg):
+        assert ops.paged_decode(q, k, v, bt, sl, sm_scale=0.5) is out
+        assert rec_d.calls == [
+            ((q, k, v, bt, sl), {"sm_scale": 0.5, "k_scale": None, "v_scale": None})
+        ]
+        assert ops.last_selection("paged_decode").spec.name == "fake/decode"
+        kn = torch.zeros(3, 2, 32, dtype=torch.float16)
+        slots = torch.arange(3)
+        assert ops.kv_write(kn, kn, k, v, slots) is None
+        assert rec_w.calls == [((kn, kn, k, v, slots), {"k_scale": None, "v_scale": None})]
+        cache = torch.zeros(64, 1, 656, dtype=torch.uint8)
+        pt = torch.arange(10, dtype=torch.int32)
+        assert ops.kv_gather_fp8(cache, pt, extra_rows=4, out=out) is out
+        assert rec_g.calls == [((cache, pt), {"extra_rows": 4, "out": out})]
+        assert ops.last_selection("kv_gather_fp8").spec.name == "fake/gather"
+
+
+class Boom:
+    """Any use of it raises: proves ops never reads seq_lens (a .item() would sync)."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"ops touched seq_lens.{name}")
+
+
+def test_decode_never_reads_seq_lens():
+    rec = Recorder(torch.zeros(1))
+    k, v = split_caches()
+    q = torch.zeros(1, 2, 32, dtype=torch.float16)
+    bt = torch.zeros(1, 2, dtype=torch.int32)
+    seq_lens = Boom()
+    with using_registry(Registry([row("paged_decode", "fake/decode", rec)])):
+        ops.paged_decode(q, k, v, bt, seq_lens)
+        ops.paged_decode(q, k, v, bt, seq_lens)  # cached path too
+    assert rec.calls[0][0][4] is seq_lens
+
+
+def test_selector_forces_row_through_ops(monkeypatch):
+    a, b = Recorder(torch.zeros(1)), Recorder(torch.zeros(1))
+    reg = Registry([row("paged_decode", "fake/a", a, priority=5), row("paged_decode", "fake/b", b)])
+    k, v = split_caches()
+    q = torch.zeros(1, 2, 32, dtype=torch.float16)
+    bt = torch.zeros(1, 2, dtype=torch.int32)
+    with using_registry(reg):
+        ops.paged_decode(q, k, v, bt, None)
+        monkeypatch.setenv("KVBENCH_PAGED_DECODE", "fake/b")
+        ops.paged_decode(q, k, v, bt, None)
+        assert ops.last_selection("paged_decode").forced
+    assert len(a.calls) == 1 and len(b.calls) == 1
+
+
+def test_missing_tag_is_visible_not_silently_rerouted(monkeypatch):
+    rec = Recorder(torch.zeros(1))
+    reg = Registry(
+        [
+            row("paged_decode", "fake/contig_only", rec, forbidden=("kv:strided",)),
+            row("paged_decode", "fake/paged", rec, required=("kv:paged",)),
+        ]
+    )
+    k, v = combined_caches()  # strided views
+    q = torch.zeros(1, 2, 32, dtype=torch.float16)
+    bt = torch.zeros(1, 2, dtype=torch.int32)
+    with using_registry(reg):
+        monkeypatch.setenv("KVBENCH_PAGED_DECODE", "fake/contig_only")
+        with pytest.raises(DispatchError, match="layout tag forbidden: kv:strided"):
+            ops.paged_decode(q, k, v, bt, None)
+        assert rec.calls == []
+        monkeypatch.delenv("KVBENCH_PAGED_DECODE")
+        ops.paged_decode(q, k, v, bt, None)
+        assert ops.last_selection("paged_decode").spec.name == "fake/paged"
+
+
+# ---- per-call overhead of a cached decision -----------------------------------------------------
+
+LOOP = 500
+TRIALS = 8
+
+
+def test_cached_dispatch_overhead_under_2us():
+    """ops.paged_decode with a cached decision costs <= 2 µs more than calling the row.
+
+    bench_host over LOOP calls per sample (the harness evicts CPU caches before each sample
+    on CPU; amortized over the loop that is a fraction of a ns per call), the fastest sample
+    of each side compared: the cost of a code path is its uncontended time. This 2-core
+    machine is often shared, and a busy neighbour on the sibling core stretches every sample
+    of a window ~1.8x, so up to TRIALS windows are measured and the first clean one decides
+    (docs/allocator.md gives medians). Measured here: ~1.55 µs uncontended, ~2.8 contended.
+    """
+    from kvbench.harness import bench_host
+
+    def trivial(*args, **kwargs):
+        return None
+
+    k, v = combined_caches()
+    q = torch.zeros(8, 8, 32, dtype=torch.float16)
+    bt = torch.zeros(8, 64, dtype=torch.int32)
+    sl = torch.ones(8, dtype=torch.int32)
+    with using_registry(Registry([row("paged_decode", "fake/trivial", trivial)])):
+        ops.paged_decode(q, k, v, bt, sl)  # decide once
+
+        def via_ops():
+            for _ in range(LOOP):
+                ops.paged_decode(q, k, v, bt, sl)
+
+        def direct():
+            for _ in range(LOOP):
+                trivial(q, k, v, bt, sl, sm_scale=None, k_scale=None, v_scale=None)
+
+        windows = []
+        for _ in range(TRIALS):
+            ops_us, direct_us = [], []
+            for _ in range(3):  # alternate so both sides see the same neighbours
+                ops_us += bench_host(via_ops, repeat=20).samples_us
+                direct_us += bench_host(direct, repeat=20).samples_us
+            windows.append((min(ops_us) - min(direct_us)) / LOOP)
+            if windows[-1] <= 2.0:
+                break
+    assert min(windows) <= 2.0, windows
+
+
+# ---- real rows through ops (tiny shapes; Triton rows run in the interpreter on CPU) -------------
+
+
+def test_paged_decode_auto_is_correct(device):
+    from kvbench.checks import check_paged_decode, make_decode_query
+    from kvbench.pool import paged_pool
+
+    pool = paged_pool(
+        3,
+        [5, 40, 17],
+        kv_heads=2,
+        head_dim=32,
+        page_size=16,
+        min_l2_multiple=0 if device == "cpu" else 8,
+        device=device,
+    )
+    q = make_decode_query(pool, 4)
+    assert check_paged_decode(ops.paged_decode, pool, q) >= 0.0
+    sel = ops.last_selection("paged_decode")
+    assert sel.spec.name in ("triton/single_pass", "triton/split_kv")
+    assert "kv:strided" in sel.tags  # the pool's combined per-layer buffer
+    pool.free()
+
+
+@pytest.mark.parametrize("name", ["torch/gather_sdpa", "triton/split_kv"])
+def test_paged_decode_forced_rows_are_correct(device, monkeypatch, name):
+    from kvbench.checks import check_paged_decode, make_decode_query
+    from kvbench.pool import paged_pool
+
+    monkeypatch.setenv("KVBENCH_PAGED_DECODE", name)
+    pool = paged_pool(
+        2,
+        [33, 9],
+        kv_heads=2,
+        head_dim=32,
+        page_size=16,
+        min_l2_multiple=0 if device == "cpu" else 8,
+        device=device,
+    )
+    q = make_decode_query(pool, 4)
+    check_paged_decode(ops.paged_decode, pool, q)
+    assert ops.last_selection("paged_decode").spec.name == name
+    pool.free()
+
+
+def test_kv_write_auto_is_correct(device):
+    from kvbench.checks import check_kv_write, make_write_inputs
+    from kvbench.pool import paged_pool
+
+    pool = paged_pool(
+        2,
+        48,
+        kv_heads=2,
+        head_dim=32,
+        page_size=16,
+        min_l2_multiple=0 if device == "cpu" else 8,
+        device=device,
+    )
+    k, v, slots = make_write_inputs(pool, 7)
+    assert check_kv_write(ops.kv_write, pool, k, v, slots) == 0.0
+    assert ops.last_selection("kv_write").bucket == "decode"
+    pool.free()
+
+
+def test_kv_gather_auto_is_correct(device):
+    from kvbench.checks import check_kv_gather_fp8
+    from kvbench.gather_pool import build_gather_pool, build_page_table_flat
+
+    cache = build_gather_pool(512, device=device)
+    pt = build_page_table_flat([70], 512, device=device)
+    assert check_kv_gather_fp8(ops.kv_gather_fp8, cache, pt, 5) == 0.0
+    assert ops.last_selection("kv_gather_fp8").spec.name == "triton/cached"
+
+
+# ---- GPU: occupancy preferences and full-size correctness through ops ---------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("batch", "seq_len", "expected"),
+    [(1, 32768, "triton/split_kv"), (64, 8192, "triton/single_pass")],
+)
+def test_decode_preference_follows_occupancy_on_cuda(batch, seq_len, expected):
+    """Without measurements, the SM-count rules pick split-KV for batch 1 x 32k and single-pass
+    for batch 64 x 8k (32 q / 8 kv heads, d 128); the chosen row is correct at that size."""
+    from kvbench.checks import check_paged_decode, make_decode_query
+    from kvbench.pool import paged_pool
+
+    pool = paged_pool(batch, seq_len, device="cuda")
+    q = make_decode_query(pool, 32)
+    check_paged_decode(ops.paged_decode, pool, q)
+    sel = ops.last_selection("paged_decode")
+    assert sel.spec.name == expected, sel.explain()
+    pool.free()
+
+
+@pytest.mark.gpu
+def test_tune_kv_alloc_and_gather_on_cuda():
+    """`kvbench tune` end to end on the device: tables written, installed, used by dispatch."""
+    import math
+
+    from kvbench.dispatch import BUCKETS, core, dispatch
+
+    for op in ("kv_alloc", "kv_gather_fp8"):
+        table = tune.tune(op, device="cuda")
+        assert table["device_name"] == core.device_name("cuda")
+        assert {e["bucket"] for e in table["entries"]} == {*BUCKETS[op], "any"}
+    sel = dispatch(
+        "kv_gather_fp8", dtype="fp8", tags=("kv:paged",), shape={"kv_len": 65536}, device="cuda"
+    )
+    assert not math.isinf(sel.ranked[0].perf_us), sel.explain()
