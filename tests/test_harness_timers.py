@@ -94,7 +94,7 @@ def test_reset_runs_before_every_call():
 def _count_flushes(monkeypatch):
     count = {"n": 0}
 
-    def fake_flusher(device=None):
+    def fake_flusher(device=None, *, mode="read"):
         def flush():
             count["n"] += 1
 
@@ -111,6 +111,12 @@ def test_cold_flushes_before_every_timed_call_and_warm_never(monkeypatch):
     count["n"] = 0
     r = bench(lambda: None, repeat=6, l2="warm", device="cpu")
     assert count["n"] == 0 and r.l2 == "warm"
+
+
+def test_bench_host_keeps_cpu_caches_warm(monkeypatch):
+    count = _count_flushes(monkeypatch)
+    bench_host(lambda: None, repeat=5, device="cpu")
+    assert count["n"] == 0
 
 
 def test_default_repeat_follows_the_time_budget(monkeypatch):

@@ -19,8 +19,8 @@ import torch
 
 from kvbench.harness.peaks import resolve_device
 
-#: Multiple of the last-level cache the flush buffer covers: writing twice the cache evicts
-#: every line of a (pseudo-)LRU cache whatever its replacement details.
+#: Multiple of the last-level cache the flush buffer covers: streaming twice the cache through
+#: it evicts every line of a (pseudo-)LRU cache whatever its replacement details.
 FLUSH_MULTIPLE = 2
 
 #: CPU last-level cache size assumed when /sys does not say (no sysfs: macOS, containers with a
@@ -54,7 +54,7 @@ def cpu_llc_bytes(sysfs_glob: str = "/sys/devices/system/cpu/cpu0/cache/index*/s
 
 
 def flush_bytes(device: object = None) -> int:
-    """Bytes l2_flush() overwrites on `device`: FLUSH_MULTIPLE x its last-level cache."""
+    """Bytes l2_flush() streams through the cache of `device`: FLUSH_MULTIPLE x its last-level cache."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return _cuda_flush_bytes(dev.index)
@@ -72,9 +72,37 @@ def _cuda_flush_bytes(index: int) -> int:
 
 @functools.cache
 def _cuda_buffer(index: int) -> torch.Tensor:
-    # int32 elements: zero_() runs as a wide vectorised store kernel; size rounded up.
+    # int32 elements, zeroed once (the flush reads them; no NaN or denormal paths); size
+    # rounded up.
     n = -(-_cuda_flush_bytes(index) // 4)
-    return torch.empty(n, dtype=torch.int32, device=torch.device("cuda", index))
+    return torch.zeros(n, dtype=torch.int32, device=torch.device("cuda", index))
+
+
+#: How the CUDA flush evicts L2: "read" (a reduction over the buffer, the default) or "write"
+#: (zero_(), as triton's do_bench does). Kept switchable for the ablation in docs/harness.md.
+CUDA_FLUSH_MODES = ("read", "write")
+
+
+@functools.cache
+def _cuda_flush(index: int, mode: str = "read") -> Callable[[], None]:
+    """Evict L2 by READING the whole buffer (a sum) rather than writing it.
+
+    Why (hypothesis tested by the ablation in docs/harness.md): a write-based flush leaves up
+    to one L2 of dirty lines, and the timed kernel then pays their write-back to DRAM. Reading
+    evicts the previous call's dirty outputs during the flush, outside the timed events, and
+    leaves clean lines the timed kernel can drop for free.
+    """
+    if mode not in CUDA_FLUSH_MODES:
+        raise ValueError(f"flush mode must be one of {CUDA_FLUSH_MODES}, got {mode!r}")
+    buf = _cuda_buffer(index)
+    if mode == "write":
+        return buf.zero_
+    out = torch.zeros((), dtype=torch.int64, device=buf.device)
+
+    def flush() -> None:
+        torch.sum(buf, out=out)
+
+    return flush
 
 
 @functools.lru_cache(maxsize=1)
@@ -91,7 +119,7 @@ def _flush_cpu() -> None:
     _cpu_buffer().fill(_cpu_counter)
 
 
-def flusher(device: object = None) -> Callable[[], None]:
+def flusher(device: object = None, *, mode: str = "read") -> Callable[[], None]:
     """The flush of `device` as a zero-argument callable, resolved once.
 
     Timers call this once and the result inside their loops, so the per-iteration cost is the
@@ -99,15 +127,15 @@ def flusher(device: object = None) -> Callable[[], None]:
     """
     dev = resolve_device(device)
     if dev.type == "cuda":
-        return _cuda_buffer(dev.index).zero_
+        return _cuda_flush(dev.index, mode)
     _cpu_buffer()  # allocate outside any timed loop
     return _flush_cpu
 
 
 def l2_flush(device: object = None) -> None:
-    """Evict the last-level cache of `device` by overwriting a buffer >= 2x its size.
+    """Evict the last-level cache of `device` by streaming a buffer >= 2x its size through it.
 
-    CUDA: enqueues one write kernel on the current stream and returns without synchronising,
+    CUDA: enqueues one read (reduction) kernel on the current stream and returns without synchronising,
     so timers can call it between CUDA events. The buffer is allocated once per device.
     CPU: writes a numpy buffer of 2x the LLC (a changing value each call, so no layer can
     skip the store as redundant).
@@ -117,6 +145,7 @@ def l2_flush(device: object = None) -> None:
 
 def _clear_caches() -> None:
     """Drop the cached flush buffers (tests; or to return the memory after a benchmark run)."""
+    _cuda_flush.cache_clear()
     _cuda_buffer.cache_clear()
     _cpu_buffer.cache_clear()
 

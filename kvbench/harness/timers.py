@@ -20,6 +20,7 @@ seconds so `asv compare` can run its statistics on them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -50,6 +51,9 @@ class TimingResult:
     timer: str
     l2: str
     device: str
+    #: CUDA event timers: host time to enqueue one call (launch overhead of fn), which the
+    #: head start keeps out of the device-time samples. None for other timers.
+    host_us: float | None = None
 
     def as_asv(self) -> dict:
         """The form an asv `track_*` may return to get statistics: samples in seconds."""
@@ -78,14 +82,65 @@ def _choose_repeat(per_call_s: float, budget_s: float, bounds: tuple[int, int]) 
     return int(min(hi, max(lo, budget_s / per_call_s)))
 
 
-def _result(samples_us: list[float], timer: str, l2: str, dev: torch.device) -> TimingResult:
+def _result(
+    samples_us: list[float], timer: str, l2: str, dev: torch.device, host_us: float | None = None
+) -> TimingResult:
     return TimingResult(
         median_us=float(statistics.median(samples_us)),
         samples_us=tuple(float(s) for s in samples_us),
         timer=timer,
         l2=l2,
         device=str(dev),
+        host_us=host_us,
     )
+
+
+#: Head start: each timed call is preceded on the GPU by a spin kernel that lasts
+#: HEAD_START_FACTOR x the host's measured enqueue time of one iteration (+ HEAD_START_PAD_US).
+#: Why: the events time the device timeline, and when the host needs longer to enqueue a call
+#: (Python validation, Triton's launcher) than the GPU needs to run the previous one, the GPU
+#: idles between the start event and the kernel and that launch gap lands in the sample. On
+#: the H200 a 4k-token decode measured ~100 us that way, host-bound (docs/harness.md). The
+#: spin keeps the queue ahead of the GPU, so samples are device time; the host cost is kept
+#: separately as TimingResult.host_us.
+HEAD_START_FACTOR = 1.5
+HEAD_START_PAD_US = 5.0
+
+
+@functools.cache
+def _spin_cycles_per_us(index: int) -> float:
+    """GPU clock cycles per microsecond for torch.cuda._sleep, measured once per device."""
+    torch.cuda._sleep(1000)  # load the kernel
+    start, end = _events(2)
+    start.record()
+    torch.cuda._sleep(2_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    return 2_000_000 / (start.elapsed_time(end) * 1e3)
+
+
+def _host_enqueue_us(iteration: Callable[[], object]) -> float:
+    """Host microseconds to enqueue one iteration (no synchronize inside: pure launch cost)."""
+    t0 = time.perf_counter()
+    for _ in range(_ESTIMATE_CALLS):
+        iteration()
+    return (time.perf_counter() - t0) * 1e6 / _ESTIMATE_CALLS
+
+
+#: The flush mode bench()/bench_stateful() use ("read"; "write" only for the ablation).
+FLUSH_MODE = "read"
+
+
+def _head_start(dev: torch.device, host_us: float) -> Callable[[], None]:
+    us = HEAD_START_FACTOR * host_us + HEAD_START_PAD_US
+    if us <= 0:  # the ablation's "off"
+        return _noop
+    cycles = int(us * _spin_cycles_per_us(dev.index))
+
+    def spin() -> None:
+        torch.cuda._sleep(cycles)
+
+    return spin
 
 
 def _events(n: int) -> list[torch.cuda.Event]:
@@ -124,10 +179,12 @@ def bench(
     if l2 not in ("cold", "warm"):
         raise ValueError(f"l2 must be 'cold' (flush before each call) or 'warm', got {l2!r}")
     dev = resolve_device(device)
-    flush = flusher(dev) if l2 == "cold" else _noop
+    flush = flusher(dev, mode=FLUSH_MODE) if l2 == "cold" else _noop
     if dev.type == "cuda":
         with torch.cuda.device(dev):
             fn()  # untimed: JIT compile, autotune, lazy allocation
+            torch.cuda.synchronize()
+            host_us = _host_enqueue_us(fn)
             if repeat is None:
                 start, end = _events(2)
                 torch.cuda.synchronize()
@@ -138,16 +195,18 @@ def bench(
                 torch.cuda.synchronize()
                 per_call_s = start.elapsed_time(end) * 1e-3 / _ESTIMATE_CALLS
                 repeat = _choose_repeat(per_call_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
+            spin = _head_start(dev, host_us)
             starts, ends = _events(repeat), _events(repeat)
             torch.cuda.synchronize()
             for i in range(repeat):
                 flush()
+                spin()
                 starts[i].record()
                 fn()
                 ends[i].record()
             torch.cuda.synchronize()  # the one synchronize; every interval is read after it
             samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-        return _result(samples, "bench", l2, dev)
+        return _result(samples, "bench", l2, dev, host_us)
 
     fn()  # untimed, as on CUDA
     if repeat is None:
@@ -183,27 +242,31 @@ def bench_stateful(
     _check_callable("reset", reset)
     repeat = _check_repeat(repeat)
     dev = resolve_device(device)
-    flush = flusher(dev)
+    flush = flusher(dev, mode=FLUSH_MODE)
     if dev.type == "cuda":
         with torch.cuda.device(dev):
             reset()
             fn()  # untimed first call
+            torch.cuda.synchronize()
+            host_us = _host_enqueue_us(lambda: (reset(), fn()))
             if repeat is None:
                 per_iter_s = _wall_per_iteration(
                     lambda: (reset(), flush(), fn()), torch.cuda.synchronize
                 )
                 repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
+            spin = _head_start(dev, host_us)
             starts, ends = _events(repeat), _events(repeat)
             torch.cuda.synchronize()
             for i in range(repeat):
                 reset()
                 flush()
+                spin()
                 starts[i].record()
                 fn()
                 ends[i].record()
             torch.cuda.synchronize()
             samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-        return _result(samples, "bench_stateful", "cold", dev)
+        return _result(samples, "bench_stateful", "cold", dev, host_us)
 
     reset()
     fn()
@@ -229,10 +292,10 @@ def bench_host(
 ) -> TimingResult:
     """Median wall time the host spends in `fn` including the GPU work it leaves behind.
 
-    Per iteration: reset() (if given) and the L2 flush, a synchronize so neither is counted,
+    Per iteration: reset() (if given) and the GPU L2 flush, a synchronize so neither is counted,
     then perf_counter_ns, fn(), a trailing synchronize, perf_counter_ns. The trailing
     synchronize is part of every sample, so compare rows with host_floor() (this timer around
-    a no-op). CPU: the same without synchronizes.
+    a no-op). CPU: the same without synchronizes and without a cache flush.
     repeat=None picks a count by wall time (~STATEFUL_BUDGET_S, clamp STATEFUL_REPEAT_RANGE).
     """
     _check_callable("fn", fn)
@@ -240,9 +303,13 @@ def bench_host(
         _check_callable("reset", reset)
     repeat = _check_repeat(repeat)
     dev = resolve_device(device)
-    flush = flusher(dev)
-    do_reset = reset if reset is not None else _noop
     is_cuda = dev.type == "cuda"
+    # The GPU's L2 is flushed (outside the window) so fn's device work runs cold as in every
+    # other timer; the CPU caches are NOT: the state a host-side call walks (allocator free
+    # lists, dispatch tables) is hot in an engine's decode loop, and flushing it made a 4 us
+    # allocator call read 110-150 us on the 2-core CPU machine (docs/allocator.md).
+    flush = flusher(dev, mode=FLUSH_MODE) if is_cuda else _noop
+    do_reset = reset if reset is not None else _noop
 
     def sync() -> None:
         if is_cuda:

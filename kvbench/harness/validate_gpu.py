@@ -152,6 +152,45 @@ def l2_ablation(device: object = None, size_bytes: int = SMALL_COPY_BYTES):
     return bench(copy, l2="cold", device=device), bench(copy, l2="warm", device=device)
 
 
+def timer_ablation(device: object = None) -> list[tuple[str, str, object]]:
+    """bench() under flush mode {write, read} x head start {off, on}, on two small cases.
+
+    Cases: the L2-sized 8 MiB copy, and a tiny kernel behind ~50 us of host work (a Python
+    launcher's validation). Tests two hypotheses (docs/harness.md): a write flush makes the
+    timed kernel pay the dirty lines' write-back; without a head start a host-bound launcher's
+    gap lands in the event interval. Returns (case, setting, TimingResult) triples.
+    """
+    from kvbench.harness import timers
+
+    src, dst = copy_buffers(SMALL_COPY_BYTES, device)
+    tiny = torch.empty(1 << 16, device=resolve_device(device))
+
+    def copy() -> None:
+        dst.copy_(src)
+
+    def host_heavy() -> None:
+        t_end = time.perf_counter() + 50e-6
+        while time.perf_counter() < t_end:
+            pass
+        tiny.add_(1)
+
+    saved = (timers.FLUSH_MODE, timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US)
+    out = []
+    try:
+        for mode in ("write", "read"):
+            for head in (False, True):
+                timers.FLUSH_MODE = mode
+                timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US = (
+                    saved[1:] if head else (0.0, 0.0)
+                )
+                setting = f"flush={mode} head_start={'on' if head else 'off'}"
+                out.append(("8 MiB copy", setting, bench(copy, device=device)))
+                out.append(("tiny kernel + 50us host", setting, bench(host_heavy, device=device)))
+    finally:
+        timers.FLUSH_MODE, timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US = saved
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="also write every number to this JSON file")
@@ -193,6 +232,11 @@ def main(argv: list[str] | None = None) -> int:
         f"(warm/cold {warm.median_us / cold.median_us:.2f})"
     )
 
+    ablation = timer_ablation(dev)
+    print("timer ablation (median us):")
+    for case, setting, timing in ablation:
+        print(f"  {case:26s} {setting:30s} {timing.median_us:9.2f}")
+
     floor = host_floor(dev)
     stall = host_stall_demo(dev)
     print(
@@ -228,6 +272,11 @@ def main(argv: list[str] | None = None) -> int:
             note="misses the stall",
         ),
     ]
+    rows += [
+        Row.from_timing("timer-ablation", case, timing, small_work if "copy" in case else Work(),
+                        note=setting)
+        for case, setting, timing in ablation
+    ]
     if prof:
         rows.insert(
             2,
@@ -253,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
             "metadata": meta,
             "ceilings": asdict(ceilings),
             "flush_bytes": flush_bytes(dev),
+            "timer_ablation": [
+                {"case": c, "setting": st, "median_us": t.median_us, "host_us": t.host_us}
+                for c, st, t in ablation
+            ],
             "copy": {
                 "size_bytes": size,
                 "bench_us": ours.median_us,
