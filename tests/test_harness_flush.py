@@ -1,6 +1,7 @@
 """The one flush routine: sized from the cache it evicts, and really writing its buffer."""
 
 import pytest
+import torch
 
 from kvbench.harness import flush as flush_mod
 from kvbench.harness import flush_bytes, l2_flush
@@ -40,3 +41,12 @@ def test_cpu_flush_writes_the_whole_buffer():
     l2_flush("cpu")
     assert buf.nbytes >= flush_bytes("cpu") - 8
     assert int(buf[0]) == int(buf[-1]) == first + 1  # a new value everywhere, every call
+
+
+def test_read_flush_reads_the_buffer_without_writing_it():
+    from kvbench.harness.flush import read_flush
+
+    buf = torch.arange(1000, dtype=torch.int32)
+    before = buf.clone()
+    read_flush(buf)()
+    assert torch.equal(buf, before)

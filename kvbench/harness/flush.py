@@ -95,12 +95,15 @@ def _cuda_flush(index: int, mode: str = "read") -> Callable[[], None]:
     if mode not in CUDA_FLUSH_MODES:
         raise ValueError(f"flush mode must be one of {CUDA_FLUSH_MODES}, got {mode!r}")
     buf = _cuda_buffer(index)
-    if mode == "write":
-        return buf.zero_
+    return buf.zero_ if mode == "write" else read_flush(buf)
+
+
+def read_flush(buf: torch.Tensor) -> Callable[[], None]:
+    """A closure that reads all of 1-D `buf` (an int sum into a preallocated scalar)."""
     out = torch.zeros((), dtype=torch.int64, device=buf.device)
 
     def flush() -> None:
-        torch.sum(buf, out=out)
+        torch.sum(buf, dim=0, out=out)  # torch 2.11 has no full-reduction `out=` overload
 
     return flush
 

@@ -109,9 +109,11 @@ def _gather_legacy_kernel(kv_u8, kv_f32, kv_bf16, pt_ptr, out_ptr, SOFT_FP8: tl.
         y = b.to(tl.float8e4nv, bitcast=True).to(tl.float32) * sc
         tl.store(dst + s * 128 + c, encode_e4m3(y, SOFT_FP8))
     else:
-        c = tl.arange(0, 64)
-        r = tl.load(kv_bf16 + tok * 328 + 264 + c)
-        tl.store(dst + 512 + c, encode_e4m3(bf16_bits_to_f32(r), SOFT_FP8))
+        # Names distinct from the other branch: triton 3.6 rejects a name bound in both arms
+        # of an `if` with different types ([128] vs [64]), which 3.9 accepts.
+        c_rope = tl.arange(0, 64)
+        rope = tl.load(kv_bf16 + tok * 328 + 264 + c_rope)
+        tl.store(dst + 512 + c_rope, encode_e4m3(bf16_bits_to_f32(rope), SOFT_FP8))
 
 
 @triton.jit
