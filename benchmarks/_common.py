@@ -1,0 +1,250 @@
+"""Shared machinery of the kvbench asv suite: one measuring process per class.
+
+Why setup_cache does the measuring. asv runs every (benchmark, param combination) in a fresh
+process; importing torch costs 2-4 s and creating a CUDA context ~0.5 s, so the ~200
+combinations of this suite measured one per process would take many minutes per commit. Each
+class instead measures all its cases in ONE `setup_cache` process (pool built once per
+shape x dtype and shared by the selector rows, freed before the next shape), and returns a
+plain dict {param tuple: entry}. The per-combination processes only look their entry up:
+`setup` raises NotImplementedError for a skipped case and RuntimeError for a failed one (a
+wrong kernel never gets a number), `track_us` returns the timer's samples
+(TimingResult.as_asv(), seconds, with asv's statistics), `track_gbps` the theoretical bytes
+over the median (a display series: asv treats bigger as worse, so GB/s never drives
+regression detection). One timing feeds both series. The price: a CUDA fault in one case
+poisons the context for the later cases of that class in that process; each case's
+exception is recorded and shown, so the first failure names the culprit.
+
+Old commits lack parts of kvbench. The suite imports kvbench only inside setup_cache and
+turns a missing module or name into a recorded skip, so `asv run` over old history skips
+those rows instead of failing. Nothing here imports torch at module level: discovery and the
+lookup processes stay fast, and no CUDA state exists before asv forks.
+
+On a machine without CUDA: Triton rows and GPU-size cases are skipped (CPU timings of
+interpreted Triton mean nothing and take minutes); torch rows run at the small cases, and
+host-side costs (allocator, dispatch) are real numbers.
+"""
+
+from __future__ import annotations
+
+import gc
+import glob
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterable
+from typing import Any
+
+#: Explicit benchmark version: editing a benchmark's code must not hide its history.
+VERSION = "1"
+#: The selector variables (docs/architecture.md). Hardcoded because asv needs static params
+#: and old commits may lack kvbench.dispatch.selectors.
+SELECTOR_VARS = {
+    "paged_decode": "KVBENCH_PAGED_DECODE",
+    "kv_write": "KVBENCH_KV_WRITE",
+    "kv_gather_fp8": "KVBENCH_KV_GATHER",
+    "kv_alloc": "KVBENCH_KV_ALLOC",
+}
+AUTO = "auto"
+
+
+class Skip(NotImplementedError):
+    """A case that cannot run on this machine or commit (becomes an asv skip)."""
+
+
+def need(module: str, *names: str) -> Any:
+    """Import kvbench's `module` (and check `names` on it) or raise Skip naming what is missing."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise Skip(f"this commit has no {module} ({exc})") from None
+    for name in names:
+        if not hasattr(mod, name):
+            raise Skip(f"this commit's {module} has no {name}")
+    return mod
+
+
+def no_nvidia_driver() -> bool:
+    """True when this machine certainly has no NVIDIA GPU (no driver files), decided without
+    importing torch: a class that has nothing to run on a CPU then skips in milliseconds
+    instead of paying torch's import in its setup_cache process."""
+    return not (os.path.exists("/proc/driver/nvidia/version") or glob.glob("/dev/nvidia*"))
+
+
+def prepare_process() -> str:
+    """Device type for this measuring process ('cuda' or 'cpu'); call before importing kvbench.
+
+    On a CPU machine TRITON_INTERPRET is removed (it may be inherited from a pytest run):
+    without it dispatch excludes the Triton rows, so `auto` picks a torch row instead of
+    timing the Triton interpreter. CPU rows also run torch single-threaded: on a 2-core
+    runner the intra-op pool made a 65536-element nonzero() take ~20 ms instead of ~0.5 ms
+    (thread contention, not the op), which would drown every host-side number.
+    """
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    os.environ.pop("TRITON_INTERPRET", None)
+    torch.set_num_threads(1)
+    return "cpu"
+
+
+def set_selector(op: str, value: str) -> None:
+    """Pin (or unpin, for 'auto') the kernel row of `op` through its env-var selector."""
+    var = SELECTOR_VARS[op]
+    if value == AUTO:
+        os.environ.pop(var, None)
+    else:
+        os.environ[var] = value
+
+
+def free_device_memory() -> None:
+    """Between cases: drop garbage and return cached blocks (seed 000: free pools between cases)."""
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        except RuntimeError as exc:  # a faulted context: later cases will record the error
+            print(f"freeing device memory failed: {exc}", file=sys.stderr)
+
+
+def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_diff: float | None,
+             explain: str = "", shared: bool = False) -> dict:
+    """The cache entry of a measured case: plain builtins (asv pickles it across processes)."""
+    samples_s = list(timing.as_asv()["samples"])  # the harness's one µs -> s conversion
+    timer = f"{timing.timer}/{timing.l2}" + (", timing shared with the same row" if shared else "")
+    return {
+        "samples_s": samples_s,
+        "median_us": float(timing.median_us),
+        "gbps": (moved_bytes / (timing.median_us * 1e-6) / 1e9) if moved_bytes else None,
+        "selected": selected,
+        "max_abs_diff": max_abs_diff,
+        "timer": timer,
+        "explain": explain,
+    }
+
+
+def timed_once(timings: dict, row: str, measure: Callable[[], Any]) -> tuple[Any, bool]:
+    """The timing of `row` on the current input, measured on first request only.
+
+    `auto` runs whichever row dispatch picks; that row is also measured pinned by its own
+    selector on the same input. Both series then come from ONE timing of the same callable
+    with the same arguments (each still passes its own correctness check first): timing it
+    twice would spend the budget on a second sample of the same thing. Returns
+    (timing, reused).
+    """
+    if row in timings:
+        return timings[row], True
+    timings[row] = measure()
+    return timings[row], False
+
+
+def run_cases(keys: Iterable[tuple[str, ...]], body: Callable[[tuple[str, ...]], dict],
+              results: dict) -> None:
+    """Fill results[key] for each key: body's entry, a skip, or the error that stopped it."""
+    for key in keys:
+        try:
+            results[key] = body(key)
+        except NotImplementedError as exc:
+            results[key] = {"skip": str(exc) or type(exc).__name__}
+        except Exception as exc:  # noqa: BLE001 (recorded per case; setup re-raises it)
+            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            results[key] = {"error": text}
+            print(f"case {key} failed:\n{text}", file=sys.stderr)
+
+
+def skip_all(keys: Iterable[tuple[str, ...]], reason: str, results: dict) -> None:
+    """Record `reason` as the skip of every key not recorded yet."""
+    for key in keys:
+        results.setdefault(key, {"skip": reason})
+
+
+def fail_all(keys: Iterable[tuple[str, ...]], exc: BaseException, results: dict) -> None:
+    """Record `exc` as the failure of every key not recorded yet."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    print(f"cases {list(keys)} failed:\n{text}", file=sys.stderr)
+    for key in keys:
+        results.setdefault(key, {"error": text})
+
+
+def release_pool(pool: Any) -> None:
+    """run_group's `release` for a KVPool (or any input with a no-argument free())."""
+    pool.free()
+
+
+def run_group(keys: list[tuple[str, ...]], build: Callable[[], Any],
+              measure: Callable[[Any], None], results: dict,
+              release: Callable[[Any], None] | None = None) -> None:
+    """Build one input (a pool) for a group of cases, measure them on it, then free it.
+
+    A build or measure failure lands on every case of the group not recorded yet; the input
+    is passed to `release` (if given) and device memory returned before the next group.
+    """
+    resource = None
+    try:
+        resource = build()
+        measure(resource)
+    except NotImplementedError as exc:
+        skip_all(keys, str(exc) or type(exc).__name__, results)
+    except Exception as exc:  # noqa: BLE001 (recorded; setup re-raises it per case)
+        fail_all(keys, exc, results)
+    finally:
+        if resource is not None and release is not None:
+            release(resource)
+        del resource
+        free_device_memory()
+
+
+def entry(cache: dict, key: tuple[str, ...]) -> dict:
+    """A case's entry, raising NotImplementedError (asv: skipped) or RuntimeError (failed)."""
+    found = cache.get(key)
+    if found is None:
+        raise NotImplementedError(f"case {key} was not measured by this suite version")
+    if "skip" in found:
+        raise NotImplementedError(found["skip"])
+    if "error" in found:
+        raise RuntimeError(f"case {key} failed in setup_cache (no number recorded):\n"
+                           f"{found['error']}")
+    return found
+
+
+def report_selection(key: tuple[str, ...], found: dict) -> None:
+    """asv shows a benchmark's output with --show-stderr: say which row ran and why."""
+    print(f"{key}: ran {found['selected']} ({found['timer']}), median {found['median_us']:.2f} us,"
+          f" max_abs_diff {found['max_abs_diff']}")
+    if found.get("explain"):
+        print(found["explain"])
+
+
+class _Suite:
+    """Base of every benchmark class: lookups only. Subclasses define params and setup_cache.
+
+    setup_cache must be defined in each subclass (asv keys the cache by the function's
+    module and line: one shared definition would make all classes share one cache).
+    """
+
+    version = VERSION
+    unit = "seconds"
+    timeout = 60  # a lookup process; the measuring happens under setup_cache.timeout
+
+    def setup(self, cache: dict, *params: str) -> None:
+        self._found = entry(cache, tuple(params))
+        report_selection(tuple(params), self._found)
+
+    def track_us(self, cache: dict, *params: str) -> dict:
+        """Latency samples in seconds (asv formats them as µs): the regression series."""
+        return {"samples": list(self._found["samples_s"]), "number": 1}
+
+
+class _WithGbps(_Suite):
+    def track_gbps(self, cache: dict, *params: str) -> float:
+        """Theoretical bytes / median time in 1e9 B/s: display only (bigger is better here)."""
+        gbps = self._found["gbps"]
+        if gbps is None:
+            raise NotImplementedError("no theoretical byte count for this case")
+        return gbps
+
+    track_gbps.unit = "GB/s"

@@ -1,0 +1,81 @@
+"""kv_alloc: KVCacheManager.alloc(n) in each allocator state, timed as host wait.
+
+Seed 000 found the largest number on the decode path here: the bitmap allocator's search
+(`nonzero().item()`) once one finished request invalidates the bump cursor, ~11x its fast
+path and invisible to a CUDA-event timer. So: bench_host (perf_counter + trailing sync), a
+reset that re-establishes the state through the public API before every call
+(prepare_state: free_all alone would restore the bump cursor and time the fast path in all
+three rows), the state in the case label, and the invariant (n distinct rows that were free)
+asserted per state before timing. Host-side costs are real on a CPU too, so every case runs
+everywhere; CPU and GPU rows differ in device syncs, not in meaning.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from . import _common as c
+
+OP = "kv_alloc"
+SELECTORS = ["auto", "torch/legacy", "host/freelist"]
+STATES = ["bump", "run_search", "fragmented"]
+NS = [1, 64]
+#: 65536 rows: one layer's rows for 64k cached tokens. The legacy search's host stall is
+#: sync-bound on a GPU; on a CPU its bitmap scan grows with the count (keep CPU runs short).
+NUM_ROWS = 1 << 16
+
+
+def measure() -> dict:
+    """Every (selector, state, n) of KVAlloc, measured in this one process."""
+    results: dict = {}
+    dev = c.prepare_process()
+    for selector in SELECTORS:
+        keys = [(selector, s, n) for s in STATES for n in NS]
+
+        def build(selector=selector):
+            alloc = c.need("kvbench.alloc", "KVCacheManager", "prepare_state")
+            c.set_selector(OP, selector)
+            try:
+                return alloc.KVCacheManager(NUM_ROWS, device=dev)  # impl from the selector
+            finally:
+                c.set_selector(OP, c.AUTO)
+
+        c.run_group(keys, build,
+                    lambda manager, keys=keys: _measure(manager, keys, results), results)
+    return results
+
+
+def _measure(manager, keys: list, results: dict) -> None:
+    alloc = c.need("kvbench.alloc", "KVCacheManager", "prepare_state")
+    harness = c.need("kvbench.harness", "bench_host")
+    selected = manager.impl
+    selection = getattr(manager, "selection", None)
+
+    def one(key: tuple) -> dict:
+        selector, state, n = key
+        if selector != c.AUTO and selected != selector:
+            raise AssertionError(f"{c.SELECTOR_VARS[OP]}={selector} built {selected}")
+        alloc.prepare_state(manager, state, n=n)
+        checked = getattr(alloc, "checked_alloc", None)
+        if checked is None:
+            raise c.Skip("this commit has no kvbench.alloc.checked_alloc (the invariant gate)")
+        checked(manager, n)  # n distinct rows, all free before: else no number
+        timing = harness.bench_host(lambda: manager.alloc(n),
+                                    lambda: alloc.prepare_state(manager, state, n=n),
+                                    device=manager.device)
+        explain = selection.explain() if selector == c.AUTO and selection is not None else ""
+        return c.measured(timing, None, selected=selected, max_abs_diff=0.0, explain=explain)
+
+    c.run_cases(keys, one, results)
+
+
+class KVAlloc(c._Suite):
+    """Host wait of alloc(n) per selector x state x n (latency only: no bytes to score)."""
+
+    params: ClassVar[list] = [SELECTORS, STATES, NS]
+    param_names: ClassVar[list] = ["selector", "state", "n"]
+
+    def setup_cache(self):
+        return measure()
+
+    setup_cache.timeout = 180

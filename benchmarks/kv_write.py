@@ -1,0 +1,100 @@
+"""kv_write: scatter new K/V rows into the fragmented paged pool, prefill vs decode.
+
+Prefill and decode are different operations on one kernel (seed 000): prefill_16k (one
+sequence's 16384 tokens) is a bandwidth kernel; decode_64 (one new token for each of 64
+sequences) is launch-bound, where GB/s means little and the latency series is the one to
+read. fp8 writes quantize on the fly (e4m3 bytes + caller-side scales) and move half the
+bytes: a different row, not a dtype axis.
+
+Timer: bench() - writing the same rows to the same slots again is idempotent. Each case
+first writes through kvbench.ops under its selector, asserts the row, and checks the rows
+read back through the destination slots (check_kv_write) on the fragmented layout.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from . import _common as c
+
+OP = "kv_write"
+SELECTORS = ["auto", "triton/scatter", "torch/index_copy"]
+DTYPES = ["fp16", "bf16", "fp8"]
+#: case -> (num_seqs, tokens per sequence in the pool, tokens written). The slots are drawn
+#: at random from the sequences' (fragmented) pages; on a GPU the pool itself is >= 8x L2.
+CASES = {"prefill_16k": (1, 16384, 16384), "decode_64": (64, 64, 64)}
+CPU_CASES = ("decode_64",)
+KV_HEADS, HEAD_DIM, PAGE_SIZE = 8, 128, 16
+
+
+def _measure(dev: str, pool, dtype: str, n: int, keys: list, results: dict) -> None:
+    ops = c.need("kvbench.ops", "kv_write", "last_selection")
+    checks = c.need("kvbench.checks", "check_kv_write", "make_write_inputs")
+    harness = c.need("kvbench.harness", "bench")
+    theory = c.need("kvbench.theory", "kv_write_work")
+    k, v, slots = checks.make_write_inputs(pool, n, seed=0)
+    work = theory.kv_write_work(n, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
+                                in_bytes=k.element_size(), cache_dtype=dtype)
+    args = (k, v, pool.k_cache, pool.v_cache, slots)
+    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+
+    timings: dict = {}
+
+    def one(key: tuple) -> dict:
+        selector = key[0]
+        if dev == "cpu" and selector.startswith("triton/"):
+            raise c.Skip("Triton rows need CUDA (the interpreter's CPU timings mean nothing)")
+        c.set_selector(OP, selector)
+        diff = checks.check_kv_write(ops.kv_write, pool, k, v, slots)
+        sel = ops.last_selection(OP)
+        if selector != c.AUTO and sel.spec.name != selector:
+            raise AssertionError(f"{c.SELECTOR_VARS[OP]}={selector} ran {sel.spec.name}")
+        kernel = sel.target
+        timing, shared = c.timed_once(timings, sel.spec.name, lambda: harness.bench(
+            lambda: kernel(*args, **kwargs), device=pool.device))
+        return c.measured(timing, work.moved, selected=sel.spec.name, max_abs_diff=diff,
+                          explain=sel.explain() if selector == c.AUTO else "", shared=shared)
+
+    try:
+        c.run_cases(keys, one, results)
+    finally:
+        c.set_selector(OP, c.AUTO)
+
+
+def measure() -> dict:
+    """Every (selector, dtype, case) of KVWrite, measured in this one process."""
+    results: dict = {}
+    dev = c.prepare_process()
+    for case, (num_seqs, seq_len, n) in CASES.items():
+        for dtype in DTYPES:
+            keys = [(s, dtype, case) for s in SELECTORS]
+            if dev == "cpu" and case not in CPU_CASES:
+                c.skip_all(keys, f"{case} is a GPU-size case; a CPU runs {', '.join(CPU_CASES)}",
+                           results)
+                continue
+
+            def build(num_seqs=num_seqs, seq_len=seq_len, dtype=dtype):
+                pool_mod = c.need("kvbench.pool", "paged_pool")
+                return pool_mod.paged_pool(
+                    num_seqs, seq_len, kv_heads=KV_HEADS, head_dim=HEAD_DIM,
+                    page_size=PAGE_SIZE, dtype=dtype,
+                    min_l2_multiple=8 if dev == "cuda" else 0, device=dev, seed=0,
+                )
+
+            c.run_group(keys, build,
+                        lambda pool, dtype=dtype, n=n, keys=keys: _measure(
+                            dev, pool, dtype, n, keys, results),
+                        results, release=c.release_pool)
+    return results
+
+
+class KVWrite(c._WithGbps):
+    """Scatter latency (regression series) and GB/s (display) per selector x dtype x case."""
+
+    params: ClassVar[list] = [SELECTORS, DTYPES, list(CASES)]
+    param_names: ClassVar[list] = ["selector", "dtype", "case"]
+
+    def setup_cache(self):
+        return measure()
+
+    setup_cache.timeout = 240

@@ -1,0 +1,157 @@
+"""paged_decode: one decode step over the fragmented paged KV pool, per selector x dtype x shape.
+
+Geometry: Llama-3/Qwen3 decode (32 query heads, 8 KV heads, head_dim 128, 16-token pages).
+Cases name batch x context ("b8_c4k" = 8 sequences of 4096 tokens). fp16, bf16 and fp8 are
+separate rows, not a dtype axis to compare along: fp8 halves the bytes but is dequant-bound,
+so a lower fp8 GB/s is a different limit, not a regression (seed 000).
+
+Timer: bench() (idempotent, L2 flushed before each call). The timed callable is the kernel
+row dispatch selected (Selection.target), called with the pool's tensors: dispatch's own
+host overhead is measured separately in dispatch_overhead.py. Each case first runs the op
+once through kvbench.ops under its selector, asserts the row that ran, and checks it against
+kvbench.reference (check_paged_decode) before any timing.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from . import _common as c
+
+OP = "paged_decode"
+SELECTORS = ["auto", "triton/single_pass", "triton/split_kv", "torch/gather_sdpa"]
+DTYPES = ["fp16", "bf16", "fp8"]
+#: case -> (batch, context tokens)
+CASES = {
+    "b1_c4k": (1, 4096),
+    "b1_c32k": (1, 32768),
+    "b4_c1k": (4, 1024),
+    "b8_c4k": (8, 4096),
+    "b32_c4k": (32, 4096),
+    "b64_c8k": (64, 8192),
+}
+#: The case a CPU runs (torch rows only): single-threaded gather+SDPA takes ~0.1-0.3 s a call
+#: there, so one small case keeps the CPU suite within its budget.
+CPU_CASES = ("b4_c1k",)
+Q_HEADS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
+#: layout/storage ablation (seed 000: each fixture property keeps an ablation row).
+VARIANTS = {
+    "frag_combined": ("fragmented", "combined"),
+    "contig_combined": ("contiguous", "combined"),
+    "frag_split": ("fragmented", "split"),
+}
+ABLATION_CASE = "b32_c4k"
+
+
+def _measure_pool(dev: str, pool, dtype: str, keys: list[tuple[str, ...]], results: dict) -> None:
+    """Run each key's selector row on one pool: ops call + row assert + reference check + bench.
+
+    keys[i][0] is the selector; the rest of the key only labels the result.
+    """
+    ops = c.need("kvbench.ops", "paged_decode", "last_selection")
+    checks = c.need("kvbench.checks", "check_paged_decode", "make_decode_query")
+    harness = c.need("kvbench.harness", "bench")
+    theory = c.need("kvbench.theory", "paged_decode_work")
+    q = checks.make_decode_query(pool, Q_HEADS, seed=0)
+    work = theory.paged_decode_work(
+        pool.seq_lens_list, q_heads=Q_HEADS, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
+        kv_dtype=dtype, q_bytes=q.element_size(), page_size=pool.page_size,
+    )
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+
+    timings: dict = {}
+
+    def one(key: tuple[str, ...]) -> dict:
+        selector = key[0]
+        if dev == "cpu" and selector.startswith("triton/"):
+            raise c.Skip("Triton rows need CUDA (the interpreter's CPU timings mean nothing)")
+        c.set_selector(OP, selector)
+        # Correctness first, through the public op: the selector decides the row.
+        diff = checks.check_paged_decode(ops.paged_decode, pool, q)
+        sel = ops.last_selection(OP)
+        if selector != c.AUTO and sel.spec.name != selector:
+            raise AssertionError(f"{c.SELECTOR_VARS[OP]}={selector} ran {sel.spec.name}")
+        kernel = sel.target
+        timing, shared = c.timed_once(timings, sel.spec.name, lambda: harness.bench(
+            lambda: kernel(*args, **kwargs), device=pool.device))
+        return c.measured(timing, work.moved, selected=sel.spec.name, max_abs_diff=diff,
+                          explain=sel.explain() if selector == c.AUTO else "", shared=shared)
+
+    try:
+        c.run_cases(keys, one, results)
+    finally:
+        c.set_selector(OP, c.AUTO)
+
+
+def _pool(dev: str, case: str, dtype: str, layout: str = "fragmented", storage: str = "combined"):
+    pool_mod = c.need("kvbench.pool", "paged_pool")
+    batch, context = CASES[case]
+    return pool_mod.paged_pool(
+        batch, context, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE, dtype=dtype,
+        layout=layout, storage=storage, min_l2_multiple=8 if dev == "cuda" else 0,
+        device=dev, seed=0,
+    )
+
+
+def _group(dev: str, keys: list, dtype: str, case: str, results: dict, **layout: str) -> None:
+    """One pool for `keys` (same dtype, case and layout), measured, then freed."""
+    c.run_group(
+        keys,
+        lambda: _pool(dev, case, dtype, **layout),
+        lambda pool: _measure_pool(dev, pool, dtype, keys, results),
+        results,
+        release=c.release_pool,
+    )
+
+
+def measure_decode() -> dict:
+    """Every (selector, dtype, case) of PagedDecode, measured in this one process."""
+    results: dict = {}
+    dev = c.prepare_process()
+    for case in CASES:
+        for dtype in DTYPES:
+            keys = [(s, dtype, case) for s in SELECTORS]
+            if dev == "cpu" and case not in CPU_CASES:
+                c.skip_all(keys, f"{case} is a GPU-size case; a CPU runs {', '.join(CPU_CASES)}",
+                           results)
+            else:
+                _group(dev, keys, dtype, case, results)
+    return results
+
+
+def measure_ablation() -> dict:
+    """Every (selector, variant) of PagedDecodeAblation at ABLATION_CASE, fp16."""
+    results: dict = {}
+    dev = "cpu" if c.no_nvidia_driver() else c.prepare_process()
+    for variant, (layout, storage) in VARIANTS.items():
+        keys = [(s, variant) for s in SELECTORS]
+        if dev == "cpu":
+            c.skip_all(keys, f"the ablation runs at {ABLATION_CASE}, a GPU-size case", results)
+        else:
+            _group(dev, keys, "fp16", ABLATION_CASE, results, layout=layout, storage=storage)
+    return results
+
+
+class PagedDecode(c._WithGbps):
+    """Decode latency (regression series) and GB/s (display) per selector x dtype x shape."""
+
+    params: ClassVar[list] = [SELECTORS, DTYPES, list(CASES)]
+    param_names: ClassVar[list] = ["selector", "dtype", "case"]
+
+    def setup_cache(self):
+        return measure_decode()
+
+    setup_cache.timeout = 420
+
+
+class PagedDecodeAblation(c._WithGbps):
+    """Layout/storage ablation at one shape: fragmented vs contiguous pages, combined vs split."""
+
+    params: ClassVar[list] = [SELECTORS, list(VARIANTS)]
+    param_names: ClassVar[list] = ["selector", "variant"]
+
+    def setup_cache(self):
+        return measure_ablation()
+
+    setup_cache.timeout = 180

@@ -1,0 +1,165 @@
+"""`kvbench publish`: the asv dashboard must render with no internet.
+
+Unit tests pin the HTML rewrite (no network). The browser test makes a real results folder
+(a two-commit history, allocator benchmark only), publishes it with kvbench.publish (which
+fetches jQuery/flot/bootstrap with `npm pack`), serves html/ on 127.0.0.1, and loads a
+benchmark's graph page in headless Chromium with every other host unresolvable: the DOM must
+hold flot's canvas and the screenshot must not be blank.
+
+Needs Chromium (Debian: apt-get install chromium) and npm with the registry reachable (or a
+filled KVBENCH_NPM_CACHE). A missing Chromium FAILS the test with that message; set
+KVBENCH_SKIP_BROWSER=1 to skip it deliberately.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Self
+
+import pytest
+
+from kvbench import publish
+
+
+def _asv_index() -> str:
+    import asv
+
+    return (Path(asv.__file__).parent / "www" / "index.html").read_text(encoding="utf-8")
+
+
+# ---- the rewrite (no network) -----------------------------------------------------------------
+
+
+def test_rewrite_points_every_cdn_tag_at_vendor():
+    html = publish.rewrite_html(_asv_index())
+    scripts = re.findall(r"""<script\b[^>]*src=["']https?://[^>]*>""", html)
+    styles = [t for t in re.findall(r"""<link\b[^>]*href=["']https?://[^>]*>""", html)
+              if "stylesheet" in t]
+    assert scripts == [] and styles == [], scripts + styles
+    for asset in publish.ASSETS:
+        assert f'"{asset.local}"' in html, f"{asset.url} was not rewritten"
+    assert "integrity=" not in html and "crossorigin" not in html
+
+
+def test_rewrite_refuses_an_unknown_cdn():
+    page = '<script src="https://cdn.example.org/new-lib.js"></script>'
+    with pytest.raises(RuntimeError, match="does not vendor"):
+        publish.rewrite_html(page)
+
+
+def test_rewrite_leaves_feeds_and_local_files():
+    page = ('<link rel="alternate" type="application/atom+xml" href="https://x.org/feed.xml">'
+            '<script src="asv.js"></script>')
+    assert publish.rewrite_html(page) == page
+
+
+def test_vendor_dashboard_needs_a_published_dir(tmp_path):
+    with pytest.raises(ValueError, match="index.html"):
+        publish.vendor_dashboard(tmp_path)
+
+
+def test_assets_match_the_installed_asv():
+    """Every CDN URL in this asv's index.html is one ASSETS replaces (asv upgrade guard)."""
+    urls = set(re.findall(r"""<(?:script|link)\b[^>]*?(?:src|href)=["'](https?://[^"']+)""",
+                          _asv_index()))
+    urls = {u for u in urls if not u.startswith("https://github.com")}
+    assert urls == {a.url for a in publish.ASSETS}
+
+
+# ---- the browser ------------------------------------------------------------------------------
+
+
+def _chromium() -> str:
+    if os.environ.get("KVBENCH_SKIP_BROWSER") == "1":
+        pytest.skip("KVBENCH_SKIP_BROWSER=1: browser test skipped on request")
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("Chromium is not installed (Debian: apt-get install -y chromium); set "
+                "KVBENCH_SKIP_BROWSER=1 to skip the dashboard test deliberately")
+
+
+def chromium_args(binary: str, profile: Path) -> list[str]:
+    """Headless flags for a machine with no network: nothing but 127.0.0.1 resolves."""
+    return [
+        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={profile}",
+        "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+        "--virtual-time-budget=15000", "--window-size=1400,900",
+    ]
+
+
+class Served:
+    """html/ served on 127.0.0.1 (asv's pages load JSON with XHR, which file:// refuses)."""
+
+    def __init__(self, root: Path) -> None:
+        handler = functools.partial(_QuietHandler, directory=str(root))
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+GRAPH = "#kv_alloc.KVAlloc.track_us?p-selector=%27host%2Ffreelist%27"
+
+
+def render(binary: str, profile: Path, url: str, screenshot: Path | None = None) -> str:
+    """The DOM after scripts ran (and optionally a screenshot) of `url`."""
+    args = chromium_args(binary, profile)
+    if screenshot is not None:
+        subprocess.run([*args, f"--screenshot={screenshot}", url], check=True,
+                       capture_output=True, timeout=180)
+    proc = subprocess.run([*args, "--dump-dom", url], check=True, capture_output=True,
+                          text=True, timeout=180)
+    return proc.stdout
+
+
+@pytest.mark.e2e
+def test_published_dashboard_renders_offline(tmp_path):
+    binary = _chromium()
+    from test_asv_e2e import MACHINE, harmless, make_history
+
+    hist = make_history(tmp_path, [("c1", harmless(1))])
+    hist.asv("run", "--machine", MACHINE, "--launch-method", "forkserver",
+             "--bench", r"kv_alloc\.KVAlloc\.track_us", "ALL")
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvbench.publish", "--config", str(hist.repo / "asv.conf.json")],
+        env=hist.env, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    html = hist.repo / "html"
+    index = (html / "index.html").read_text(encoding="utf-8")
+    assert not re.search(r"""<script\b[^>]*src=["']https?://""", index)
+    for asset in publish.ASSETS:
+        assert (html / asset.local).is_file(), asset.local
+
+    with Served(html) as site:
+        dom = render(binary, tmp_path / "profile", site.url)
+        assert "kv_alloc.KVAlloc.track_us" in dom, "the index lists no benchmark"
+        shot = tmp_path / "graph.png"
+        dom = render(binary, tmp_path / "profile", site.url + GRAPH, screenshot=shot)
+    assert 'class="flot-base"' in dom, "the graph page drew no flot canvas"
+    assert "continental origin of swallow" not in dom, "asv's error page: a script failed"
+    assert shot.stat().st_size > 20_000, "the screenshot is (nearly) blank"
