@@ -45,9 +45,12 @@ def test_device_peaks_from_the_device():
 def test_bench_matches_independent_measurements_on_a_2gib_copy():
     ours, graph_us, prof_us, prof_error = compare_copy(2 << 30)
     torch.cuda.empty_cache()
-    assert abs(ours.median_us - graph_us) / graph_us < COPY_AGREEMENT, (ours.median_us, graph_us)
-    if prof_us is not None:
-        assert abs(ours.median_us - prof_us) / prof_us < COPY_AGREEMENT, (ours.median_us, prof_us)
+    # The reference is CUPTI's kernel duration. do_bench_cudagraph is printed beside it by
+    # validate_gpu but not asserted: on the H200 (triton 3.6) it read 1547 us for a copy that
+    # both bench() and the profiler put at ~1003 us; the cause was not established.
+    assert prof_us is not None, prof_error
+    assert abs(ours.median_us - prof_us) / prof_us < COPY_AGREEMENT, (ours.median_us, prof_us)
+    assert graph_us > 0
     # And the copy is physically plausible: below the spec peak.
     gbps = 2 * (2 << 30) / ours.median_us / 1e3
     peak = device_peaks().mem_gbps
@@ -55,7 +58,7 @@ def test_bench_matches_independent_measurements_on_a_2gib_copy():
 
 
 def test_warm_l2_is_faster_than_cold_on_an_l2_resident_working_set():
-    cold, warm = l2_ablation()
+    cold, warm = l2_ablation()["read"]
     assert (cold.l2, warm.l2) == ("cold", "warm")
     assert warm.median_us < 0.95 * cold.median_us, (warm.median_us, cold.median_us)
 

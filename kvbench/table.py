@@ -1,0 +1,481 @@
+"""`kvbench table <op>`: every registry row and every peer of an op, checked, then timed.
+
+The standalone equivalent of the seed's bench_paged_decode.py / bench_kv_write.py, built only
+from the harness (timers, Work, report, metadata), the fixture and the registry: no timing code
+of its own. Per case it
+  1. builds the inputs with the fixture (never torch.randn caches, never .contiguous()),
+  2. forces each row through its env-var selector and dispatch, asserting that the row dispatch
+     selected is the row the table names (seed 000: `sel.spec.name == _IMPL`),
+  3. runs the row's correctness check against kvbench.reference (a wrong row gets no number),
+  4. times it with the op's timer (bench, or bench_host for the allocator),
+and prints report() (throughput first), the dispatch explain() of `auto`, the host floor where
+rows approach it, and the metadata header. `--json PATH` writes the same rows for tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+import torch
+
+from kvbench import checks, ops, theory
+from kvbench.dispatch.core import dispatch, spec_names
+from kvbench.dispatch.selectors import selector_var
+from kvbench.harness import (
+    Row,
+    Work,
+    bench,
+    bench_host,
+    device_peaks,
+    host_floor,
+    metadata,
+    report,
+)
+from kvbench.harness.calibrate import load_ceilings
+from kvbench.harness.meta import format_metadata
+from kvbench.pool import paged_pool
+
+#: Llama-3-8B decode geometry (issue 6): 32 query heads over 8 KV heads, head_dim 128.
+Q_HEADS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
+
+#: (case label, batch, context) on a GPU. The first five are the roofline targets of issue 6.
+DECODE_CASES_GPU: tuple[tuple[str, int, int], ...] = (
+    ("b1_c4k", 1, 4096),
+    ("b1_c32k", 1, 32768),
+    ("b8_c4k", 8, 4096),
+    ("b32_c4k", 32, 4096),
+    ("b64_c8k", 64, 8192),
+)
+#: The full batch x context grid of issue 3 (`--grid`).
+DECODE_GRID_GPU = tuple(
+    (f"b{b}_c{c // 1024}k", b, c) for b in (1, 8, 32, 64) for c in (1024, 4096, 8192, 32768)
+)
+#: On a CPU only torch rows run (Triton rows need CUDA or the interpreter, which is far too
+#: slow to time); the shapes are small so the main job finishes in minutes.
+DECODE_CASES_CPU: tuple[tuple[str, int, int], ...] = (("b2_c512", 2, 512), ("b4_c2k", 4, 2048))
+
+WRITE_CASES_GPU: tuple[tuple[str, int], ...] = (("prefill_16k", 16384), ("decode_64", 64), ("decode_1", 1))
+WRITE_CASES_CPU: tuple[tuple[str, int], ...] = (("prefill_1k", 1024), ("decode_64", 64))
+
+GATHER_CASES_GPU: tuple[tuple[str, int], ...] = (("kv8k", 8192), ("kv32k", 32768), ("kv64k", 65536))
+GATHER_CASES_CPU: tuple[tuple[str, int], ...] = (("kv2k", 2048),)
+
+ALLOC_ROWS = 1 << 16
+ALLOC_STATES = ("bump", "run_search", "fragmented")
+ALLOC_SIZES = (1, 64)
+
+
+@dataclass
+class Table:
+    """What one `kvbench table <op>` run produced."""
+
+    op: str
+    rows: list[Row] = field(default_factory=list)
+    explains: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    checks: dict[str, float] = field(default_factory=dict)
+    floor_us: float | None = None
+
+    def as_json(self, meta: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "metadata": meta,
+            "rows": [
+                {**asdict(r), "gbps": r.gbps, "tflops": r.tflops} for r in self.rows
+            ],
+            "max_abs_diff": self.checks,
+            "skipped": self.skipped,
+            "explain": self.explains,
+            "host_floor_us": self.floor_us,
+        }
+
+
+@contextlib.contextmanager
+def forced(op: str, name: str) -> Iterator[None]:
+    """Force `op`'s selector to `name` for the block, restoring the caller's value after."""
+    var = selector_var(op)
+    before = os.environ.get(var)
+    os.environ[var] = name
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = before
+
+
+def _run_forced(op: str, name: str, call: Callable[[], Any]) -> Callable[..., Any]:
+    """Run `call` (an ops.* call) with the row forced; return the target dispatch selected.
+
+    Raises if dispatch ran another row: the table must never name one kernel while another ran.
+    """
+    with forced(op, name):
+        call()
+    sel = ops.last_selection(op)
+    if sel is None or sel.spec.name != name:
+        ran = None if sel is None else sel.spec.name
+        raise AssertionError(f"{op}: table row {name!r} but dispatch ran {ran!r}")
+    return sel.target
+
+
+def _auto_explain(op: str, call: Callable[[], Any]) -> str:
+    """What `auto` picks for this problem, and why: the decision chain from the real op call."""
+    try:
+        with forced(op, "auto"):
+            call()
+        sel = ops.last_selection(op)
+        return "(no selection)" if sel is None else sel.explain()
+    except Exception as exc:  # noqa: BLE001 - explain is informative; its failure is reported
+        return f"(auto failed: {type(exc).__name__}: {exc})"
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _skip(table: Table, label: str, exc: BaseException) -> None:
+    table.skipped[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _free(*objs: Any) -> None:
+    for obj in objs:
+        if hasattr(obj, "free"):
+            obj.free()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ---- paged_decode ---------------------------------------------------------------------------
+
+
+def _decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
+    """Peers a user would pick instead, on the same inputs, built outside the timed region.
+
+    - torch/sdpa_contiguous: SDPA on a contiguous copy of the same KV (the unpaged upper
+      bound; the copy itself is the measurement mistake seed 000 warns about, so it is made
+      here, untimed, and only when every sequence has the same length).
+    - torch/flex_attention: torch.compile'd flex_attention on that contiguous copy (GPU only).
+    """
+    peers: dict[str, Callable[[], torch.Tensor]] = {}
+    lens = pool.seq_lens_list
+    if pool.kv_dtype_name == "fp8" or len(set(lens)) != 1:
+        return peers
+    length = lens[0]
+    pages = -(-length // pool.page_size)
+    idx = pool.block_table[:, :pages].long()
+
+    def contiguous(cache: torch.Tensor) -> torch.Tensor:
+        rows = cache[idx]  # [B, pages, page, Hkv, D]
+        rows = rows.reshape(q.shape[0], pages * pool.page_size, pool.kv_heads, pool.head_dim)
+        return rows[:, :length].transpose(1, 2).contiguous()  # [B, Hkv, L, D]
+
+    k, v = contiguous(pool.k_cache), contiguous(pool.v_cache)
+    q4 = q.unsqueeze(2)  # [B, Hq, 1, D]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def sdpa_contiguous(*_: Any, **__: Any) -> torch.Tensor:
+        return sdpa(q4, k, v, enable_gqa=True).squeeze(2)
+
+    peers["peer:torch/sdpa_contiguous"] = sdpa_contiguous
+    if q.is_cuda:
+        try:
+            from torch.nn.attention.flex_attention import flex_attention
+
+            flex = torch.compile(flex_attention, dynamic=False)
+
+            def flex_contiguous(*_: Any, **__: Any) -> torch.Tensor:
+                return flex(q4, k, v, enable_gqa=True).squeeze(2)
+
+            peers["peer:torch/flex_attention"] = flex_contiguous
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+            peers["peer:torch/flex_attention"] = partial(_raise, exc)
+    return peers
+
+
+def _raise(exc: BaseException, *_: Any, **__: Any) -> Any:
+    raise exc
+
+
+def decode_case(
+    table: Table,
+    label: str,
+    batch: int,
+    context: int,
+    *,
+    dtype: str = "fp16",
+    layout: str = "fragmented",
+    storage: str = "combined",
+    min_l2_multiple: float | None = None,
+    l2: str = "cold",
+    rows: Sequence[str] | None = None,
+    with_peers: bool = True,
+) -> None:
+    """Check then time every paged_decode row (and peers) on one fixture construction."""
+    dev = _device()
+    _free()  # the previous case's tensors are gone once its function returned
+    mult = (8 if dev.type == "cuda" else 0) if min_l2_multiple is None else min_l2_multiple
+    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": "fp8"}[dtype]
+    pool = paged_pool(
+        batch, context, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
+        dtype=torch_dtype, layout=layout, storage=storage, min_l2_multiple=mult, device=dev,
+    )
+    q = checks.make_decode_query(pool, Q_HEADS)
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    work = theory.paged_decode_work(
+        pool.seq_lens_list, q_heads=Q_HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM,
+        kv_dtype=dtype, q_bytes=q.element_size(), page_size=PAGE_SIZE,
+    )
+    case = f"{label} {dtype}" + ("" if (layout, storage) == ("fragmented", "combined") else f" {layout}/{storage}")
+    if mult not in (0, 8):
+        case += f" pool>={mult:g}xL2"
+    table.explains[case] = _auto_explain("paged_decode", lambda: ops.paged_decode(*args, **kwargs))
+    candidates: dict[str, Callable[..., Any]] = {}
+    for name in rows if rows is not None else spec_names("paged_decode"):
+        try:
+            candidates[name] = _run_forced("paged_decode", name, lambda: ops.paged_decode(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - an unavailable row is listed with its reason
+            _skip(table, f"{name} @ {case}", exc)
+    if with_peers:
+        candidates.update(_decode_peers(pool, q))
+    for name, fn in candidates.items():
+        call = partial(fn, *args, **kwargs)
+        try:
+            table.checks[f"{name} @ {case}"] = checks.check_paged_decode(fn, pool, q)
+            timing = bench(call, l2=l2)
+        except Exception as exc:  # noqa: BLE001
+            _skip(table, f"{name} @ {case}", exc)
+            continue
+        table.rows.append(Row.from_timing(name, case, timing, work))
+    _free(pool)  # the caller's next case starts with empty_cache(), after these locals die
+
+
+def table_paged_decode(*, grid: bool = False, ablations: bool = True) -> Table:
+    table = Table("paged_decode")
+    on_gpu = torch.cuda.is_available()
+    cases = (DECODE_GRID_GPU if grid else DECODE_CASES_GPU) if on_gpu else DECODE_CASES_CPU
+    for label, b, c in cases:
+        decode_case(table, label, b, c)
+    # Every dtype path is its own bottleneck (seed 000): fp8 and bf16 rows at the big cases.
+    big = [cases[-1]] + ([cases[1]] if on_gpu else [])
+    for label, b, c in big:
+        for dtype in ("bf16", "fp8"):
+            decode_case(table, label, b, c, dtype=dtype, with_peers=False)
+    if ablations:
+        label, b, c = cases[-1]
+        for layout, storage in (("contiguous", "combined"), ("fragmented", "split")):
+            decode_case(table, label, b, c, layout=layout, storage=storage, with_peers=False)
+        if on_gpu:
+            decode_case(table, label, b, c, min_l2_multiple=32, with_peers=False)
+            decode_case(table, label + " warm-L2", b, c, l2="warm", with_peers=False)
+    return table
+
+
+# ---- kv_write --------------------------------------------------------------------------------
+
+
+def _graph_row(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """`fn` captured in a CUDA graph: the replay shows device time without launch overhead."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm up on the side stream, as CUDA graph capture requires
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def table_kv_write() -> Table:
+    table = Table("kv_write")
+    dev = _device()
+    on_gpu = dev.type == "cuda"
+    cases = WRITE_CASES_GPU if on_gpu else WRITE_CASES_CPU
+    for label, n in cases:
+        for dtype in ("fp16", "bf16", "fp8"):
+            torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": "fp8"}[dtype]
+            seqs = max(1, -(-n // 4096))
+            pool = paged_pool(
+                seqs, 4096, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
+                dtype=torch_dtype, min_l2_multiple=8 if on_gpu else 0, device=dev,
+            )
+            k, v, slots = checks.make_write_inputs(pool, n)
+            args = (k, v, pool.k_cache, pool.v_cache, slots)
+            kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+            work = theory.kv_write_work(
+                n, kv_heads=KV_HEADS, head_dim=HEAD_DIM, in_bytes=k.element_size(), cache_dtype=dtype,
+            )
+            case = f"{label} {dtype}"
+            table.explains[case] = _auto_explain("kv_write", lambda: ops.kv_write(*args, **kwargs))  # noqa: B023 - called before the loop moves on
+            for name in spec_names("kv_write"):
+                try:
+                    fn = _run_forced("kv_write", name, lambda: ops.kv_write(*args, **kwargs))  # noqa: B023 - called before the loop moves on
+                    table.checks[f"{name} @ {case}"] = checks.check_kv_write(fn, pool, k, v, slots)
+                    call = partial(fn, *args, **kwargs)
+                    table.rows.append(Row.from_timing(name, case, bench(call), work))
+                except Exception as exc:  # noqa: BLE001
+                    _skip(table, f"{name} @ {case}", exc)
+                    continue
+                if on_gpu and n <= 64:
+                    try:
+                        replay = _graph_row(call)
+                        table.rows.append(
+                            Row.from_timing(name, case, bench(replay), work, note="CUDA graph replay")
+                        )
+                    except Exception as exc:  # noqa: BLE001 - a row that syncs cannot be captured
+                        _skip(table, f"{name} @ {case} (CUDA graph)",
+                              RuntimeError(f"not capturable in a CUDA graph: {exc}"))
+            _free(pool)
+    return table
+
+
+# ---- kv_gather_fp8 ---------------------------------------------------------------------------
+
+
+def table_kv_gather_fp8() -> Table:
+    from kvbench.gather_pool import TOPK_PAD_ROWS, build_gather_pool, build_page_table_flat
+
+    table = Table("kv_gather_fp8")
+    dev = _device()
+    cases = GATHER_CASES_GPU if dev.type == "cuda" else GATHER_CASES_CPU
+    pool_tokens = 2 * max(n for _, n in cases)
+    if dev.type == "cuda":
+        # seed 001 used 2x the largest kv_len (86 MB), which an H200's 60 MiB L2 nearly holds:
+        # size the pool to >= 8x L2 like the decode fixture instead.
+        l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+        pool_tokens = max(pool_tokens, -(-8 * l2 // theory.GATHER_ROW_IN_BYTES))
+    kv_cache = build_gather_pool(pool_tokens, device=dev)
+    for label, kv_len in cases:
+        pt = build_page_table_flat([kv_len], pool_tokens, device=dev)
+        work = theory.kv_gather_fp8_work(kv_len, TOPK_PAD_ROWS)
+        case = f"{label}+{TOPK_PAD_ROWS}pad"
+        table.explains[case] = _auto_explain(
+            "kv_gather_fp8", lambda: ops.kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS)  # noqa: B023 - called before the loop moves on
+        )
+        for name in spec_names("kv_gather_fp8"):
+            try:
+                fn = _run_forced(
+                    "kv_gather_fp8", name,
+                    lambda: ops.kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS),  # noqa: B023 - called before the loop moves on
+                )
+                table.checks[f"{name} @ {case}"] = checks.check_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
+                call = partial(fn, kv_cache, pt, extra_rows=TOPK_PAD_ROWS)
+                table.rows.append(Row.from_timing(name, case, bench(call), work))
+            except Exception as exc:  # noqa: BLE001
+                _skip(table, f"{name} @ {case}", exc)
+    return table
+
+
+# ---- kv_alloc --------------------------------------------------------------------------------
+
+
+def table_kv_alloc() -> Table:
+    """Allocator states through bench_host (host stalls are invisible to CUDA events)."""
+    from kvbench.alloc import KVCacheManager, prepare_state
+
+    table = Table("kv_alloc")
+    dev = _device()
+    table.floor_us = host_floor(dev).median_us
+    for name in spec_names("kv_alloc"):
+        for state in ALLOC_STATES:
+            for n in ALLOC_SIZES:
+                case = f"{state} n={n}"
+                try:
+                    manager = KVCacheManager(ALLOC_ROWS, device=dev, impl=name)
+                    held: list[torch.Tensor] = []
+
+                    def reset(manager=manager, state=state, n=n, held=held) -> None:
+                        held.clear()
+                        prepare_state(manager, state, n=n)
+
+                    def alloc(manager=manager, n=n, held=held) -> None:
+                        held.append(manager.alloc(n))
+
+                    timing = bench_host(alloc, reset)
+                    reset()
+                    rows = manager.alloc(n).cpu()
+                    if rows.unique().numel() != n:
+                        raise AssertionError(f"{name} {case}: alloc returned duplicate rows")
+                    table.checks[f"{name} @ {case}"] = 0.0
+                    table.rows.append(
+                        Row.from_timing(name, case, timing, Work(), note=f"state={state}")
+                    )
+                except Exception as exc:  # noqa: BLE001
+                    _skip(table, f"{name} @ {case}", exc)
+    # The cost of a cached dispatch decision, a tracked number of its own (issue 4).
+    try:
+        dispatch("kv_alloc", dtype="int64", shape={"n": 1}, device=dev)
+        timing = bench_host(lambda: dispatch("kv_alloc", dtype="int64", shape={"n": 1}, device=dev))
+        table.rows.append(Row.from_timing("dispatch/cached", "kv_alloc n=1", timing, Work()))
+    except Exception as exc:  # noqa: BLE001
+        _skip(table, "dispatch/cached", exc)
+    return table
+
+
+BUILDERS: dict[str, Callable[..., Table]] = {
+    "paged_decode": table_paged_decode,
+    "kv_write": table_kv_write,
+    "kv_gather_fp8": table_kv_gather_fp8,
+    "kv_alloc": table_kv_alloc,
+}
+
+
+def render(table: Table, meta: dict[str, Any], *, file: Any = sys.stdout) -> None:
+    """Metadata header, the report (throughput first), auto's explain(), skipped rows."""
+    peaks = device_peaks()
+    print(format_metadata(meta), file=file)
+    floor = table.floor_us
+    if floor is None and any(r.us < 20 for r in table.rows):
+        floor = host_floor().median_us
+    report(
+        table.rows, peaks=peaks, ceilings=load_ceilings(peaks.name), floor_us=floor,
+        title=f"kvbench table {table.op}", file=file,
+    )
+    if table.explains:
+        first = next(iter(table.explains))
+        print(f"\ndispatch explain() for auto at {first}:\n{table.explains[first]}", file=file)
+    if table.skipped:
+        print("\nrows not measured (with the reason):", file=file)
+        for label, why in table.skipped.items():
+            print(f"  {label}: {why}", file=file)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kvbench table")
+    parser.add_argument("op", choices=sorted(BUILDERS))
+    parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON")
+    parser.add_argument("--grid", action="store_true", help="paged_decode: full batch x context grid")
+    parser.add_argument("--no-ablations", action="store_true", help="paged_decode: skip ablation rows")
+    args = parser.parse_args(argv)
+    kwargs: dict[str, Any] = {}
+    if args.op == "paged_decode":
+        kwargs = {"grid": args.grid, "ablations": not args.no_ablations}
+    table = BUILDERS[args.op](**kwargs)
+    meta = metadata(command="kvbench table " + " ".join(argv or sys.argv[1:]))
+    render(table, meta)
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump(table.as_json(meta), fh, indent=2, default=str)
+    return 0 if table.rows else 1
+
+
+def run_all(json_dir: str | None = None) -> int:
+    """The main job: every op's table on this device (CPU: torch rows, allocator, floor)."""
+    status = 0
+    for op in BUILDERS:
+        argv = [op] + ([] if json_dir is None else ["--json", os.path.join(json_dir, f"{op}.json")])
+        if json_dir is not None:
+            os.makedirs(json_dir, exist_ok=True)
+        status |= main(argv)
+        print()
+    return status
