@@ -42,7 +42,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 
 def commit() -> str:
-    """`git describe --always --dirty` of the kvbench checkout, else $ASV_COMMIT, else "unknown".
+    """`git describe --always --dirty` of the checkout, else $ASV_COMMIT, $KVBENCH_COMMIT, "unknown".
 
     Only a checkout whose top level is the directory holding the kvbench package counts. Under
     asv the package is installed inside .asv/env/... of the repository; asking git there would
@@ -55,7 +55,9 @@ def commit() -> str:
         described = _run(["git", "describe", "--always", "--dirty"], cwd=repo_root)
         if described:
             return described
-    return os.environ.get("ASV_COMMIT") or "unknown"
+    # KVBENCH_COMMIT: a copy of the tree without .git (e.g. a remote GPU machine) names the
+    # commit it was made from (scripts/gpu_session.sh sets it).
+    return os.environ.get("ASV_COMMIT") or os.environ.get("KVBENCH_COMMIT") or "unknown"
 
 
 def driver_version() -> str | None:

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# asv on the GPU machine, offline: the device copy has no .git, so the history travels as a
+# git bundle (.device/repo.bundle, made by `git bundle create .device/repo.bundle --all`).
+#   bash scripts/gpu_asv.sh history RANGE     asv run over RANGE (results/ tarred to $OUT)
+#   bash scripts/gpu_asv.sh plant             plant a GPU slowdown on top of HEAD, asv run +
+#                                             asv find over it (docs/history.md)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$ROOT"/.whl/*.whl 2>&1 | grep -v WARNING
+REPO=/tmp/kvbench-history
+[ -d "$REPO" ] || git clone -q "$ROOT/.device/repo.bundle" "$REPO"
+cd "$REPO" && git checkout -q main 2>/dev/null || git checkout -q -b main
+# results of earlier runs (committed) are the starting point; new ones add to them
+python3 -m kvbench.cli machine >/dev/null && echo "machine: $(python3 -c 'import json,os;print(list(json.load(open(os.path.expanduser("~/.asv-machine.json"))).keys()))')"
+MACHINE=h200
+case "$1" in
+history)
+    t0=$(date +%s)
+    timeout "${ASV_TIMEOUT:-420}" python3 -m asv run --machine $MACHINE --record-samples --launch-method forkserver "$2" 2>&1 | tail -40
+    echo "history: $(( $(date +%s) - t0 )) s for $2"
+    ;;
+plant)
+    git -c user.name=plant -c user.email=plant@kvbench.local commit -q --allow-empty -m "harmless: empty commit before the plant"
+    # The plant: fp16 decode back to BLOCK_N 64 (the sweep measured +27% at batch 32 x 4k).
+    python3 - <<'PY'
+import re, pathlib
+p = pathlib.Path("kvbench/kernels/paged_decode.py"); s = p.read_text()
+s = s.replace('"single_pass": {"BLOCK_N": 128', '"single_pass": {"BLOCK_N": 64', 1)
+p.write_text(s)
+PY
+    git -c user.name=plant -c user.email=plant@kvbench.local commit -q -am "PLANTED: fp16 single-pass decode BLOCK_N 128 -> 64"
+    git -c user.name=plant -c user.email=plant@kvbench.local commit -q --allow-empty -m "harmless: empty commit after the plant"
+    t0=$(date +%s)
+    python3 -m asv run --machine $MACHINE --record-samples --launch-method forkserver \
+        --bench 'paged_decode.PagedDecode.track_us' HEAD~3..HEAD 2>&1 | tail -8
+    echo "plant run: $(( $(date +%s) - t0 )) s"
+    git log --oneline -4
+    python3 -m asv find --machine $MACHINE --launch-method forkserver HEAD~3..HEAD \
+        "paged_decode\.PagedDecode\.track_us\('triton/single_pass', 'fp16', 'b32_c4k'" 2>&1 | tail -6
+    python3 -m asv compare --machine $MACHINE --factor 1.05 --split HEAD~2 HEAD~1 2>&1 | grep -E "single_pass|Change|^\s+[+-]" | head -30
+    ;;
+esac
+cd "$REPO" && tar czf "$OUT/asv_results.tgz" results

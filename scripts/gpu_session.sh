@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One batched GPU session (the device tool gives minutes, not hours): install the carried
+# wheels, then run the requested stages, writing logs and JSON under $OUT (default ./gpu-out).
+#   bash scripts/gpu_session.sh tests harness tables
+# Stages: env, tests (pytest -m gpu), harness (validate_gpu + calibrate), tables (kvbench table
+# for every op), grid (issue-3 decode grid), sweep (decode config x splits), tune (kvbench tune paged_decode + table after).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1 KVBENCH_CACHE_DIR="$OUT/cache"
+# The device copy has no .git: name the commit it was made from (written before the call).
+[ -f .device/commit ] && export KVBENCH_COMMIT="$(cat .device/commit)"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>&1 | grep -v WARNING
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
+kv() { python3 -m kvbench.cli "$@"; }
+
+for stage in "$@"; do
+    echo "=== stage $stage ($(date -u +%H:%M:%S))"
+    case "$stage" in
+    env)
+        nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+        kv env
+        ;;
+    tests)
+        python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
+        ;;
+    harness)
+        python3 -m kvbench.harness.validate_gpu --json "$OUT/harness.json" 2>&1 | tee "$OUT/harness.log"
+        ;;
+    tables)
+        for op in paged_decode kv_write kv_gather_fp8 kv_alloc; do
+            kv table "$op" --json "$OUT/table_$op.json" 2>&1 | tee "$OUT/table_$op.log"
+        done
+        ;;
+    grid)
+        kv table paged_decode --grid --no-ablations --json "$OUT/grid.json" 2>&1 | tee "$OUT/grid.log"
+        ;;
+    sweep)
+        python3 scripts/sweep_paged_decode.py --quick --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -12
+        ;;
+    tune)
+        kv tune paged_decode 2>&1 | tee "$OUT/tune.log"
+        ;;
+    *) echo "unknown stage $stage" ;;
+    esac
+done
