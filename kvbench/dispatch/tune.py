@@ -334,11 +334,14 @@ def tune(
         if not isinstance(c, TuneCase) or c.op != op:
             raise ValueError(f"cases must be TuneCase entries for {op}, got {c!r}")
     entries = []
+    picks = []  # what `auto` selects per case before this table exists, and after
     for case in cases:
         built = _build(case, dev)
         try:
             prob = built.problem
             bucket_name = prob.bucket
+            picks.append({"case": case.label, "bucket": bucket_name, "problem": prob,
+                          "before": _auto_pick(op, prob, dev)})
             for spec in core.verified_rows(
                 op, dtype=prob.dtype, tags=prob.tags, shape=prob.shape, device=dev
             ):
@@ -375,7 +378,19 @@ def tune(
     _write_json(table_path(name, op), table)
     clear_table_cache()
     core.reset_perf_provider()
+    for pick in picks:
+        pick["after"] = _auto_pick(op, pick.pop("problem"), dev)
+    table["picks"] = picks
     return table
+
+
+def _auto_pick(op: str, prob, dev: torch.device) -> str:
+    """The row `auto` dispatch selects for a problem with whatever perf data is active now."""
+    try:
+        sel = core.dispatch(op, dtype=prob.dtype, tags=prob.tags, shape=prob.shape, device=dev)
+        return sel.spec.name
+    except ValueError as exc:  # DispatchError: nothing can serve it; say so in the table
+        return f"(none: {str(exc).splitlines()[0]})"
 
 
 def _any_bucket_entries(entries: list[dict], n_cases: int) -> list[dict]:
@@ -417,4 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = tune(args.op, device=args.device)
     print(format_table(table))
     print(f"stored in {table_path(table['device_name'], args.op)}")
+    print("\nauto picks per case (before this table -> after it):")
+    for pick in table["picks"]:
+        print(f"  {pick['case']:<28} {pick['bucket']:<22} {pick['before']} -> {pick['after']}")
     return 0
