@@ -41,8 +41,13 @@ for stage in "$@"; do
     sweep)
         python3 scripts/sweep_paged_decode.py --quick --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -12
         ;;
+    sweep-fp8)
+        python3 scripts/sweep_paged_decode.py --focus --json "$OUT/sweep_fp8.json" 2>&1 | tee "$OUT/sweep_fp8.log" | tail -6
+        ;;
     tune)
-        kv tune paged_decode 2>&1 | tee "$OUT/tune.log"
+        for op in paged_decode kv_write kv_gather_fp8 kv_alloc; do
+            kv tune "$op" 2>&1 | tee -a "$OUT/tune.log" | tail -24
+        done
         ;;
     *) echo "unknown stage $stage" ;;
     esac

@@ -5,6 +5,7 @@ TRITON_INTERPRET). GPU (`pytest -m gpu` on the H200): the same checks at decode 
 (32 q / 8 kv heads, head_dim 128, contexts 4k-32k, pools >= 8x L2).
 """
 
+import functools
 import itertools
 import os
 import shutil
@@ -77,6 +78,117 @@ def test_fp8_with_bf16_query(device):
     pool = _pool(device, 2, [40, 9], dtype="fp8")
     for fn in ALL:
         _run(fn, pool, 8, q_dtype=torch.bfloat16)
+
+
+# ---- fp8 dequant paths (FP8_DEQUANT "bits" vs "cvt") -------------------------------------
+
+_FINITE_CODES = torch.tensor([c for c in range(256) if c not in (0x7F, 0xFF)], dtype=torch.uint8)
+_MODES = ["bits", "cvt"]
+_Q_DT = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@pytest.mark.parametrize("q_dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_fp8_bits_mapping_exact_on_every_finite_code(q_dtype):
+    """The kernel's integer widening, mirrored in torch, is exact x 2^-8 / 2^-120 on all codes.
+
+    Mirrors _widen_e4m3: sign-extend the byte to int16, shift by _BITS_SHIFT, mask to
+    sign | exponent+mantissa; also checks that this equals the plain formula
+    ((b & 0x80) << 8) | ((b & 0x7F) << shift). The reference is torch's own e4m3fn decode.
+    """
+    shift = pd._BITS_SHIFT[q_dtype]
+    mask = 0x8000 | (0x7F << shift)
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    ext = codes.view(torch.int8).to(torch.int16)
+    kernel_bits = (ext << shift) & (mask - 0x10000)  # the int16 constant the kernel uses
+    b = codes.to(torch.int32)
+    plain = ((b & 0x80) << 8) | ((b & 0x7F) << shift)
+    assert torch.equal(kernel_bits.to(torch.int32) & 0xFFFF, plain)
+    widened = kernel_bits.view(q_dtype).to(torch.float32) * pd._BITS_K_FOLD[q_dtype]
+    finite = (codes != 0x7F) & (codes != 0xFF)
+    ref = codes.view(torch.float8_e4m3fn).to(torch.float32)
+    assert finite.sum() == 254
+    assert torch.equal(widened[finite], ref[finite])
+    assert torch.equal(widened[finite].view(torch.int32), ref[finite].view(torch.int32))  # +-0
+    # NaN codes are never produced by kvbench.quant; this path maps them to finite +-480.
+    assert widened[~finite].tolist() == [480.0, -480.0]
+    assert ref[~finite].isnan().all()
+
+
+def _code_caches(device, head_dim, num_pages):
+    """K/V pages whose rows cycle through all 254 finite codes (slot t, lane d: code t + d)."""
+    n = num_pages * 16
+    idx = (torch.arange(n)[:, None] + torch.arange(head_dim)[None, :]) % 254
+    cache = _FINITE_CODES[idx].reshape(num_pages, 16, 1, head_dim).to(device)
+    return cache, cache.flip(0).contiguous()
+
+
+@pytest.mark.parametrize("fn", TRITON, ids=_name)
+@pytest.mark.parametrize("q_name", ["fp16", "bf16"])
+@pytest.mark.parametrize("mode", _MODES)
+def test_fp8_one_token_output_is_exact_v_row(device, monkeypatch, fn, q_name, mode):
+    """q = 0 and one token: softmax weight 1, so the output is the widened V row, bit-exact.
+
+    Two sequences read the first two lanes' worth of codes (2 x 128 >= 254) from their page's
+    slot 0: every finite code passes through the kernel's V path and the scale folding.
+    """
+    monkeypatch.setattr(pd, "FP8_DEQUANT", mode)
+    k_cache, v_cache = _code_caches(device, 128, 2)
+    v_cache[0, 0, 0] = _FINITE_CODES[:128].to(device)
+    v_cache[1, 0, 0] = _FINITE_CODES[-128:].to(device)
+    q = torch.zeros((2, 1, 128), dtype=_Q_DT[q_name], device=device)
+    bt = torch.tensor([[0], [1]], dtype=torch.int32, device=device)
+    lens = torch.ones(2, dtype=torch.int32, device=device)
+    kw = {"k_scale": 1.0, "v_scale": 1.0}
+    if fn is SPLIT:
+        kw["num_splits"] = 2  # the second split is empty: the combine must weigh it 0
+    out = fn(q, k_cache, v_cache, bt, lens, **kw)
+    want = v_cache[:, 0, 0, :].view(torch.float8_e4m3fn).to(q.dtype)
+    # Exact values; the sign of zero is not kept (acc starts at +0, and +0 + -0 = +0).
+    assert torch.equal(out[:, 0].float(), want.float())
+    assert set(v_cache[:, 0, 0, :].flatten().tolist()) == set(_FINITE_CODES.tolist())
+
+
+@pytest.mark.parametrize("fn", TRITON, ids=_name)
+@pytest.mark.parametrize("q_name", ["fp16", "bf16"])
+@pytest.mark.parametrize("mode", _MODES)
+def test_fp8_every_code_in_k_and_v(device, monkeypatch, fn, q_name, mode):
+    """All 254 codes at every lane position in K and V, random q, against the fp64 reference."""
+    monkeypatch.setattr(pd, "FP8_DEQUANT", mode)
+    k_cache, v_cache = _code_caches(device, 32, 16)  # 256 slots: each lane sees every code
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn((2, 4, 32), generator=gen).to(device=device, dtype=_Q_DT[q_name])
+    bt = torch.stack([torch.arange(16), torch.arange(16).flip(0)]).to(device, torch.int32)
+    lens = torch.tensor([256, 200], dtype=torch.int32, device=device)
+    # Small k_scale: scores of a few units (448 x 0.004 = 1.8 per element at most).
+    ks = torch.tensor(0.004, device=device)
+    vs = torch.tensor(0.01, device=device)
+    args = (q, k_cache, v_cache, bt, lens)
+    out = fn(*args, k_scale=ks, v_scale=vs)
+    ref = paged_decode_ref(*args, k_scale=ks, v_scale=vs)
+    rtol = max(pd._RTOL["fp8"], pd._RTOL[q_name])
+    atol = max(pd._ATOL["fp8"], pd._ATOL[q_name])
+    torch.testing.assert_close(out.float(), ref.float(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("fn", TRITON, ids=_name)
+@pytest.mark.parametrize("q_name", ["fp16", "bf16"])
+@pytest.mark.parametrize("mode", _MODES)
+def test_fp8_dequant_modes_on_pools(device, monkeypatch, fn, q_name, mode):
+    """Both FP8_DEQUANT paths x q dtypes x kernels on a fragmented quantized pool."""
+    monkeypatch.setattr(pd, "FP8_DEQUANT", mode)
+    pool = _pool(device, 3, [70, 9, 130], dtype="fp8", layout="fragmented", num_pages=40)
+    _run(fn, pool, 8, q_dtype=_Q_DT[q_name])
+    if fn is SPLIT:  # forced multi-split: the split epilogue with the folded v_scale
+        q = make_decode_query(pool, 8, seed=2, dtype=_Q_DT[q_name])
+        check_paged_decode(functools.partial(SPLIT, num_splits=3), pool, q)
+
+
+def test_fp8_dequant_bad_mode(device, monkeypatch):
+    pool, q = _inputs(device, "fp8")
+    monkeypatch.setattr(pd, "FP8_DEQUANT", "lut")
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    with pytest.raises(ValueError, match=r"FP8_DEQUANT must be one of \('bits', 'cvt'\)"):
+        SINGLE(*args, k_scale=pool.k_scale, v_scale=pool.v_scale)
 
 
 # ---- decode edge cases ------------------------------------------------------------------
@@ -371,7 +483,7 @@ def test_triton_rows_refuse_cpu_without_interpreter(monkeypatch):
 
 _COMPILE_SCRIPT = textwrap.dedent(
     """
-    import os, subprocess, sys, tempfile
+    import collections, os, re, subprocess, sys, tempfile
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -384,7 +496,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
     aligned = {"stride_qb", "stride_qh", "stride_kp", "stride_ks", "stride_kh",
                "stride_vp", "stride_vs", "stride_vh"}
 
-    def compile_one(qdt, kvdt, split):
+    def compile_one(qdt, kvdt, split, bits=False):
         fp8 = kvdt == "u8"
         cfg = pd.CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")]
         part = "*fp32" if split else f"*{qdt}"
@@ -395,7 +507,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
                     "v_scale": "*fp32", "qk_scale": "fp32", "stride_kp": "i64"})
         const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 128, "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
-                 "DOT_F32": False}
+                 "DOT_F32": False, "FP8_BITS": bits,
+                 "P_SCALED": bits and qdt == "bf16"}
         for k in const:
             sig[k] = "constexpr"
         # What a real launch specializes: 16-byte aligned pointers and strides.
@@ -405,17 +518,37 @@ _COMPILE_SCRIPT = textwrap.dedent(
         opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
         return triton.compile(src, target=target, options=opts)
 
-    # fp16 single pass; fp8 bytes with bf16 q through the split epilogue.
-    for qdt, kvdt, split in [("fp16", "fp16", False), ("bf16", "u8", True)]:
-        k = compile_one(qdt, kvdt, split)
-        assert "cp.async" in k.asm["ptx"] or "cp.async.bulk" in k.asm["ptx"], "KV loads not async"
+    # fp16 single pass; fp8 bytes with fp16 q (single pass) and bf16 q (split epilogue), each
+    # through both FP8_DEQUANT paths. Float-convert counts per path: PTX cvt with a float type
+    # (not the integer/address cvts) and SASS F2F / F2FP (conversion-unit instructions).
+    cases = [("fp16", "fp16", False, False)] + [
+        (qdt, "u8", split, bits) for qdt, split in (("fp16", False), ("bf16", True))
+        for bits in (False, True)]
+    for qdt, kvdt, split, bits in cases:
+        k = compile_one(qdt, kvdt, split, bits)
+        ptx = k.asm["ptx"]
+        assert "cp.async" in ptx or "cp.async.bulk" in ptx, "KV loads not async"
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(k.asm["cubin"]); f.flush()
             usage = subprocess.run([cuobjdump, "--dump-resource-usage", f.name],
                                    capture_output=True, text=True, check=True).stdout
+            sass = subprocess.run([cuobjdump, "-sass", f.name],
+                                  capture_output=True, text=True, check=True).stdout
         line = next(l for l in usage.splitlines() if "REG:" in l)
-        print(qdt, kvdt, split, line.strip())
+        fcvt = collections.Counter(re.findall(r"\\bcvt\\.[\\w.]*(?:e4m3|f16|bf16|f32)[\\w.]*", ptx))
+        ops = collections.Counter(re.findall(r"^\\s+/\\*[0-9a-f]{4}\\*/\\s+(?:@!?U?P\\w+\\s+)?([A-Z0-9]+)",
+                                             sass, re.M))
+        mode = ("bits" if bits else "cvt") if kvdt == "u8" else "-"
+        print(f"{qdt} kv={kvdt} split={split} dequant={mode} {line.strip()}")
+        print(f"  ptx float cvt: {dict(fcvt)}")
+        print("  sass: " + " ".join(f"{op}={ops[op]}" for op in
+              ("F2F", "F2FP", "PRMT", "LOP3", "IMAD", "SHF", "HMMA")) + f" total={sum(ops.values())}")
         assert "STACK:0 " in line, f"register spills: {line}"
+        widen = sum(n for c, n in fcvt.items() if "e4m3" in c or c.startswith("cvt.bf16.f16"))
+        if kvdt == "u8":
+            # The point of "bits": no float conversion of KV elements; "cvt" must have them
+            # (else this count would not measure anything).
+            assert (widen == 0) if bits else (widen > 0), (mode, dict(fcvt))
     rsig = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*fp16",
             "num_splits": "i32", "HEAD_DIM": "constexpr", "SPLIT_BLOCK": "constexpr"}
     triton.compile(ASTSource(fn=pd._reduce_kernel, signature=rsig,
@@ -449,6 +582,7 @@ def test_kernels_compile_for_sm90_without_spills():
         timeout=300,
     )
     assert res.returncode == 0, res.stdout + res.stderr
+    print(res.stdout)  # registers and per-path conversion counts (pytest -s shows them)
     assert res.stdout.strip().endswith("ok")
 
 

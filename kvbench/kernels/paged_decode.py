@@ -12,9 +12,9 @@ Design (why it looks like this):
 * ``BLOCK_N`` tokens per iteration regardless of the page size (several pages per iteration at
   page 16): one block-table entry is looked up per token row, which keeps any power-of-two page
   size correct and puts tens of KiB in flight per iteration.
-* Online softmax in fp32 in the log2 domain (``exp2``); fp8 bytes are bitcast to e4m3 and
-  widened to q's dtype, with ``k_scale`` folded into the score scale and ``v_scale`` into the
-  output, never multiplied per element.
+* Online softmax in fp32 in the log2 domain (``exp2``); fp8 bytes are widened to q's dtype
+  (``FP8_DEQUANT`` below picks how), with ``k_scale`` folded into the score scale and
+  ``v_scale`` into the output, never multiplied per element.
 * Split-KV (flash-decode) for small batches: grid (B, Hkv, splits), each split a contiguous
   token range; partial outputs and log-sum-exps go to an fp32 scratch and a second kernel
   combines them. ``choose_num_splits`` returns 1 when B x Hkv already fills the machine, and
@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from kvbench.kernels import _validate as V
+from kvbench.kernels._fp8 import bf16_bits_to_f32
 
 # Tolerances (|out - ref| <= atol + rtol * |ref|) against kvbench.reference (fp64 math, rounded
 # to q's dtype). Keyed by the KV dtype name; a check with bf16 q takes the looser of its KV entry
@@ -86,6 +87,36 @@ _INTERPRETER_SM_COUNT = 4
 # bf16 operands are widened to fp32 (after the same bf16 rounding of p) before tl.dot. The
 # compiled GPU path dots bf16 directly; the `gpu` tests cover it.
 
+# How fp8 e4m3 bytes become dot operands of q's dtype. Module-level so the H200 sweep can
+# ablate it (scripts/sweep_paged_decode.py). Why "bits" exists: at batch 64 x 8k the fp8 row
+# ran 424 us vs 503 us for fp16 (half the bytes, 16% faster): dequant-bound, suspected cvt.
+#   "cvt":  bitcast to tl.float8e4nv, then a float convert (cvt.*.e4m3x2 on sm_90; bf16 has no
+#           direct e4m3 convert and goes through f16/f32).
+#   "bits": integer ops only, on 16-bit lanes. For byte b (sign s, 4-bit exponent e, 3-bit
+#           mantissa m), the fp16 bits ((b & 0x80) << 8) | ((b & 0x7F) << 7) put e into fp16's
+#           5-bit exponent field and m on top of its mantissa: the fp16 value is the e4m3
+#           value x 2^(7 - 15) = x 2^-8 exactly, subnormals included (e4m3 subnormals land on
+#           fp16 subnormals, same m / 8 x 2^(1 - bias) form). For bf16 q the same trick with
+#           << 4 targets bf16's 8-bit exponent: value x 2^(7 - 127) = x 2^-120. The powers of
+#           two are folded into scalars, never applied per element: 2^8 / 2^120 into the score
+#           scale on the host (a python float, exact), 2^8 into v_scale in the kernel (once per
+#           program). For bf16 the 2^-120 V operand would push P @ V products below fp32's
+#           normal range (2^-126; a tensor-core flush would drop them), so the bf16 path also
+#           computes P x 2^112 (folded into the exp2 row maximum, a [GROUP] vector op) and
+#           scales the row sums back, leaving the accumulator at the fp16 path's x 2^-8.
+#           Codes 0x7f / 0xff (NaN in e4m3fn) map to finite values (+-480 x 2^-8 in fp16) in
+#           this path; kvbench.quant never produces them (it clamps to +-448).
+# Both are exact for all 254 finite codes (tests/test_paged_decode.py checks every code).
+# The default stays "cvt" until the H200 sweep (scripts/sweep_paged_decode.py --focus) says
+# otherwise: sm_90 SASS shows "cvt" already uses one packed F2FP per 2 elements for fp16 q,
+# while "bits" removes 256 F2F for bf16 q (docs/perf-notes.md, experiment 3).
+FP8_DEQUANT = "cvt"
+_FP8_DEQUANT_MODES = ("bits", "cvt")
+# Host-side fold of the "bits" widening factor into the score scale, by q's dtype.
+_BITS_K_FOLD = {torch.float16: 2.0**8, torch.bfloat16: 2.0**120}
+# Left shift of (b & 0x7F) into each target's exponent field (mirrored by the CPU exactness test).
+_BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
+
 # Opt-in value validation on CUDA (costs a device sync per call; never set it while timing).
 CHECK_VALUES_ON_DEVICE = False
 
@@ -95,6 +126,38 @@ _LOG2E = 1.4426950408889634
 
 
 # ----------------------------------------------------------------------------- Triton kernels
+
+
+@triton.jit
+def _widen_e4m3(x, q, FP8_BITS: tl.constexpr):
+    """e4m3 bytes (uint8) -> q's dtype; "bits" scales by 2^-8 (fp16) / 2^-120 (bf16)."""
+    if FP8_BITS:
+        # Sign-extend the byte to 16 bits (bits 8-15 = sign), shift, clear what lies between
+        # the sign and the exponent: same bits as ((b & 0x80) << 8) | ((b & 0x7F) << SHIFT),
+        # two ALU ops after an extend that PTX's prmt / cvt.s16.s8 does.
+        b = x.to(tl.int8, bitcast=True).to(tl.int16)
+        if q.dtype == tl.bfloat16:
+            w = (b << 4) & -30736  # 0x87F0 as int16: sign | (b & 0x7F) << 4
+        else:
+            w = (b << 7) & -16512  # 0xBF80 as int16: sign | (b & 0x7F) << 7
+        # A frontend that promotes int16 op python-int to int32 would break the 16-bit
+        # bitcast; truncating keeps the low 16 bits, which are the answer (no-op on 3.9).
+        out = w.to(tl.int16).to(q.dtype, bitcast=True)
+    else:
+        out = x.to(tl.float8e4nv, bitcast=True).to(q.dtype)
+    return out
+
+
+@triton.jit
+def _to_f32(x):
+    """Interpreter-only dot operand widening (DOT_F32): bf16 by shifting its bits, because
+    the interpreter's bf16 -> fp32 cast mangles bf16 subnormals (see kernels/_fp8.py), which
+    the "bits" path produces for e4m3 subnormals."""
+    if x.dtype == tl.bfloat16:
+        out = bf16_bits_to_f32(x)
+    else:
+        out = x.to(tl.float32)
+    return out
 
 
 @triton.jit
@@ -131,6 +194,8 @@ def _decode_kernel(
     SCALE_PTR: tl.constexpr,
     SPLIT: tl.constexpr,
     DOT_F32: tl.constexpr,
+    FP8_BITS: tl.constexpr,
+    P_SCALED: tl.constexpr,
 ):
     """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
     b = tl.program_id(0)
@@ -165,7 +230,9 @@ def _decode_kernel(
         else:
             ks = k_scale
             vs = v_scale
-        scale = scale * ks
+        scale = scale * ks  # with FP8_BITS, qk_scale already carries 2^8 / 2^120 (host)
+        if FP8_BITS:
+            vs = vs * 256.0  # the V operand is the e4m3 value x 2^-8 (see FP8_DEQUANT)
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
@@ -184,25 +251,31 @@ def _decode_kernel(
             other=0,
         )
         if FP8:
-            k = k.to(tl.float8e4nv, bitcast=True).to(q.dtype)
+            k = _widen_e4m3(k, q, FP8_BITS)
         if DOT_F32:
-            scores = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32))) * scale
+            scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
         else:
             scores = tl.dot(q, tl.trans(k)) * scale
         scores = tl.where(mask_n[None, :], scores, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, 1))
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        if P_SCALED:
+            # bf16 "bits" path: p = exp2(s - m) x 2^112 so that P @ V (V = e4m3 x 2^-120) stays
+            # fp32-normal; the row sum is scaled back exactly (a power of two).
+            p = tl.exp2(scores - (m_new - 112.0)[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1) * 1.925929944387236e-34  # 2^-112
+        else:
+            p = tl.exp2(scores - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(
             v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
             mask=mask_n[:, None],
             other=0,
         )
         if FP8:
-            v = v.to(tl.float8e4nv, bitcast=True).to(q.dtype)
+            v = _widen_e4m3(v, q, FP8_BITS)
         if DOT_F32:
-            pv = tl.dot(p.to(q.dtype).to(tl.float32), v.to(tl.float32))
+            pv = tl.dot(_to_f32(p.to(q.dtype)), _to_f32(v))
         else:
             pv = tl.dot(p.to(q.dtype), v)
         acc = acc * alpha[:, None] + pv
@@ -450,6 +523,10 @@ def _launch(
     cfg = CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if p.fp8 else "")]
     group = p.q_heads // p.kv_heads
     scale_ptr = isinstance(p.k_scale, torch.Tensor)
+    if FP8_DEQUANT not in _FP8_DEQUANT_MODES:
+        raise ValueError(f"FP8_DEQUANT must be one of {_FP8_DEQUANT_MODES}, got {FP8_DEQUANT!r}")
+    fp8_bits = p.fp8 and FP8_DEQUANT == "bits"
+    qk_scale = p.sm_scale * _LOG2E * (_BITS_K_FOLD[q.dtype] if fp8_bits else 1.0)
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
         raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
     if split:
@@ -472,7 +549,7 @@ def _launch(
         part_lse,
         p.k_scale,
         p.v_scale,
-        p.sm_scale * _LOG2E,
+        qk_scale,
         q.stride(0),
         q.stride(1),
         k_cache.stride(0),
@@ -494,6 +571,8 @@ def _launch(
         SCALE_PTR=scale_ptr,
         SPLIT=split,
         DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
+        FP8_BITS=fp8_bits,
+        P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )
