@@ -96,7 +96,7 @@ def _alloc_case(n: int, num_rows: int = 32768) -> TuneCase:
 #: Llama-3 / Qwen3 one of seed 000 (32 q heads, 8 kv heads, d 128, 16-token pages).
 CASES: dict[str, tuple[TuneCase, ...]] = {
     "paged_decode": tuple(
-        _decode_case(b, c) for b in (1, 8, 32, 64) for c in (1024, 4096, 16384, 32768)
+        _decode_case(b, c) for b in (1, 8, 32, 64) for c in (1024, 4096, 8192, 32768)
     ),
     "kv_write": (_write_case(32), _write_case(8192)),
     "kv_gather_fp8": (_gather_case(8192), _gather_case(32768), _gather_case(65536)),
