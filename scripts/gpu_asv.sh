@@ -19,7 +19,10 @@ MACHINE=h200
 case "$1" in
 history)
     t0=$(date +%s)
-    timeout "${ASV_TIMEOUT:-420}" python3 -m asv run --machine $MACHINE --record-samples --launch-method forkserver "$2" 2>&1 | tail -40
+    RANGE=$2
+    # A file of hashes (HASHFILE:) picks the commits that matter when a whole range does not fit.
+    [ -f "$ROOT/$2" ] && RANGE="HASHFILE:$ROOT/$2"
+    timeout "${ASV_TIMEOUT:-420}" python3 -m asv run --machine $MACHINE --record-samples --launch-method forkserver "$RANGE" 2>&1 | tail -60
     echo "history: $(( $(date +%s) - t0 )) s for $2"
     ;;
 plant)
@@ -35,12 +38,12 @@ PY
     git -c user.name=plant -c user.email=plant@kvbench.local commit -q --allow-empty -m "harmless: empty commit after the plant"
     t0=$(date +%s)
     python3 -m asv run --machine $MACHINE --record-samples --launch-method forkserver \
-        --bench 'paged_decode.PagedDecode.track_us' HEAD~3..HEAD 2>&1 | tail -8
+        --bench 'paged_decode.PagedDecodeAblation.track_us' HEAD~3..HEAD 2>&1 | tail -8
     echo "plant run: $(( $(date +%s) - t0 )) s"
     git log --oneline -4
     python3 -m asv find --machine $MACHINE --launch-method forkserver HEAD~3..HEAD \
-        "paged_decode\.PagedDecode\.track_us\('triton/single_pass', 'fp16', 'b32_c4k'" 2>&1 | tail -6
-    python3 -m asv compare --machine $MACHINE --factor 1.05 --split HEAD~2 HEAD~1 2>&1 | grep -E "single_pass|Change|^\s+[+-]" | head -30
+        "paged_decode\.PagedDecodeAblation\.track_us\('triton/single_pass', 'frag_combined'" 2>&1 | tail -6
+    python3 -m asv compare --machine $MACHINE --factor 1.05 --split HEAD~2 HEAD~1 2>&1 | head -40
     ;;
 esac
 cd "$REPO" && tar czf "$OUT/asv_results.tgz" results
