@@ -10,8 +10,10 @@ that step and its fix:
 * torch/legacy  (LegacyBitmapAllocator): the behaviour that was measured, reproduced on
   purpose: a device bool bitmap, a host bump cursor, device syncs on the slow path.
 * host/freelist (HostFreeListAllocator): the production implementation. All state lives on the
-  host (numpy), so no path synchronizes the device; the rows reach the device through a pinned
-  host tensor and a non-blocking copy.
+  host (numpy), so no path synchronizes the device. A contiguous run of rows (bump, alloc(1),
+  a run freed together) is returned as a view of a row-index table that lives on the device:
+  no copy and no kernel. Only scattered rows are copied, from a pinned staging ring with a
+  non-blocking copy. Returned tensors are read-only by contract.
 
 States (`.state`, the names seed 000 uses, stated in every benchmark case label):
     "bump"        the bump cursor is live: every free row is at or past it, alloc is arange
@@ -24,7 +26,7 @@ pool where alloc(n) takes the path the state names, through the public API only.
 from __future__ import annotations
 
 import operator
-import weakref
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -64,6 +66,19 @@ def _check_num_rows(num_rows: Any) -> int:
     if value < 1:
         raise ValueError(f"num_rows must be a positive int, got {value}")
     return value
+
+
+def _resolve_device(device: torch.device | str) -> torch.device:
+    """torch.device with an explicit CUDA index.
+
+    Tensors report `cuda:N`, and torch.device("cuda") != torch.device("cuda:0"): with an
+    unindexed device, free() compared its own tensors' device against "cuda" and rejected
+    every one (the H200 failure of test_host_freelist_never_syncs_on_cuda).
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
 
 
 def _count(n: Any, num_free: int) -> int:
@@ -113,25 +128,43 @@ def _host_rows(rows: Any, what: str = "free(rows)") -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-def _check_rows(arr: np.ndarray, num_rows: int, allocated: np.ndarray | None) -> None:
-    """Range, duplicates and (when the caller has a host bitmap) allocated-ness of rows."""
-    if arr.size == 0:
+def _check_rows(
+    arr: np.ndarray,
+    num_rows: int,
+    allocated: np.ndarray,
+    scratch: np.ndarray,
+    scratch_pos: np.ndarray,
+) -> None:
+    """Range, duplicates and allocated-ness of rows; O(len(arr)), no sort on the good path.
+
+    Duplicates: scratch[arr] = position, read back. Two positions i != j holding the same
+    row leave one value in scratch[row], so at least one of them reads back wrong, whatever
+    order numpy's fancy assignment writes in. (A sort would cost O(k log k) and a k-sized
+    copy on every free; it only runs below to name the rows in the error.)
+    """
+    k = arr.size
+    if k == 0:
         return
-    bad = arr[(arr < 0) | (arr >= num_rows)]
-    if bad.size:
+    if int(arr.min()) < 0 or int(arr.max()) >= num_rows:
+        bad = arr[(arr < 0) | (arr >= num_rows)]
         raise AllocError(f"free(rows): rows {_rows_preview(bad)} out of range [0, {num_rows})")
-    if arr.size > 1:
-        s = np.sort(arr)
-        dup = s[1:][s[1:] == s[:-1]]
-        if dup.size:
+    if k > 1:
+        pos = scratch_pos[:k]  # 0, 1, ..., k-1 (a view: no k-sized allocation)
+        if k > pos.size:  # more rows than the pool holds: some row is given twice
+            unique = False
+        else:
+            scratch[arr] = pos
+            unique = bool((scratch[arr] == pos).all())
+        if not unique:
+            s = np.sort(arr)
+            dup = s[1:][s[1:] == s[:-1]]
             raise AllocError(f"free(rows): rows {_rows_preview(np.unique(dup))} given twice")
-    if allocated is not None:
-        flags = allocated[arr]
-        if not flags.all():
-            raise AllocError(
-                f"free(rows): rows {_rows_preview(arr[~flags])} are not allocated "
-                "(never allocated, or freed already)"
-            )
+    flags = allocated[arr]
+    if not flags.all():
+        raise AllocError(
+            f"free(rows): rows {_rows_preview(arr[~flags])} are not allocated "
+            "(never allocated, or freed already)"
+        )
 
 
 def _classify(free_sorted: np.ndarray) -> str:
@@ -154,7 +187,7 @@ class LegacyBitmapAllocator:
 
     def __init__(self, num_rows: int, device: torch.device | str) -> None:
         self.num_rows = _check_num_rows(num_rows)
-        self.device = torch.device(device)
+        self.device = _resolve_device(device)
         self._free = torch.ones(self.num_rows, dtype=torch.bool, device=self.device)
         self._num_free = self.num_rows
         self._cursor = 0
@@ -245,36 +278,158 @@ class LegacyBitmapAllocator:
 
 # ---- host/freelist ---------------------------------------------------------------------------
 
+#: Pinned staging ring of the scattered-rows copy path (CUDA only): STAGING_SEGMENTS segments
+#: of STAGING_SEGMENT_ROWS int64 rows each (256 KiB pinned in all). An alloc of more scattered
+#: rows than one segment holds takes the fallback (a fresh pinned tensor): such allocs are
+#: prefill-sized, not the per-decode-step alloc(1..64) this path is built for.
+STAGING_SEGMENT_ROWS = 4096
+STAGING_SEGMENTS = 8
+
+
+def _current_stream_probe(device: torch.device) -> Callable[[], int]:
+    """A cheap "which stream is current on `device`" probe returning an int handle.
+
+    torch.cuda.current_stream() builds a Stream object per call (~1-2 µs of host time on a
+    path whose whole budget is a few µs); torch._C._cuda_getCurrentRawStream (the call
+    Triton's launcher uses) returns the handle as an int. The public call is the fallback for
+    a build without it.
+    """
+    index = device.index
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return lambda: raw(index)
+    return lambda: torch.cuda.current_stream(device).cuda_stream
+
+
+class _PinnedStaging:
+    """Scattered host rows -> a fresh device tensor, through a pinned ring, never a sync.
+
+    Why a ring: the first H200 measurement of the per-call path (`pin_memory()` of each
+    result, then `.to(non_blocking=True)`) cost 40-100 µs above the timer floor per alloc.
+    Here the rows are written into a pinned buffer allocated once and copied with one
+    `.to(device, non_blocking=True)` of a slice of it (a fresh device tensor from the
+    caching allocator: the caller owns it for as long as it likes).
+
+    Reuse safety without waiting: the ring is split into segments. Copies are staged at
+    increasing offsets inside the open segment, all on one stream (a change of the current
+    stream closes the segment). Closing a segment records a CUDA event after its last copy
+    on that stream; a segment is reopened only once that event has completed
+    (`Event.query()`, which never blocks), so no pinned slot is overwritten while a copy
+    from it may still be pending. When the next segment is still busy (the GPU is a whole
+    ring of copies behind) or n does not fit a segment, the copy goes through a fresh pinned
+    tensor from torch's caching host allocator, which tracks that block's pending copy
+    itself. Neither path synchronizes.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        segment_rows: int = STAGING_SEGMENT_ROWS,
+        segments: int = STAGING_SEGMENTS,
+    ) -> None:
+        self.device = device
+        self.segment_rows = segment_rows
+        self._buf = torch.empty(segment_rows * segments, dtype=torch.int64, pin_memory=True)
+        self._np = self._buf.numpy()  # the same pinned memory, written with numpy
+        # An Event that was never recorded reports query() == True: every segment starts free.
+        self._events = [torch.cuda.Event() for _ in range(segments)]
+        self._probe = _current_stream_probe(device)
+        self._seg = 0
+        self._off = 0
+        self._end = segment_rows
+        self._stream = torch.cuda.current_stream(device)
+        self._raw = self._probe()
+        self.fallbacks = 0  # copies that took the fresh-pinned-tensor path (tests read it)
+
+    def to_device(self, rows: np.ndarray) -> torch.Tensor:
+        """A new int64 device tensor holding `rows`; the copy is queued, not waited for."""
+        n = rows.size
+        off = self._off
+        if (off + n > self._end or self._probe() != self._raw) and not self._next_segment(n):
+            self.fallbacks += 1
+            return torch.from_numpy(rows).pin_memory().to(self.device, non_blocking=True)
+        off = self._off
+        end = off + n
+        self._np[off:end] = rows
+        out = self._buf[off:end].to(self.device, non_blocking=True)
+        self._off = end
+        return out
+
+    def _next_segment(self, n: int) -> bool:
+        """Close the open segment and open the next one if its last lap's copies are done."""
+        if n > self.segment_rows:
+            return False
+        self._events[self._seg].record(self._stream)  # after every copy staged in it
+        nxt = (self._seg + 1) % len(self._events)
+        if not self._events[nxt].query():
+            return False  # still pending: never wait, fall back
+        self._seg = nxt
+        self._off = nxt * self.segment_rows
+        self._end = self._off + self.segment_rows
+        self._stream = torch.cuda.current_stream(self.device)
+        self._raw = self._probe()
+        return True
+
 
 class HostFreeListAllocator:
     """Production allocator: host bump cursor + LIFO free list, no device sync on any path.
 
-    alloc(n) pops freed rows first (most recently freed first, so a freed run comes back as a
-    run), then takes fresh rows from the bump cursor; everything is numpy on the host, and the
-    result reaches the device through a pinned host tensor and `.to(device, non_blocking=True)`
-    (torch's caching host allocator keeps the pinned block alive until the copy has run).
+    All bookkeeping is numpy on the host. alloc(n) pops freed rows first (most recently
+    freed first, so a run freed together comes back as that run), then takes fresh rows at
+    the bump cursor: O(n) per call, never O(num_rows).
 
-    free(rows) must read row values on the host without a sync. Accepted:
-      * host rows: a CPU tensor, a numpy array, or a list of ints (what an engine keeps in its
-        host-side request table), or
-      * on a CUDA manager, the exact tensor alloc() returned (or a view with the same
-        data_ptr and numel): a host mirror of each outstanding allocation, keyed by
-        (data_ptr, numel) and dropped when the tensor dies, supplies the values.
-    Any other device tensor (a slice, a concatenation of several allocs) raises AllocError
-    rather than syncing: pass host rows instead.
+    What alloc returns on a CUDA device (int64). READ-ONLY: never write into it in place.
+      * a contiguous run (every bump alloc, every alloc(1), a run popped from the free list):
+        a VIEW of a row-index table built once (arange(num_rows) on the device). No copy, no
+        kernel, no allocation: a slice costs ~1-2 µs of host time. Writing into such a view
+        would change the table, i.e. the rows every later alloc of those rows returns.
+      * scattered rows (n >= 2 popped from a fragmented free list): a fresh tensor, staged
+        through a pinned ring and copied with non_blocking=True (_PinnedStaging).
+    On a CPU device every result is a fresh tensor wrapping a numpy copy (see
+    _device_paths in __init__); the run/scattered decision is the same.
+
+    free(rows) accepts host rows (a CPU tensor, numpy array or list of ints: what an engine
+    keeps in its request table) and, without reading the device, any tensor alloc returned
+    or any 1-D view or slice of one: a view of the table names its rows by its storage
+    offset; a copied tensor's rows are mirrored on the host, keyed by the address of its
+    storage. The mirror holds the tensor until all of its rows are freed (by any form), so
+    the caching allocator cannot hand that address to another tensor while the key exists:
+    a key always names the one allocation that owns it. Cost: at most one outstanding copy
+    per allocated row (bounded by num_rows rows). Any other device tensor (a clone, a
+    concatenation, one already freed) raises AllocError rather than syncing.
     """
 
     def __init__(self, num_rows: int, device: torch.device | str) -> None:
         self.num_rows = _check_num_rows(num_rows)
-        self.device = torch.device(device)
-        self._on_host = self.device.type == "cpu"
-        self._pin = self.device.type == "cuda"
+        self.device = _resolve_device(device)
         self._allocated = np.zeros(self.num_rows, dtype=bool)
         self._stack = np.empty(self.num_rows, dtype=np.int64)
-        self._iota = np.arange(self.num_rows, dtype=np.int64)  # bump rows: a slice copy, no arange
+        self._iota = np.arange(self.num_rows, dtype=np.int64)  # host twin of the table
+        # _runlen[i]: how many stack entries up to i ascend by one (stack[i] - stack[i-1] == 1)
+        self._runlen = np.zeros(self.num_rows, dtype=np.int64)
+        self._scratch = np.empty(self.num_rows, dtype=np.int64)  # free's duplicate check
         self._top = 0
         self._cursor = 0
-        self._mirror: dict[tuple[int, int], tuple[weakref.ref, np.ndarray]] = {}
+        # Not a view of _iota: a caller writing into a returned view must not be able to
+        # corrupt _iota, which the bookkeeping reads.
+        self._table = torch.arange(self.num_rows, dtype=torch.int64, device=self.device)
+        # Views, the run check and the mirror exist to keep device work and device reads off
+        # the paths. On a CPU device there is neither: a numpy copy wrapped by from_numpy
+        # costs less than torch's slicing (~0.4 µs warm, ~2 µs after prepare_state's
+        # cache-evicting reset, on the 2-core CI machine), free() reads CPU tensors directly,
+        # and every alloc is the previous implementation's copy. Tests set this to True on a
+        # CPU allocator right after construction to run the device paths (minus staging).
+        self._device_paths = self.device.type != "cpu"
+        self._staging: _PinnedStaging | None = None
+        if self.device.type == "cuda":
+            # Once, at construction (never on the alloc/free paths): the table is then
+            # complete for readers on any stream, not only the one that built it.
+            torch.cuda.synchronize(self.device)
+            self._staging = _PinnedStaging(self.device)
+        self._table_ptr = self._table.data_ptr()
+        # storage address -> [tensor, its host rows, rows of it still allocated]
+        self._mirror: dict[int, list] = {}
+        self._owner = np.zeros(self.num_rows, dtype=np.int64)  # row -> mirror key, 0: none
 
     @property
     def num_free(self) -> int:
@@ -284,7 +439,11 @@ class HostFreeListAllocator:
     def state(self) -> str:
         if self._top == 0:
             return "bump"
-        return _classify(self.free_rows())
+        # _classify(free_rows()) without int64 arrays of every free row: the benchmarks'
+        # reset (prepare_state) ends here, and a smaller footprint evicts less of what the
+        # timed alloc that follows needs from the CPU caches.
+        free = ~self._allocated
+        return "run_search" if bool((free[1:] & free[:-1]).any()) else "fragmented"
 
     def free_rows(self) -> np.ndarray:
         """Sorted free rows (host data; no sync)."""
@@ -295,80 +454,177 @@ class HostFreeListAllocator:
         cursor = self._cursor
         if type(n) is not int or n < 1 or n > self.num_rows - cursor + top:
             n = _count(n, self.num_rows - cursor + top)  # raises AllocError, nothing changed
+        if top == 0:
+            # Bump: every row at or past the cursor is free, and they form a run.
+            end = cursor + n
+            if self._device_paths:
+                out = self._table[cursor:end]
+            else:
+                out = torch.from_numpy(self._iota[cursor:end].copy())
+            self._allocated[cursor:end] = True
+            self._cursor = end
+            return out
+        runlen = self._runlen
         if top >= n:
             # Free list first (LIFO): a run freed together comes back as that run.
-            rows = self._stack[top - n : top].copy()
-            self._top = top - n
-            self._allocated[rows] = True
+            lo, end = top - n, cursor
+            if self._device_paths and runlen[top - 1] >= n:  # the top n ascend by one: a run
+                first = int(self._stack[lo])
+                out = self._table[first : first + n]
+                self._allocated[first : first + n] = True
+            else:
+                rows = self._stack[lo:top]
+                out = self._scattered(rows)  # may raise (device OOM): nothing committed yet
+                self._allocated[rows] = True
         else:
             # Drain the free list, then bump: rows past the cursor are free by construction.
-            end = cursor + n - top
-            fresh = self._iota[cursor:end]
-            self._allocated[cursor:end] = True
-            if top:
-                rows = np.concatenate((self._stack[:top], fresh))
-                self._allocated[rows[:top]] = True
-                self._top = 0
+            lo, end = 0, cursor + n - top
+            if self._device_paths and runlen[top - 1] == top and self._stack[top - 1] + 1 == cursor:
+                first = int(self._stack[0])  # the whole list runs up to the cursor
+                out = self._table[first : first + n]
+                self._allocated[first : first + n] = True
             else:
-                rows = fresh.copy()
-            self._cursor = end
-        out = torch.from_numpy(rows)
-        if self._on_host:
-            return out
-        if self._pin:
-            out = out.pin_memory()
-        dev = out.to(self.device, non_blocking=True)
-        self._remember(dev, rows)
-        return dev
+                rows = np.concatenate((self._stack[:top], self._iota[cursor:end]))
+                out = self._scattered(rows)
+                self._allocated[rows] = True
+        self._top = lo
+        self._cursor = end
+        return out
 
-    def _remember(self, dev: torch.Tensor, rows: np.ndarray) -> None:
-        """Mirror a returned device tensor's rows on the host, until the tensor dies.
-
-        The entry holds only a weak reference: when the caller drops the tensor, its callback
-        removes the entry before the caching allocator can reuse the address for another
-        tensor, so a (data_ptr, numel) key can never name the wrong allocation.
-        """
-        key = (dev.data_ptr(), dev.numel())
-        owner = weakref.ref(self)
-
-        def forget(ref: weakref.ref) -> None:
-            alloc = owner()
-            if alloc is not None:
-                entry = alloc._mirror.get(key)
-                if entry is not None and entry[0] is ref:
-                    del alloc._mirror[key]
-
-        self._mirror[key] = (weakref.ref(dev, forget), rows)
+    def _scattered(self, rows: np.ndarray) -> torch.Tensor:
+        """A new tensor holding scattered `rows`, mirrored on the host for a sync-free free."""
+        host = rows.copy()  # rows may be a view of the free-list stack, which free() reuses
+        if not self._device_paths:
+            return torch.from_numpy(host)  # a CPU tensor: free() reads it directly
+        if self._staging is not None:
+            out = self._staging.to_device(host)
+        else:  # a CPU allocator under test, or a device without pinned staging (not CUDA)
+            out = torch.from_numpy(host.copy())  # the caller's tensor never aliases the mirror
+            if self.device.type != "cpu":
+                out = out.to(self.device)
+        key = out.data_ptr()  # a fresh tensor: its data is its storage's start
+        self._mirror[key] = [out, host, host.size]
+        self._owner[host] = key
+        return out
 
     def free(self, rows: Any) -> None:
-        key = None
-        if isinstance(rows, torch.Tensor) and rows.device.type != "cpu":
-            key = (rows.data_ptr(), rows.numel())
-            entry = self._mirror.get(key)
-            if entry is None or entry[0]() is None or rows.device != self.device:
-                raise AllocError(
-                    "free(rows): a device tensor is accepted only as returned by alloc() "
-                    "(reading other device rows would synchronize); pass host rows (CPU "
-                    "tensor, numpy array or list) instead"
-                )
-            arr = entry[1]
+        run = False
+        if isinstance(rows, torch.Tensor):
+            arr, run = self._tensor_rows(rows)
         else:
             arr = _host_rows(rows)
-        _check_rows(arr, self.num_rows, self._allocated)
+        _check_rows(arr, self.num_rows, self._allocated, self._scratch, self._iota)
         k = arr.size
         if k == 0:
             return
-        self._stack[self._top : self._top + k] = arr
-        self._top += k
+        top = self._top
+        stack = self._stack
+        # Run lengths let alloc tell a run on top of the stack in O(1) (no compare of n rows).
+        carry = int(self._runlen[top - 1]) if top and arr[0] == stack[top - 1] + 1 else 0
+        if run:  # a unit-stride view of the table: ascending by one, known without a look
+            np.add(self._iota[:k], carry + 1, out=self._runlen[top : top + k])
+        else:
+            _run_lengths(arr, carry, self._iota, out=self._runlen[top : top + k])
+        stack[top : top + k] = arr
+        self._top = top + k
         self._allocated[arr] = False
-        if key is not None:
-            del self._mirror[key]
+        if self._mirror:
+            self._release(arr)
+
+    def _tensor_rows(self, t: torch.Tensor) -> tuple[np.ndarray, bool]:
+        """(host rows, whether they are a table run) of a tensor, never reading device memory.
+
+        A 1-D int64 view of the table or of a mirrored copy is mapped by its storage address
+        and offset; any other CPU tensor is read directly; any other device tensor raises.
+        """
+        on_host = t.device.type == "cpu"
+        if t.dtype == torch.int64 and t.dim() == 1 and (on_host or t.device == self.device):
+            k = t.numel()
+            if k == 0:
+                return np.empty(0, dtype=np.int64), False
+            off = t.storage_offset()
+            base = t.data_ptr() - 8 * off  # the storage's start address (int64: 8 bytes)
+            if base == self._table_ptr:
+                step = t.stride(0)
+                return _strided(self._iota, off, step, k), step == 1
+            entry = self._mirror.get(base)
+            if entry is not None:
+                return _strided(entry[1], off, t.stride(0), k), False
+        if on_host:
+            return _host_rows(t), False
+        if t.device != self.device:
+            raise AllocError(
+                f"free(rows): rows are on {t.device}, this allocator's rows are on {self.device}"
+            )
+        if t.dtype != torch.int64 or t.dim() != 1:
+            raise AllocError(
+                f"free(rows): a device tensor must be 1-D int64 as alloc() returns it, got "
+                f"{t.dtype} shape {tuple(t.shape)}"
+            )
+        raise AllocError(
+            "free(rows): this device tensor is neither a view of what alloc() returned nor an "
+            "outstanding copy it returned (a clone? a concatenation? freed already?); reading "
+            "its rows would synchronize the device: pass host rows (CPU tensor, numpy array "
+            "or list) instead"
+        )
+
+    def _release(self, arr: np.ndarray) -> None:
+        """Drop mirror entries whose rows are all free now (however they were freed)."""
+        keys = self._owner[arr]
+        held = keys != 0
+        if not held.any():
+            return
+        keys = keys[held]
+        self._owner[arr[held]] = 0
+        k0 = int(keys[0])
+        if bool((keys == k0).all()):  # the common case: rows of one allocation
+            groups: Any = ((k0, keys.size),)
+        else:
+            uniq, counts = np.unique(keys, return_counts=True)
+            groups = zip(uniq.tolist(), counts.tolist(), strict=True)
+        for key, count in groups:
+            entry = self._mirror[key]
+            entry[2] -= count
+            if entry[2] == 0:
+                del self._mirror[key]
 
     def free_all(self) -> None:
         self._allocated[:] = False
         self._top = 0
         self._cursor = 0
+        for entry in self._mirror.values():  # only mirrored rows carry an owner: touch those
+            self._owner[entry[1]] = 0
         self._mirror.clear()
+        # The staging ring keeps its place: copies still pending from it stay protected.
+
+
+def _run_lengths(arr: np.ndarray, carry: int, iota: np.ndarray, out: np.ndarray) -> None:
+    """out[i] = how many of arr[..i] ascend by one up to arr[i], plus `carry` for the first
+    run (the stack entries below arr that it continues). O(len(arr)) numpy, two temporaries."""
+    k = arr.size
+    idx = iota[:k]
+    brk = np.empty(k, dtype=bool)
+    brk[0] = True
+    np.not_equal(np.diff(arr), 1, out=brk[1:])
+    start = np.where(brk, idx, 0)
+    np.maximum.accumulate(start, out=start)  # index where each position's run begins
+    np.subtract(idx, start, out=out)
+    out += 1
+    if carry:
+        out[start == 0] += carry
+
+
+def _strided(values: np.ndarray, off: int, step: int, k: int) -> np.ndarray:
+    """values[off], values[off + step], ... (k of them): the rows a strided view names.
+
+    A step of 0 (an expanded view) repeats one row, which free's duplicate check rejects.
+    """
+    if step == 0:
+        return np.full(k, values[off], dtype=np.int64)
+    out = values[off : off + step * (k - 1) + 1 : step]
+    if out.size != k:
+        raise AllocError(f"free(rows): a view of {k} rows reaches past its allocation")
+    return out
 
 
 # ---- the manager -----------------------------------------------------------------------------
@@ -380,8 +636,9 @@ class KVCacheManager:
     impl=None follows KVBENCH_KV_ALLOC through dispatch("kv_alloc"): auto, or a forced row,
     which runs its check first (kvbench.dispatch). An explicit impl (a spec name) picks that
     row directly, as constructing the class would, without a golden check.
-    alloc(n) -> int64 tensor of n distinct rows that were free; free(rows); free_all();
-    num_free; state. Errors raise AllocError (a ValueError) and leave the state unchanged.
+    alloc(n) -> int64 tensor of n distinct rows that were free (read-only: host/freelist may
+    return a view of its row table); free(rows); free_all(); num_free; state. Errors raise
+    AllocError (a ValueError) and leave the state unchanged.
     """
 
     def __init__(self, num_rows: int, *, device: torch.device | str, impl: str | None = None):
@@ -399,7 +656,7 @@ class KVCacheManager:
             cls = spec.load()
         self._backend: _Backend = cls(num_rows, dev)
         self.num_rows = self._backend.num_rows
-        self.device = dev
+        self.device = self._backend.device  # CUDA with its index: the device rows report
         # Bound methods of the backend: the manager adds no call layer to the timed path.
         self.alloc = self._backend.alloc
         self.free = self._backend.free
