@@ -27,8 +27,13 @@ def _poison_next_alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch
     for a same-sized request, so an output element the kernel never writes reads NaN and
     fails verify instead of passing on stale-but-plausible memory.
     """
-    junk = torch.full(shape, float("nan"), dtype=dtype, device=device)
+    junk = torch.full(shape, _poison_value(dtype), dtype=dtype, device=device)
     del junk
+
+
+def _poison_value(dtype: torch.dtype) -> float | int:
+    """NaN for float dtypes; 0xFF for bytes (the e4m3 NaN code kvbench.quant never emits)."""
+    return float("nan") if dtype.is_floating_point and dtype.itemsize > 1 else 0xFF
 
 
 def make_decode_query(
@@ -196,12 +201,18 @@ def check_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor, slot_mapping: tor
     kc, vc = pool.k_cache, pool.v_cache
     before = [_bits(c[untouched // ps, untouched % ps]).clone() for c in (kc, vc)]
 
+    keep = torch.nonzero(slot_mapping >= 0).squeeze(1)
+    dst = slot_mapping[keep]
+    # Poison the destination rows first: an earlier row's write (or the first call of a
+    # benchmark) may already have put the right values there, and a row that writes nothing
+    # (e.g. into a temporary .contiguous() copy) would then read back correct.
+    for cache in (kc, vc):
+        _bits(cache)[dst // ps, dst % ps] = -1  # all-ones bits: NaN in fp16/bf16, 0xFF in e4m3
+
     scales = {"k_scale": pool.k_scale, "v_scale": pool.v_scale} if dtype == "fp8" else {}
     fn(k, v, kc, vc, slot_mapping, **scales)
 
     ref_k, ref_v = kv_write_ref(k, v, slot_mapping, cache_dtype=dtype, **scales)
-    keep = torch.nonzero(slot_mapping >= 0).squeeze(1)
-    dst = slot_mapping[keep]
     diff = 0.0
     for name, cache, ref in (("K", kc, ref_k), ("V", vc, ref_v)):
         got = cache[dst // ps, dst % ps]
@@ -250,6 +261,8 @@ def check_kv_gather_fp8(
     from kvbench.kernels.kv_gather_fp8 import _ATOL, _RTOL
     from kvbench.reference import kv_gather_fp8_ref
 
+    rows = int(page_table_flat.shape[0]) + extra_rows
+    _poison_next_alloc((rows, 576), torch.uint8, kv_cache.device)  # stale bytes fail, not pass
     out = fn(kv_cache, page_table_flat, extra_rows=extra_rows)
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float8_e4m3fn:
         got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__

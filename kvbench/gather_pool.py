@@ -45,6 +45,18 @@ def _int_arg(name: str, value: object, minimum: int) -> int:
     return value
 
 
+def gather_pool_tokens(kv_len: int, device: torch.device | str, *, min_l2_multiple: int = 8) -> int:
+    """Pool size in tokens for a gather of kv_len rows: >= 2 x kv_len (seed 001) and, on a GPU,
+    >= min_l2_multiple x L2 as for the decode fixture (seed 001's 86 MB pool is barely above
+    an H200's 60 MiB L2), rounded up to whole 64-token pages."""
+    tokens = 2 * _int_arg("kv_len", kv_len, 0)
+    dev = torch.device(device)
+    if dev.type == "cuda" and min_l2_multiple > 0:
+        l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+        tokens = max(tokens, -(-min_l2_multiple * l2 // ROW_BYTES))
+    return max(PAGE_SIZE, -(-tokens // PAGE_SIZE) * PAGE_SIZE)
+
+
 def build_gather_pool(
     pool_tokens: int, *, device: torch.device | str, seed: int = 0
 ) -> torch.Tensor:

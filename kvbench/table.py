@@ -343,17 +343,17 @@ def table_kv_write() -> Table:
 
 
 def table_kv_gather_fp8() -> Table:
-    from kvbench.gather_pool import TOPK_PAD_ROWS, build_gather_pool, build_page_table_flat
+    from kvbench.gather_pool import (
+        TOPK_PAD_ROWS,
+        build_gather_pool,
+        build_page_table_flat,
+        gather_pool_tokens,
+    )
 
     table = Table("kv_gather_fp8")
     dev = _device()
     cases = GATHER_CASES_GPU if dev.type == "cuda" else GATHER_CASES_CPU
-    pool_tokens = 2 * max(n for _, n in cases)
-    if dev.type == "cuda":
-        # seed 001 used 2x the largest kv_len (86 MB), which an H200's 60 MiB L2 nearly holds:
-        # size the pool to >= 8x L2 like the decode fixture instead.
-        l2 = torch.cuda.get_device_properties(dev).L2_cache_size
-        pool_tokens = max(pool_tokens, -(-8 * l2 // theory.GATHER_ROW_IN_BYTES))
+    pool_tokens = gather_pool_tokens(max(n for _, n in cases), dev)
     kv_cache = build_gather_pool(pool_tokens, device=dev)
     for label, kv_len in cases:
         pt = build_page_table_flat([kv_len], pool_tokens, device=dev)
@@ -381,7 +381,7 @@ def table_kv_gather_fp8() -> Table:
 
 def table_kv_alloc() -> Table:
     """Allocator states through bench_host (host stalls are invisible to CUDA events)."""
-    from kvbench.alloc import KVCacheManager, prepare_state
+    from kvbench.alloc import KVCacheManager, checked_alloc, prepare_state
 
     table = Table("kv_alloc")
     dev = _device()
@@ -401,12 +401,10 @@ def table_kv_alloc() -> Table:
                     def alloc(manager=manager, n=n, held=held) -> None:
                         held.append(manager.alloc(n))
 
-                    timing = bench_host(alloc, reset)
                     reset()
-                    rows = manager.alloc(n).cpu()
-                    if rows.unique().numel() != n:
-                        raise AssertionError(f"{name} {case}: alloc returned duplicate rows")
+                    checked_alloc(manager, n)  # distinct rows, all free before: gate first
                     table.checks[f"{name} @ {case}"] = 0.0
+                    timing = bench_host(alloc, reset)
                     table.rows.append(
                         Row.from_timing(name, case, timing, Work(), note=f"state={state}")
                     )
@@ -430,8 +428,9 @@ BUILDERS: dict[str, Callable[..., Table]] = {
 }
 
 
-def render(table: Table, meta: dict[str, Any], *, file: Any = sys.stdout) -> None:
+def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
     """Metadata header, the report (throughput first), auto's explain(), skipped rows."""
+    file = sys.stdout if file is None else file  # resolved per call (redirections, capture)
     peaks = device_peaks()
     print(format_metadata(meta), file=file)
     floor = table.floor_us

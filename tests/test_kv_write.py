@@ -220,6 +220,21 @@ def test_soft_encoder_and_reference_match_torch_cast(device):
     assert torch.equal(_encode(x, soft=True), torch_bytes)
 
 
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
+def test_check_fails_a_row_that_writes_nothing_even_after_a_correct_write(dtype, device):
+    """The benchmarks check every selector on one pool: the rows an earlier row wrote must
+    not let a later no-op row pass."""
+    pool = _small_pool(device, dtype)
+    k, v, slots = make_write_inputs(pool, 20, seed=3)
+    check_kv_write(kw.kv_write_torch, pool, k, v, slots)  # the right rows are now in place
+
+    def writes_nothing(*args, **kwargs):
+        return None
+
+    with pytest.raises(VerificationError):
+        check_kv_write(writes_nothing, pool, k, v, slots)
+
+
 # ---- bad input: ValueError naming the argument ------------------------------------------
 
 

@@ -192,10 +192,16 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         )
     if case.op == "kv_gather_fp8":
         from kvbench.checks import check_kv_gather_fp8
-        from kvbench.gather_pool import build_gather_pool, build_page_table_flat
+        from kvbench.gather_pool import (
+            build_gather_pool,
+            build_page_table_flat,
+            gather_pool_tokens,
+        )
 
-        kv_cache = build_gather_pool(p["pool_tokens"], device=dev)
-        pt = build_page_table_flat([p["kv_len"]], p["pool_tokens"], device=dev)
+        # The suite's fixture: >= 8x L2 on a GPU (the case's pool_tokens is the CPU size).
+        tokens = p["pool_tokens"] if small else gather_pool_tokens(p["kv_len"], dev)
+        kv_cache = build_gather_pool(tokens, device=dev)
+        pt = build_page_table_flat([p["kv_len"]], tokens, device=dev)
         extra = p["extra_rows"]
         return _Built(
             ops.describe_kv_gather_fp8(kv_cache, pt),

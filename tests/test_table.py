@@ -1,0 +1,52 @@
+"""`kvbench table`: correctness-checked rows, the dispatch explain(), JSON for tools (CPU)."""
+
+import json
+
+import pytest
+
+from kvbench.dispatch.core import clear_decisions
+from kvbench.gather_pool import gather_pool_tokens
+from kvbench.table import main
+
+
+def test_kv_alloc_table_checks_every_state_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "alloc.json"
+    assert main(["kv_alloc", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = {(r["impl"], r["case"]) for r in data["rows"]}
+    for impl in ("torch/legacy", "host/freelist"):
+        for state in ("bump", "run_search", "fragmented"):
+            for n in (1, 64):
+                assert (impl, f"{state} n={n}") in rows
+                assert f"{impl} @ {state} n={n}" in data["max_abs_diff"]
+    assert ("dispatch/cached", "kv_alloc n=1") in rows
+    assert data["host_floor_us"] > 0
+    assert all(r["timer"] == "bench_host" for r in data["rows"])
+    printed = capsys.readouterr().out
+    assert "# command: kvbench table kv_alloc" in printed and "dispatch/cached" in printed
+
+
+def test_gather_table_names_the_dispatched_row_and_says_why_rows_are_missing(
+    tmp_path, monkeypatch
+):
+    # Without the interpreter the Triton rows are unavailable on CPU (timing interpreted
+    # kernels would take minutes and mean nothing); the table must say so.
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    clear_decisions()  # decisions cached by earlier tests were made with the interpreter on
+    out = tmp_path / "gather.json"
+    assert main(["kv_gather_fp8", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {r["impl"] for r in data["rows"]} == {"torch/gather"}  # no CUDA: torch row only
+    assert all(r["gbps"] > 0 for r in data["rows"])
+    # Triton rows are listed with the reason they did not run, not silently dropped.
+    assert any("triton/vectorized" in k and "TRITON_INTERPRET" in v
+               for k, v in data["skipped"].items())
+    assert "selected:" in next(iter(data["explain"].values()))
+
+
+def test_gather_pool_tokens_cpu_is_twice_kv_len_in_whole_pages():
+    assert gather_pool_tokens(8192, "cpu") == 16384
+    assert gather_pool_tokens(100, "cpu") == 256
+    assert gather_pool_tokens(0, "cpu") == 64
+    with pytest.raises(ValueError, match="kv_len"):
+        gather_pool_tokens(-1, "cpu")
