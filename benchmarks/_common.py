@@ -127,6 +127,24 @@ def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_d
     }
 
 
+def check_then_time(op: str, selector: str, dev: str, *, check: Callable[[], float],
+                    last_selection: Callable[[str], Any], time_row: Callable[[Any], Any],
+                    timings: dict, moved_bytes: float | None) -> dict:
+    """One selector case of an op: correctness first, through the public op under `selector`
+    (`check()` calls it), then the row dispatch ran is asserted to be the row the param names,
+    then that row's kernel is timed (`time_row(kernel)`, once per row: see timed_once)."""
+    if dev == "cpu" and selector.startswith("triton/"):
+        raise Skip("Triton rows need CUDA (the interpreter's CPU timings mean nothing)")
+    set_selector(op, selector)
+    diff = check()
+    sel = last_selection(op)
+    if selector != AUTO and sel.spec.name != selector:
+        raise AssertionError(f"{SELECTOR_VARS[op]}={selector} ran {sel.spec.name}")
+    timing, shared = timed_once(timings, sel.spec.name, lambda: time_row(sel.target))
+    return measured(timing, moved_bytes, selected=sel.spec.name, max_abs_diff=diff,
+                    explain=sel.explain() if selector == AUTO else "", shared=shared)
+
+
 def timed_once(timings: dict, row: str, measure: Callable[[], Any]) -> tuple[Any, bool]:
     """The timing of `row` on the current input, measured on first request only.
 

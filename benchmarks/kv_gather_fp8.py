@@ -75,19 +75,13 @@ def _measure(dev: str, prob: _Problem, keys: list, results: dict) -> None:
     timings: dict = {}
 
     def one(key: tuple) -> dict:
-        selector = key[0]
-        if dev == "cpu" and selector.startswith("triton/"):
-            raise c.Skip("Triton rows need CUDA (the interpreter's CPU timings mean nothing)")
-        c.set_selector(OP, selector)
-        diff = checks.check_kv_gather_fp8(ops.kv_gather_fp8, kv_cache, table, EXTRA_ROWS)
-        sel = ops.last_selection(OP)
-        if selector != c.AUTO and sel.spec.name != selector:
-            raise AssertionError(f"{c.SELECTOR_VARS[OP]}={selector} ran {sel.spec.name}")
-        kernel = sel.target
-        timing, shared = c.timed_once(timings, sel.spec.name, lambda: harness.bench(
-            lambda: kernel(kv_cache, table, extra_rows=EXTRA_ROWS), device=kv_cache.device))
-        return c.measured(timing, work.moved, selected=sel.spec.name, max_abs_diff=diff,
-                          explain=sel.explain() if selector == c.AUTO else "", shared=shared)
+        return c.check_then_time(
+            OP, key[0], dev,
+            check=lambda: checks.check_kv_gather_fp8(ops.kv_gather_fp8, kv_cache, table,
+                                                     EXTRA_ROWS),
+            last_selection=ops.last_selection, timings=timings, moved_bytes=work.moved,
+            time_row=lambda kernel: harness.bench(
+                lambda: kernel(kv_cache, table, extra_rows=EXTRA_ROWS), device=kv_cache.device))
 
     try:
         c.run_cases(keys, one, results)

@@ -41,19 +41,11 @@ def _measure(dev: str, pool, dtype: str, n: int, keys: list, results: dict) -> N
     timings: dict = {}
 
     def one(key: tuple) -> dict:
-        selector = key[0]
-        if dev == "cpu" and selector.startswith("triton/"):
-            raise c.Skip("Triton rows need CUDA (the interpreter's CPU timings mean nothing)")
-        c.set_selector(OP, selector)
-        diff = checks.check_kv_write(ops.kv_write, pool, k, v, slots)
-        sel = ops.last_selection(OP)
-        if selector != c.AUTO and sel.spec.name != selector:
-            raise AssertionError(f"{c.SELECTOR_VARS[OP]}={selector} ran {sel.spec.name}")
-        kernel = sel.target
-        timing, shared = c.timed_once(timings, sel.spec.name, lambda: harness.bench(
-            lambda: kernel(*args, **kwargs), device=pool.device))
-        return c.measured(timing, work.moved, selected=sel.spec.name, max_abs_diff=diff,
-                          explain=sel.explain() if selector == c.AUTO else "", shared=shared)
+        return c.check_then_time(
+            OP, key[0], dev, check=lambda: checks.check_kv_write(ops.kv_write, pool, k, v, slots),
+            last_selection=ops.last_selection, timings=timings, moved_bytes=work.moved,
+            time_row=lambda kernel: harness.bench(lambda: kernel(*args, **kwargs),
+                                                  device=pool.device))
 
     try:
         c.run_cases(keys, one, results)
