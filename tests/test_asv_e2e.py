@@ -39,9 +39,11 @@ MACHINE = "e2e-cpu"
 PLANT_US = 400
 #: asv find / compare select the production allocator's rows by params (repr'd strings).
 FREELIST_ROWS = r"kv_alloc\.KVAlloc\.track_us\('host/freelist'"
-#: A step this large is the plant; the flat history must show none (noise on a loaded
-#: 2-core runner stays well below it, the plant is several times above it).
-FACTOR = "2.0"
+#: A step this large is the plant; the flat history must show none. The plant is ~40x
+#: (400 us on a ~10 us call); noise on the 2-core runner is not "well below 2x" for the
+#: ~10 us rows: torch/legacy bump n=64 read 9.35 -> 19.1 us (2.04x, flagged) between two
+#: identical commits in one CI run, so the threshold is 3x.
+FACTOR = "3.0"
 
 PLANT = textwrap.dedent(
     f"""
