@@ -2,8 +2,10 @@
 # One batched GPU session (the device tool gives minutes, not hours): install the carried
 # wheels, then run the requested stages, writing logs and JSON under $OUT (default ./gpu-out).
 #   bash scripts/gpu_session.sh tests harness tables
-# Stages: env, tests (pytest -m gpu), harness (validate_gpu + calibrate), tables (kvbench table
-# for every op), grid (issue-3 decode grid), sweep (decode config x splits), tune (kvbench tune paged_decode + table after).
+# Stages: env, tests (pytest -m gpu), alloc (allocator GPU tests + alloc_report), harness
+# (validate_gpu + calibrate), tables (kvbench table for every op), grid (issue-3 decode grid),
+# sweep (decode config x splits), sweep-fp8, ablate (decode kernel variants), profile (where
+# the asv suite's per-commit time goes), tune (kvbench tune + table after).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -26,6 +28,16 @@ for stage in "$@"; do
         ;;
     tests)
         python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
+        ;;
+    alloc)
+        python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_alloc.py 2>&1 | tee "$OUT/pytest_alloc.log" | tail -8
+        python3 -m kvbench.alloc_report --json "$OUT/alloc_report.json" 2>&1 | tee "$OUT/alloc_report.log"
+        ;;
+    ablate)
+        python3 scripts/sweep_paged_decode.py --ablate --json "$OUT/ablate.json" 2>&1 | tee "$OUT/ablate.log" | tail -12
+        ;;
+    profile)
+        python3 scripts/profile_suite.py 2>&1 | tee "$OUT/profile.log" | tail -9
         ;;
     harness)
         python3 -m kvbench.harness.validate_gpu --json "$OUT/harness.json" 2>&1 | tee "$OUT/harness.log"

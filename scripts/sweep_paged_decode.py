@@ -1,12 +1,18 @@
-"""Sweep the Triton paged-decode launch config and split count on a GPU (one device call).
+"""Sweep the Triton paged-decode launch config, kernel variants and split count on a GPU.
 
-    python scripts/sweep_paged_decode.py [--json PATH] [--quick]
+    python scripts/sweep_paged_decode.py [--json PATH] [--quick | --focus | --ablate]
 
-For each issue-6 case (Llama-3-8B decode geometry on the fragmented >= 8x L2 pool) and each
-kernel config (BLOCK_N, num_warps, num_stages) x split count, the output is verified against
-the fp64 reference (computed once per case) and timed with the harness's bench() (cold L2).
-Prints, per case, the best point next to what the module's current CONFIG/SPLIT_POLICY gives,
-so a change of defaults is a measured decision (docs/perf-notes.md).
+For each case (Llama-3-8B decode geometry on the fragmented >= 8x L2 pool) and each point
+(module overrides of kvbench.kernels.paged_decode: CONFIG launch config, FP8_DEQUANT, MMA_ROWS,
+SPLIT_COMBINE; x split count), the output is verified against the fp64 reference (computed
+once per case) and timed with the harness's bench() (cold L2). Prints, per case, the best
+point next to what the module's current defaults give, so a change of defaults is a measured
+decision (docs/perf-notes.md).
+
+  --quick   launch config (BLOCK_N x warps x stages) x splits 1..64, fp16 and fp8 cases
+  --focus   fp8 only, the default neighbourhood x FP8_DEQUANT, splits 1/8/32
+  --ablate  MMA_ROWS ("q_heads" at the default config, "kv_tokens" over BLOCK_N x warps x
+            stages) x SPLIT_COMBINE, auto split count plus 8/16/32 at batch 1
 """
 
 from __future__ import annotations
@@ -34,40 +40,77 @@ CASES = (
     ("b64_c8k", 64, 8192, "fp8"),
     ("b1_c32k", 1, 32768, "fp8"),
 )
+ABLATE_CASES = (("b1_c1k", 1, 1024, "fp16"),) + CASES
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 # fp8 cases also sweep how bytes are widened (pd.FP8_DEQUANT): the "cvt" vs "bits" ablation.
 FP8_DEQUANT_MODES = ("cvt", "bits")
+#: Module attributes a point may override besides CONFIG (restored after each case).
+_SWITCHES = ("FP8_DEQUANT", "MMA_ROWS", "SPLIT_COMBINE")
 
 
-def configs(fp8: bool, quick: bool, focus: bool = False) -> list[dict[str, int | str]]:
-    """Launch configs; fp8 ones carry the FP8_DEQUANT mode too (not a pd.CONFIG key).
-
-    focus: only the neighbourhood of the shipped default (BLOCK_N 128, 4 warps).
-    """
-    blocks = (128,) if focus else (64, 128, 256) if fp8 else (32, 64, 128)
-    warps = (4,) if focus else (4, 8)
-    stages = (2, 3) if quick or focus else (2, 3, 4)
-    base = [
+def launch_grid(blocks, warps, stages) -> list[dict[str, int]]:
+    return [
         {"BLOCK_N": b, "num_warps": w, "num_stages": s}
         for b, w, s in itertools.product(blocks, warps, stages)
     ]
+
+
+def points_for(fp8: bool, mode: str) -> list[dict]:
+    """The override dicts of one case: launch config keys plus any _SWITCHES."""
+    if mode == "ablate":
+        default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
+        base = [{**default, "MMA_ROWS": "q_heads"}] + [
+            {**c, "MMA_ROWS": "kv_tokens"} for c in launch_grid((64, 128), (4, 8), (2, 3))
+        ]
+        return [{**c, "SPLIT_COMBINE": m} for m in pd._SPLIT_COMBINE_MODES for c in base]
+    focus = mode == "focus"
+    blocks = (128,) if focus else (64, 128, 256) if fp8 else (32, 64, 128)
+    warps = (4,) if focus else (4, 8)
+    stages = (2, 3) if mode in ("quick", "focus") else (2, 3, 4)
+    base = launch_grid(blocks, warps, stages)
     if not fp8:
         return base
     return [{**c, "FP8_DEQUANT": m} for m in FP8_DEQUANT_MODES for c in base]
 
 
+def splits_for(mode: str, batch: int, ctx: int, auto: int) -> tuple[int, ...]:
+    if mode == "focus":
+        wanted = (1, 8, 32)
+    elif mode == "ablate":
+        wanted = tuple(sorted({auto, 8, 16, 32})) if batch == 1 else (auto,)
+    else:
+        wanted = SPLITS
+    return tuple(ns for ns in wanted if ns <= ctx // 16)
+
+
+def apply(point: dict) -> None:
+    """Set one point's overrides on the kernel module (both split and single-pass configs)."""
+    launch = {k: v for k, v in point.items() if k not in _SWITCHES}
+    for key in list(pd.CONFIG):
+        if key.startswith(("single_pass", "split_kv")):
+            pd.CONFIG[key] = dict(launch)
+    for name in _SWITCHES:
+        if name in point:
+            setattr(pd, name, point[name])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default=None)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--focus", action="store_true",
-                        help="fp8 cases only, default neighbourhood, splits 1/8/32 (a short run)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true")
+    group.add_argument("--focus", action="store_true",
+                       help="fp8 cases only, default neighbourhood, splits 1/8/32 (a short run)")
+    group.add_argument("--ablate", action="store_true",
+                       help="MMA_ROWS x SPLIT_COMBINE (kernel variants), see the docstring")
     args = parser.parse_args(argv)
-    cases = [c for c in CASES if c[3] == "fp8"] if args.focus else list(CASES)
-    splits = (1, 8, 32) if args.focus else SPLITS
+    mode = "quick" if args.quick else "focus" if args.focus else "ablate" if args.ablate else "full"
+    cases = {"focus": [c for c in CASES if c[3] == "fp8"], "ablate": list(ABLATE_CASES)}.get(
+        mode, list(CASES))
     dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
     defaults = {k: dict(v) for k, v in pd.CONFIG.items()}
-    default_dequant = pd.FP8_DEQUANT
+    default_switches = {name: getattr(pd, name) for name in _SWITCHES}
     points: list[dict] = []
     summary: list[tuple] = []
     for label, batch, ctx, dtype in cases:
@@ -81,55 +124,34 @@ def main(argv: list[str] | None = None) -> int:
         work = paged_decode_work(
             pool.seq_lens_list, q_heads=32, kv_heads=8, head_dim=128, kv_dtype=dtype
         )
-        suffix = "_fp8" if dtype == "fp8" else ""
         # What the shipped defaults do (auto split count).
         out = pd.paged_decode_split_kv(*a, **kw)
         verify(f"{label} {dtype} default", out, ref, rtol=rtol, atol=atol)
         default_us = bench(lambda a=a, kw=kw: pd.paged_decode_split_kv(*a, **kw)).median_us
-        chosen = pd.choose_num_splits(
-            batch, 8, ctx, torch.cuda.get_device_properties(dev).multi_processor_count, 16
-        )
+        chosen = pd.choose_num_splits(batch, 8, ctx, sms, 16)
         best = (float("inf"), None, None)
-        for cfg in configs(dtype == "fp8", args.quick, args.focus):
-            launch = {k: v for k, v in cfg.items() if k != "FP8_DEQUANT"}
-            pd.CONFIG["single_pass" + suffix] = dict(launch)
-            pd.CONFIG["split_kv" + suffix] = dict(launch)
-            pd.FP8_DEQUANT = cfg.get("FP8_DEQUANT", default_dequant)
-            for ns in splits:
-                if ns > ctx // 16:
-                    continue
+        for point in points_for(dtype == "fp8", mode):
+            apply(point)
+            for ns in splits_for(mode, batch, ctx, chosen):
+                if ns == 1 and point.get("SPLIT_COMBINE", "reduce_kernel") != "reduce_kernel":
+                    continue  # one split: the combine never runs, same kernel as reduce_kernel
 
                 def call(ns=ns, a=a, kw=kw):
                     return pd.paged_decode_split_kv(*a, **kw, num_splits=ns)
 
+                row = {"case": label, "dtype": dtype, "cfg": point, "splits": ns}
                 try:
-                    verify(f"{label} {dtype} {cfg} splits={ns}", call(), ref, rtol=rtol, atol=atol)
+                    verify(f"{label} {dtype} {point} splits={ns}", call(), ref, rtol=rtol, atol=atol)
                     us = bench(call, repeat=40).median_us
-                except Exception as exc:  # noqa: BLE001 - a config that fails is recorded
-                    points.append(
-                        {
-                            "case": label,
-                            "dtype": dtype,
-                            "cfg": cfg,
-                            "splits": ns,
-                            "error": f"{type(exc).__name__}: {str(exc)[:200]}",
-                        }
-                    )
+                except Exception as exc:  # noqa: BLE001 - a point that fails is recorded
+                    points.append({**row, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
                     continue
-                points.append(
-                    {
-                        "case": label,
-                        "dtype": dtype,
-                        "cfg": cfg,
-                        "splits": ns,
-                        "us": us,
-                        "gbps": work.moved / us / 1e3,
-                    }
-                )
+                points.append({**row, "us": us, "gbps": work.moved / us / 1e3})
                 if us < best[0]:
-                    best = (us, cfg, ns)
+                    best = (us, point, ns)
         pd.CONFIG.update({k: dict(v) for k, v in defaults.items()})
-        pd.FP8_DEQUANT = default_dequant
+        for name, value in default_switches.items():
+            setattr(pd, name, value)
         summary.append((label, dtype, default_us, chosen, best, work.moved))
         del q, a, ref, out
         pool.free()
@@ -146,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as fh:
             json.dump(
                 {
+                    "mode": mode,
                     "points": points,
                     "summary": [
                         {
