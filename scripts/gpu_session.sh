@@ -4,7 +4,7 @@
 #   bash scripts/gpu_session.sh tests harness tables
 # Stages: env, tests (pytest -m gpu), alloc (allocator GPU tests + alloc_report), harness
 # (validate_gpu + calibrate), tables (kvbench table for every op), grid (issue-3 decode grid),
-# sweep (decode config x splits), sweep-fp8, ablate (decode kernel variants), profile (where
+# sweep (decode config x splits), sweep-fp8, profile (where
 # the asv suite's per-commit time goes), tune (kvbench tune + table after).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,9 +32,6 @@ for stage in "$@"; do
     alloc)
         python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_alloc.py 2>&1 | tee "$OUT/pytest_alloc.log" | tail -8
         python3 -m kvbench.alloc_report --json "$OUT/alloc_report.json" 2>&1 | tee "$OUT/alloc_report.log"
-        ;;
-    ablate)
-        python3 scripts/sweep_paged_decode.py --ablate --json "$OUT/ablate.json" 2>&1 | tee "$OUT/ablate.log" | tail -12
         ;;
     profile)
         python3 scripts/profile_suite.py 2>&1 | tee "$OUT/profile.log" | tail -9

@@ -3,16 +3,17 @@
     python scripts/sweep_paged_decode.py [--json PATH] [--quick | --focus | --ablate]
 
 For each case (Llama-3-8B decode geometry on the fragmented >= 8x L2 pool) and each point
-(module overrides of kvbench.kernels.paged_decode: CONFIG launch config, FP8_DEQUANT, MMA_ROWS,
-SPLIT_COMBINE; x split count), the output is verified against the fp64 reference (computed
+(module overrides of kvbench.kernels.paged_decode: CONFIG launch config, FP8_DEQUANT; x split
+count), the output is verified against the fp64 reference (computed
 once per case) and timed with the harness's bench() (cold L2). Prints, per case, the best
 point next to what the module's current defaults give, so a change of defaults is a measured
 decision (docs/perf-notes.md).
 
   --quick   launch config (BLOCK_N x warps x stages) x splits 1..64, fp16 and fp8 cases
   --focus   fp8 only, the default neighbourhood x FP8_DEQUANT, splits 1/8/32
-  --ablate  MMA_ROWS ("q_heads" at the default config, "kv_tokens" over BLOCK_N x warps x
-            stages) x SPLIT_COMBINE, auto split count plus 8/16/32 at batch 1
+
+The kernel-variant ablation of docs/perf-notes.md experiments 5-6 (MMA_ROWS, SPLIT_COMBINE:
+refuted, removed) ran as `--ablate` of this script at commit fd26675.
 """
 
 from __future__ import annotations
@@ -40,12 +41,11 @@ CASES = (
     ("b64_c8k", 64, 8192, "fp8"),
     ("b1_c32k", 1, 32768, "fp8"),
 )
-ABLATE_CASES = (("b1_c1k", 1, 1024, "fp16"),) + CASES
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 # fp8 cases also sweep how bytes are widened (pd.FP8_DEQUANT): the "cvt" vs "bits" ablation.
 FP8_DEQUANT_MODES = ("cvt", "bits")
 #: Module attributes a point may override besides CONFIG (restored after each case).
-_SWITCHES = ("FP8_DEQUANT", "MMA_ROWS", "SPLIT_COMBINE")
+_SWITCHES = ("FP8_DEQUANT",)
 
 
 def launch_grid(blocks, warps, stages) -> list[dict[str, int]]:
@@ -57,12 +57,6 @@ def launch_grid(blocks, warps, stages) -> list[dict[str, int]]:
 
 def points_for(fp8: bool, mode: str) -> list[dict]:
     """The override dicts of one case: launch config keys plus any _SWITCHES."""
-    if mode == "ablate":
-        default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
-        base = [{**default, "MMA_ROWS": "q_heads"}] + [
-            {**c, "MMA_ROWS": "kv_tokens"} for c in launch_grid((64, 128), (4, 8), (2, 3))
-        ]
-        return [{**c, "SPLIT_COMBINE": m} for m in pd._SPLIT_COMBINE_MODES for c in base]
     focus = mode == "focus"
     blocks = (128,) if focus else (64, 128, 256) if fp8 else (32, 64, 128)
     warps = (4,) if focus else (4, 8)
@@ -73,13 +67,8 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
     return [{**c, "FP8_DEQUANT": m} for m in FP8_DEQUANT_MODES for c in base]
 
 
-def splits_for(mode: str, batch: int, ctx: int, auto: int) -> tuple[int, ...]:
-    if mode == "focus":
-        wanted = (1, 8, 32)
-    elif mode == "ablate":
-        wanted = tuple(sorted({auto, 8, 16, 32})) if batch == 1 else (auto,)
-    else:
-        wanted = SPLITS
+def splits_for(mode: str, ctx: int) -> tuple[int, ...]:
+    wanted = (1, 8, 32) if mode == "focus" else SPLITS
     return tuple(ns for ns in wanted if ns <= ctx // 16)
 
 
@@ -101,12 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--quick", action="store_true")
     group.add_argument("--focus", action="store_true",
                        help="fp8 cases only, default neighbourhood, splits 1/8/32 (a short run)")
-    group.add_argument("--ablate", action="store_true",
-                       help="MMA_ROWS x SPLIT_COMBINE (kernel variants), see the docstring")
     args = parser.parse_args(argv)
-    mode = "quick" if args.quick else "focus" if args.focus else "ablate" if args.ablate else "full"
-    cases = {"focus": [c for c in CASES if c[3] == "fp8"], "ablate": list(ABLATE_CASES)}.get(
-        mode, list(CASES))
+    mode = "quick" if args.quick else "focus" if args.focus else "full"
+    cases = [c for c in CASES if c[3] == "fp8"] if mode == "focus" else list(CASES)
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     defaults = {k: dict(v) for k, v in pd.CONFIG.items()}
@@ -132,9 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         best = (float("inf"), None, None)
         for point in points_for(dtype == "fp8", mode):
             apply(point)
-            for ns in splits_for(mode, batch, ctx, chosen):
-                if ns == 1 and point.get("SPLIT_COMBINE", "reduce_kernel") != "reduce_kernel":
-                    continue  # one split: the combine never runs, same kernel as reduce_kernel
+            for ns in splits_for(mode, ctx):
 
                 def call(ns=ns, a=a, kw=kw):
                     return pd.paged_decode_split_kv(*a, **kw, num_splits=ns)

@@ -112,29 +112,6 @@ _INTERPRETER_SM_COUNT = 4
 # while "bits" removes 256 F2F for bf16 q (docs/perf-notes.md, experiment 3).
 FP8_DEQUANT = "cvt"
 _FP8_DEQUANT_MODES = ("bits", "cvt")
-
-# How split-KV partials are combined (module-level for the H200 ablation, like FP8_DEQUANT).
-#   "reduce_kernel": a second launch, one program per (sequence, q head).
-#   "last_program":  no second launch: each split program stores its partial, then bumps a
-#                    per-(sequence, kv head) arrival counter (CTA barrier, then one acq_rel
-#                    atomic at GPU scope: the semaphore pattern of CUTLASS's split-K); the
-#                    program that arrives last combines all partials (L2 loads, .cg) and
-#                    resets its counter to 0 for the next launch. Why it exists: at batch 1 x
-#                    4k the split path is ~17 us against ~4 us of bytes, and the second launch
-#                    plus its dependent partial reads is a suspected share of it.
-SPLIT_COMBINE = "reduce_kernel"
-_SPLIT_COMBINE_MODES = ("last_program", "reduce_kernel")
-# Which operand fills the MMA's M dimension (module-level for the H200 ablation).
-#   "q_heads":   scores = q @ K^T with the (sequence, kv head)'s GROUP q heads as rows,
-#                padded to 16 (4 real rows at 32/8 heads): M = 16 is below Hopper's wgmma
-#                (M = 64 per warpgroup), so Triton emits mma.sync and the K/V tiles go
-#                through shared memory in the dot-operand layout (for fp8, after widening).
-#   "kv_tokens": scores^T = K @ q^T with BLOCK_N tokens as rows (M = BLOCK_N, N = GROUP_PAD),
-#                and out^T = V^T @ P^T: the accumulator is [HEAD_DIM, GROUP_PAD], transposed
-#                once at the end. Hypothesis under test (docs/perf-notes.md, experiment 5): the
-#                fp8 path's widened K can then feed the MMA from registers.
-MMA_ROWS = "q_heads"
-_MMA_ROWS_MODES = ("kv_tokens", "q_heads")
 # Host-side fold of the "bits" widening factor into the score scale, by q's dtype.
 _BITS_K_FOLD = {torch.float16: 2.0**8, torch.bfloat16: 2.0**120}
 # Left shift of (b & 0x7F) into each target's exponent field (mirrored by the CPU exactness test).
@@ -172,19 +149,6 @@ def _widen_e4m3(x, q, FP8_BITS: tl.constexpr):
 
 
 @triton.jit
-def _load_kv_tile(head_ptr, page, slot, stride_p, stride_s, offs_d, mask_n, q, FP8, FP8_BITS):
-    """[BLOCK_N, HEAD_DIM] K or V rows at (page, slot) per token, widened to q's dtype if fp8."""
-    x = tl.load(
-        head_ptr + (page * stride_p + slot * stride_s)[:, None] + offs_d[None, :],
-        mask=mask_n[:, None],
-        other=0,
-    )
-    if FP8:
-        x = _widen_e4m3(x, q, FP8_BITS)
-    return x
-
-
-@triton.jit
 def _to_f32(x):
     """Interpreter-only dot operand widening (DOT_F32): bf16 by shifting its bits, because
     the interpreter's bf16 -> fp32 cast mangles bf16 subnormals (see kernels/_fp8.py), which
@@ -206,7 +170,6 @@ def _decode_kernel(
     out_ptr,
     part_o_ptr,
     part_lse_ptr,
-    counter_ptr,
     k_scale,
     v_scale,
     qk_scale,
@@ -233,15 +196,8 @@ def _decode_kernel(
     DOT_F32: tl.constexpr,
     FP8_BITS: tl.constexpr,
     P_SCALED: tl.constexpr,
-    KV_ROWS: tl.constexpr,
-    COMBINE_LAST: tl.constexpr,
-    SPLIT_BLOCK: tl.constexpr,
 ):
-    """One program: sequence b, kv head h, split s (s == 0 when not SPLIT).
-
-    KV_ROWS (MMA_ROWS "kv_tokens"): the loop keeps scores, p and the accumulator transposed
-    (tokens or head_dim as MMA rows); the math is the same online softmax along the other axis.
-    """
+    """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -280,15 +236,7 @@ def _decode_kernel(
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
-    if KV_ROWS:
-        acc_t = tl.zeros([HEAD_DIM, GROUP_PAD], tl.float32)
-        q_t = tl.trans(q)
-    else:
-        acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
-    # P_SCALED (bf16 "bits" path): p = exp2(s - m) x 2^112 so that P @ V (V = e4m3 x 2^-120)
-    # stays fp32-normal; the row sum is scaled back exactly (a power of two).
-    p_shift = 112.0 if P_SCALED else 0.0
-    l_unshift = 1.925929944387236e-34 if P_SCALED else 1.0  # 2^-112
+    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
     bt_row = bt_ptr + b.to(tl.int64) * stride_btb
     k_head = k_ptr + h * stride_kh
     v_head = v_ptr + h * stride_vh
@@ -297,47 +245,41 @@ def _decode_kernel(
         mask_n = tok < hi
         page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
         slot = tok % PAGE_SIZE
-        k = _load_kv_tile(k_head, page, slot, stride_kp, stride_ks, offs_d, mask_n, q, FP8, FP8_BITS)
-        if KV_ROWS:
-            # scores^T [BLOCK_N, GROUP_PAD]; softmax along axis 0 (tokens)
-            if DOT_F32:
-                scores_t = tl.dot(_to_f32(k), q_t.to(tl.float32)) * scale
-            else:
-                scores_t = tl.dot(k, q_t) * scale
-            scores_t = tl.where(mask_n[:, None], scores_t, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(scores_t, 0))
-            alpha = tl.exp2(m_i - m_new)
-            p_t = tl.exp2(scores_t - (m_new - p_shift)[None, :])
-            l_i = l_i * alpha + tl.sum(p_t, 0) * l_unshift
-            v = _load_kv_tile(
-                v_head, page, slot, stride_vp, stride_vs, offs_d, mask_n, q, FP8, FP8_BITS
-            )
-            if DOT_F32:
-                pv_t = tl.dot(_to_f32(tl.trans(v)), _to_f32(p_t.to(q.dtype)))
-            else:
-                pv_t = tl.dot(tl.trans(v), p_t.to(q.dtype))
-            acc_t = acc_t * alpha[None, :] + pv_t
+        k = tl.load(
+            k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0,
+        )
+        if FP8:
+            k = _widen_e4m3(k, q, FP8_BITS)
+        if DOT_F32:
+            scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
         else:
-            if DOT_F32:
-                scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
-            else:
-                scores = tl.dot(q, tl.trans(k)) * scale
-            scores = tl.where(mask_n[None, :], scores, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(scores, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(scores - (m_new - p_shift)[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1) * l_unshift
-            v = _load_kv_tile(
-                v_head, page, slot, stride_vp, stride_vs, offs_d, mask_n, q, FP8, FP8_BITS
-            )
-            if DOT_F32:
-                pv = tl.dot(_to_f32(p.to(q.dtype)), _to_f32(v))
-            else:
-                pv = tl.dot(p.to(q.dtype), v)
-            acc = acc * alpha[:, None] + pv
+            scores = tl.dot(q, tl.trans(k)) * scale
+        scores = tl.where(mask_n[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        alpha = tl.exp2(m_i - m_new)
+        if P_SCALED:
+            # bf16 "bits" path: p = exp2(s - m) x 2^112 so that P @ V (V = e4m3 x 2^-120) stays
+            # fp32-normal; the row sum is scaled back exactly (a power of two).
+            p = tl.exp2(scores - (m_new - 112.0)[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1) * 1.925929944387236e-34  # 2^-112
+        else:
+            p = tl.exp2(scores - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(
+            v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0,
+        )
+        if FP8:
+            v = _widen_e4m3(v, q, FP8_BITS)
+        if DOT_F32:
+            pv = tl.dot(_to_f32(p.to(q.dtype)), _to_f32(v))
+        else:
+            pv = tl.dot(p.to(q.dtype), v)
+        acc = acc * alpha[:, None] + pv
         m_i = m_new
-    if KV_ROWS:
-        acc = tl.trans(acc_t)
 
     has = l_i > 0.0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -349,72 +291,12 @@ def _decode_kernel(
         tl.store(part_o_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=mask_g[:, None])
         lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
         tl.store(part_lse_ptr + part, lse, mask=mask_g)
-        if COMBINE_LAST:
-            # Every thread's partial stores happen-before the barrier; the release half of
-            # the atomic publishes them at GPU scope; its acquire half (for the last arrival)
-            # orders the combine's loads after all other programs' publications.
-            tl.debug_barrier()
-            counter = counter_ptr + b * tl.num_programs(1) + h
-            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-            if arrived == num_splits - 1:
-                for g in tl.static_range(GROUP):
-                    _combine_row(
-                        part_o_ptr, part_lse_ptr, out_ptr, b * num_heads_q + h * GROUP + g,
-                        num_splits, HEAD_DIM, SPLIT_BLOCK, True,
-                    )
-                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")  # ready for the next launch
     else:
         tl.store(
             out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :],
             o.to(out_ptr.dtype.element_ty),
             mask=mask_g[:, None],
         )
-
-
-@triton.jit
-def _combine_row(
-    part_o_ptr,
-    part_lse_ptr,
-    out_ptr,
-    row,
-    num_splits,
-    HEAD_DIM: tl.constexpr,
-    SPLIT_BLOCK: tl.constexpr,
-    FROM_L2: tl.constexpr,
-):
-    """Combine one (sequence, q head) row's split partials (o, lse) by online softmax.
-
-    FROM_L2: load with .cg (L2, bypassing L1) because other programs of the same launch
-    wrote the partials (the "last_program" combine).
-    """
-    offs_d = tl.arange(0, HEAD_DIM)
-    offs_s = tl.arange(0, SPLIT_BLOCK)
-    base = row * num_splits
-    m = tl.full([1], float("-inf"), tl.float32)
-    den = tl.zeros([1], tl.float32)
-    acc = tl.zeros([HEAD_DIM], tl.float32)
-    for s0 in range(0, num_splits, SPLIT_BLOCK):
-        sp = s0 + offs_s
-        mask_s = sp < num_splits
-        o_ptrs = part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :]
-        if FROM_L2:
-            lse = tl.load(
-                part_lse_ptr + base + sp, mask=mask_s, other=float("-inf"), cache_modifier=".cg"
-            )
-            o = tl.load(o_ptrs, mask=mask_s[:, None], other=0.0, cache_modifier=".cg")
-        else:
-            lse = tl.load(part_lse_ptr + base + sp, mask=mask_s, other=float("-inf"))
-            o = tl.load(o_ptrs, mask=mask_s[:, None], other=0.0)
-        m_new = tl.maximum(m, tl.max(lse, 0))
-        # All-empty so far (m_new == -inf): keep the exponents finite; weights are then 0.
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m - m_safe)
-        w = tl.exp2(lse - m_safe)
-        acc = acc * alpha + tl.sum(w[:, None] * o, 0)
-        den = den * alpha + tl.sum(w, 0)
-        m = m_new
-    res = acc / tl.where(den > 0.0, den, 1.0)
-    tl.store(out_ptr + row * HEAD_DIM + offs_d, res.to(out_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -427,10 +309,32 @@ def _reduce_kernel(
     SPLIT_BLOCK: tl.constexpr,
 ):
     """One program per (sequence, q head): combine the splits' (o, lse) by online softmax."""
-    _combine_row(
-        part_o_ptr, part_lse_ptr, out_ptr, tl.program_id(0), num_splits, HEAD_DIM, SPLIT_BLOCK,
-        False,
-    )
+    row = tl.program_id(0)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_s = tl.arange(0, SPLIT_BLOCK)
+    base = row * num_splits
+    m = tl.full([1], float("-inf"), tl.float32)
+    den = tl.zeros([1], tl.float32)
+    acc = tl.zeros([HEAD_DIM], tl.float32)
+    for s0 in range(0, num_splits, SPLIT_BLOCK):
+        sp = s0 + offs_s
+        mask_s = sp < num_splits
+        lse = tl.load(part_lse_ptr + base + sp, mask=mask_s, other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(lse, 0))
+        # All-empty so far (m_new == -inf): keep the exponents finite; weights are then 0.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_safe)
+        w = tl.exp2(lse - m_safe)
+        o = tl.load(
+            part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
+            mask=mask_s[:, None],
+            other=0.0,
+        )
+        acc = acc * alpha + tl.sum(w[:, None] * o, 0)
+        den = den * alpha + tl.sum(w, 0)
+        m = m_new
+    res = acc / tl.where(den > 0.0, den, 1.0)
+    tl.store(out_ptr + row * HEAD_DIM + offs_d, res.to(out_ptr.dtype.element_ty))
 
 
 # Triton fixes compiled-vs-interpreted when a kernel is decorated (TRITON_INTERPRET at import
@@ -603,25 +507,6 @@ def choose_num_splits(
     return int(max(1, min(wanted, by_length, SPLIT_POLICY["MAX_SPLITS"])))
 
 
-# Zero-initialised int32 arrival counters for SPLIT_COMBINE "last_program", one per
-# (sequence, kv head), kept per (device, stream): the last program of each launch resets its
-# counter, so the buffer is zero again when the next launch on the same stream starts (no
-# memset launch per call). Two streams running decode at once get separate buffers.
-_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
-
-
-def _arrival_counters(device: torch.device, n: int) -> torch.Tensor:
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        # Growing replaces the buffer; launches already queued keep the old one alive through
-        # the caching allocator's stream-ordered reuse.
-        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
-    return buf
-
-
 def _launch(
     p: _Problem,
     q: torch.Tensor,
@@ -644,14 +529,6 @@ def _launch(
     qk_scale = p.sm_scale * _LOG2E * (_BITS_K_FOLD[q.dtype] if fp8_bits else 1.0)
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
         raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
-    for name, value, modes in (
-        ("SPLIT_COMBINE", SPLIT_COMBINE, _SPLIT_COMBINE_MODES),
-        ("MMA_ROWS", MMA_ROWS, _MMA_ROWS_MODES),
-    ):
-        if value not in modes:
-            raise ValueError(f"{name} must be one of {modes}, got {value!r}")
-    combine_last = split and SPLIT_COMBINE == "last_program"
-    counters = _arrival_counters(q.device, p.batch * p.kv_heads) if combine_last else out
     if split:
         part_o = torch.empty(
             (p.batch, p.q_heads, num_splits, p.head_dim), dtype=torch.float32, device=q.device
@@ -670,7 +547,6 @@ def _launch(
         out,
         part_o,
         part_lse,
-        counters,
         p.k_scale,
         p.v_scale,
         qk_scale,
@@ -697,13 +573,10 @@ def _launch(
         DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
         FP8_BITS=fp8_bits,
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
-        KV_ROWS=MMA_ROWS == "kv_tokens",
-        COMBINE_LAST=combine_last,
-        SPLIT_BLOCK=CONFIG["reduce"]["SPLIT_BLOCK"],
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
     )
-    if split and not combine_last:
+    if split:
         rcfg = CONFIG["reduce"]
         _reduce_kernel[(p.batch * p.q_heads,)](
             part_o,
