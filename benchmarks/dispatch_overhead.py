@@ -93,7 +93,4 @@ class DispatchOverhead(c._Suite):
     params: ClassVar[list] = [OPS, PATHS]
     param_names: ClassVar[list] = ["op", "path"]
 
-    def setup_cache(self):
-        return measure()
-
-    setup_cache.timeout = 120
+    setup_cache = c.setup_cache_host

@@ -75,7 +75,4 @@ class KVAlloc(c._Suite):
     params: ClassVar[list] = [SELECTORS, STATES, NS]
     param_names: ClassVar[list] = ["selector", "state", "n"]
 
-    def setup_cache(self):
-        return measure()
-
-    setup_cache.timeout = 180
+    setup_cache = c.setup_cache_host

@@ -128,7 +128,4 @@ class KVGatherFp8(c._WithGbps):
     params: ClassVar[list] = [SELECTORS, list(CASES)]
     param_names: ClassVar[list] = ["selector", "case"]
 
-    def setup_cache(self):
-        return measure()
-
-    setup_cache.timeout = 180
+    setup_cache = c.setup_cache_kv_ops

@@ -86,7 +86,4 @@ class KVWrite(c._WithGbps):
     params: ClassVar[list] = [SELECTORS, DTYPES, list(CASES)]
     param_names: ClassVar[list] = ["selector", "dtype", "case"]
 
-    def setup_cache(self):
-        return measure()
-
-    setup_cache.timeout = 240
+    setup_cache = c.setup_cache_kv_ops

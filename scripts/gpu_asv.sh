@@ -4,6 +4,15 @@
 #   bash scripts/gpu_asv.sh history RANGE     asv run over RANGE (results/ tarred to $OUT)
 #   bash scripts/gpu_asv.sh plant             plant a GPU slowdown on top of HEAD, asv run +
 #                                             asv find over it (docs/history.md)
+#   bash scripts/gpu_asv.sh gpus RANGE [PART/PARTS] [SKIP_GPUS]
+#                                             asv run over RANGE spread across this machine's
+#                                             GPUs: one clone, one env and one asv process
+#                                             per GPU (CUDA_VISIBLE_DEVICES), commits dealt
+#                                             round-robin; PART/PARTS (e.g. 1/2) takes every
+#                                             PARTS-th commit of the range starting at PART-1,
+#                                             so a range larger than one call's time splits
+#                                             over calls; SKIP_GPUS GPUs (from 0) are left to
+#                                             other work. Results of all clones are merged.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
@@ -17,6 +26,32 @@ cd "$REPO" && git checkout -q main 2>/dev/null || git checkout -q -b main
 python3 -m kvbench.cli machine >/dev/null && echo "machine: $(python3 -c 'import json,os;print(list(json.load(open(os.path.expanduser("~/.asv-machine.json"))).keys()))')"
 MACHINE=h200
 case "$1" in
+gpus)
+    t0=$(date +%s)
+    PART=${3:-1/1}; SKIP=${4:-0}
+    NGPU=$(nvidia-smi -L | wc -l)
+    # the range's commits, oldest first, then this call's share of them
+    git rev-list --reverse "$2" | awk -v p="${PART%/*}" -v n="${PART#*/}" '(NR - p) % n == 0' >/tmp/part.txt
+    echo "$(wc -l </tmp/part.txt) commits of $2 (part $PART) over GPUs $SKIP..$((NGPU - 1))"
+    pids=()
+    for gpu in $(seq "$SKIP" $((NGPU - 1))); do
+        clone=/tmp/kvbench-history-gpu$gpu
+        [ -d "$clone" ] || git clone -q "$ROOT/.device/repo.bundle" "$clone"
+        (cd "$clone" && git checkout -q main 2>/dev/null || git checkout -q -b main)
+        awk -v g="$((gpu - SKIP))" -v n="$((NGPU - SKIP))" '(NR - 1) % n == g' /tmp/part.txt >"$clone/.hashes"
+        echo "GPU $gpu: $(wc -l <"$clone/.hashes") commits"
+        (cd "$clone" && CUDA_VISIBLE_DEVICES=$gpu timeout "${ASV_TIMEOUT:-480}" python3 -m asv run \
+            --machine $MACHINE --record-samples --launch-method forkserver "HASHFILE:$clone/.hashes" \
+            >"$OUT/asv_gpu$gpu.log" 2>&1; echo "GPU $gpu asv exit $? after $(( $(date +%s) - t0 )) s" >>"$OUT/asv_gpu$gpu.log") &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    for gpu in $(seq "$SKIP" $((NGPU - 1))); do
+        tail -3 "$OUT/asv_gpu$gpu.log"
+        cp -r /tmp/kvbench-history-gpu$gpu/results/. "$REPO/results/"
+    done
+    echo "gpus: $(( $(date +%s) - t0 )) s for part $PART of $2"
+    ;;
 history)
     t0=$(date +%s)
     RANGE=$2
