@@ -4,15 +4,16 @@
 #   bash scripts/gpu_asv.sh history RANGE     asv run over RANGE (results/ tarred to $OUT)
 #   bash scripts/gpu_asv.sh plant             plant a GPU slowdown on top of HEAD, asv run +
 #                                             asv find over it (docs/history.md)
-#   bash scripts/gpu_asv.sh gpus RANGE [PART/PARTS] [SKIP_GPUS]
-#                                             asv run over RANGE spread across this machine's
-#                                             GPUs: one clone, one env and one asv process
-#                                             per GPU (CUDA_VISIBLE_DEVICES), commits dealt
+#   bash scripts/gpu_asv.sh gpus RANGE|FILE [PART/PARTS]
+#                                             asv run over RANGE (or the hashes listed in FILE,
+#                                             a path under the repo root) spread across the
+#                                             GPUs in $ASV_GPUS (default: all): one clone, one
+#                                             env and one asv process per GPU
+#                                             (CUDA_VISIBLE_DEVICES), commits dealt
 #                                             round-robin; PART/PARTS (e.g. 1/2) takes every
-#                                             PARTS-th commit of the range starting at PART-1,
-#                                             so a range larger than one call's time splits
-#                                             over calls; SKIP_GPUS GPUs (from 0) are left to
-#                                             other work. Results of all clones are merged.
+#                                             PARTS-th commit starting at PART-1, so a range
+#                                             larger than one call's time splits over calls.
+#                                             Each clone's results for ITS commits are merged.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
@@ -28,17 +29,19 @@ MACHINE=h200
 case "$1" in
 gpus)
     t0=$(date +%s)
-    PART=${3:-1/1}; SKIP=${4:-0}
-    NGPU=$(nvidia-smi -L | wc -l)
-    # the range's commits, oldest first, then this call's share of them
-    git rev-list --reverse "$2" | awk -v p="${PART%/*}" -v n="${PART#*/}" '(NR - p) % n == 0' >/tmp/part.txt
-    echo "$(wc -l </tmp/part.txt) commits of $2 (part $PART) over GPUs $SKIP..$((NGPU - 1))"
+    PART=${3:-1/1}
+    read -r -a GPUS <<<"${ASV_GPUS:-$(seq -s ' ' 0 $(($(nvidia-smi -L | wc -l) - 1)))}"
+    # the commits (oldest first), then this call's share of them
+    if [ -f "$ROOT/$2" ]; then cat "$ROOT/$2"; else git rev-list --reverse "$2"; fi |
+        awk -v p="${PART%/*}" -v n="${PART#*/}" '(NR - p) % n == 0' >/tmp/part.txt
+    echo "$(wc -l </tmp/part.txt) commits of $2 (part $PART) over GPUs ${GPUS[*]}"
     pids=()
-    for gpu in $(seq "$SKIP" $((NGPU - 1))); do
+    for i in "${!GPUS[@]}"; do
+        gpu=${GPUS[$i]}
         clone=/tmp/kvbench-history-gpu$gpu
         [ -d "$clone" ] || git clone -q "$ROOT/.device/repo.bundle" "$clone"
         (cd "$clone" && git checkout -q main 2>/dev/null || git checkout -q -b main)
-        awk -v g="$((gpu - SKIP))" -v n="$((NGPU - SKIP))" '(NR - 1) % n == g' /tmp/part.txt >"$clone/.hashes"
+        awk -v g="$i" -v n="${#GPUS[@]}" '(NR - 1) % n == g' /tmp/part.txt >"$clone/.hashes"
         echo "GPU $gpu: $(wc -l <"$clone/.hashes") commits"
         (cd "$clone" && CUDA_VISIBLE_DEVICES=$gpu timeout "${ASV_TIMEOUT:-480}" python3 -m asv run \
             --machine $MACHINE --record-samples --launch-method forkserver "HASHFILE:$clone/.hashes" \
@@ -46,9 +49,16 @@ gpus)
         pids+=($!)
     done
     wait "${pids[@]}"
-    for gpu in $(seq "$SKIP" $((NGPU - 1))); do
+    for gpu in "${GPUS[@]}"; do
         tail -3 "$OUT/asv_gpu$gpu.log"
-        cp -r /tmp/kvbench-history-gpu$gpu/results/. "$REPO/results/"
+        # Only this clone's own commits: every clone also holds the committed results (from
+        # the bundle), which must not overwrite what another clone just measured.
+        while read -r hash; do
+            cp /tmp/kvbench-history-gpu$gpu/results/$MACHINE/"${hash:0:8}"-*.json "$REPO/results/$MACHINE/" 2>/dev/null ||
+                echo "GPU $gpu: no result for $hash"
+        done <"/tmp/kvbench-history-gpu$gpu/.hashes"
+        cp /tmp/kvbench-history-gpu$gpu/results/benchmarks.json "$REPO/results/"
+        cp /tmp/kvbench-history-gpu$gpu/results/$MACHINE/machine.json "$REPO/results/$MACHINE/"
     done
     echo "gpus: $(( $(date +%s) - t0 )) s for part $PART of $2"
     ;;

@@ -11,6 +11,9 @@ decision (docs/perf-notes.md).
 
   --quick   launch config (BLOCK_N x warps x stages) x splits 1..64, fp16 and fp8 cases
   --focus   fp8 only, the default neighbourhood x FP8_DEQUANT, splits 1/8/32
+  --occupancy  the default launch config x register cap (CONFIG "maxnreg": none, 168, 128:
+            3 or 4 CTAs per SM instead of 2) x stages, and the reduce kernel's SPLIT_BLOCK
+            (16, 32, 64: how many split partials one iteration loads) at the auto split count
 
 The kernel-variant ablation of docs/perf-notes.md experiments 5-6 (MMA_ROWS, SPLIT_COMBINE:
 refuted, removed) ran as `--ablate` of this script at commit fd26675.
@@ -46,6 +49,8 @@ SPLITS = (1, 2, 4, 8, 16, 32, 64)
 FP8_DEQUANT_MODES = ("cvt", "bits")
 #: Module attributes a point may override besides CONFIG (restored after each case).
 _SWITCHES = ("FP8_DEQUANT",)
+#: Point keys that set the reduce kernel's config rather than the decode kernel's.
+_REDUCE_KEYS = {"REDUCE_SPLIT_BLOCK": "SPLIT_BLOCK"}
 
 
 def launch_grid(blocks, warps, stages) -> list[dict[str, int]]:
@@ -57,6 +62,12 @@ def launch_grid(blocks, warps, stages) -> list[dict[str, int]]:
 
 def points_for(fp8: bool, mode: str) -> list[dict]:
     """The override dicts of one case: launch config keys plus any _SWITCHES."""
+    if mode == "occupancy":
+        default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
+        caps = [{}, {"maxnreg": 168}, {"maxnreg": 128}]
+        decode = [{**default, "num_stages": st, **cap} for cap in caps for st in (2, 3)]
+        reduce = [{**default, "REDUCE_SPLIT_BLOCK": b} for b in (32, 64)]
+        return decode + reduce
     focus = mode == "focus"
     blocks = (128,) if focus else (64, 128, 256) if fp8 else (32, 64, 128)
     warps = (4,) if focus else (4, 8)
@@ -67,17 +78,20 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
     return [{**c, "FP8_DEQUANT": m} for m in FP8_DEQUANT_MODES for c in base]
 
 
-def splits_for(mode: str, ctx: int) -> tuple[int, ...]:
-    wanted = (1, 8, 32) if mode == "focus" else SPLITS
+def splits_for(mode: str, ctx: int, auto: int) -> tuple[int, ...]:
+    wanted = {"focus": (1, 8, 32), "occupancy": (auto,)}.get(mode, SPLITS)
     return tuple(ns for ns in wanted if ns <= ctx // 16)
 
 
 def apply(point: dict) -> None:
     """Set one point's overrides on the kernel module (both split and single-pass configs)."""
-    launch = {k: v for k, v in point.items() if k not in _SWITCHES}
+    launch = {k: v for k, v in point.items() if k not in _SWITCHES and k not in _REDUCE_KEYS}
     for key in list(pd.CONFIG):
         if key.startswith(("single_pass", "split_kv")):
             pd.CONFIG[key] = dict(launch)
+    for point_key, config_key in _REDUCE_KEYS.items():
+        if point_key in point:
+            pd.CONFIG["reduce"] = {**pd.CONFIG["reduce"], config_key: point[point_key]}
     for name in _SWITCHES:
         if name in point:
             setattr(pd, name, point[name])
@@ -90,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--quick", action="store_true")
     group.add_argument("--focus", action="store_true",
                        help="fp8 cases only, default neighbourhood, splits 1/8/32 (a short run)")
+    group.add_argument("--occupancy", action="store_true",
+                       help="register cap x stages and reduce SPLIT_BLOCK (see the docstring)")
     args = parser.parse_args(argv)
-    mode = "quick" if args.quick else "focus" if args.focus else "full"
+    mode = ("quick" if args.quick else "focus" if args.focus
+            else "occupancy" if args.occupancy else "full")
     cases = [c for c in CASES if c[3] == "fp8"] if mode == "focus" else list(CASES)
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
@@ -118,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         best = (float("inf"), None, None)
         for point in points_for(dtype == "fp8", mode):
             apply(point)
-            for ns in splits_for(mode, ctx):
+            for ns in splits_for(mode, ctx, chosen):
 
                 def call(ns=ns, a=a, kw=kw):
                     return pd.paged_decode_split_kv(*a, **kw, num_splits=ns)

@@ -72,6 +72,10 @@ CONFIG: dict[str, dict[str, int]] = {
     "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
     "reduce": {"SPLIT_BLOCK": 16, "num_warps": 4},
 }
+# An optional "maxnreg" key in a CONFIG entry caps registers per thread (Triton's compile
+# option), trading spills for resident CTAs: ncu on the H200 showed the fp8 kernel at 2 CTAs
+# (8 warps) per SM, limited by registers, issue-bound at 53% of DRAM bandwidth (experiment 7
+# in docs/perf-notes.md). Absent: the compiler's choice.
 # Split policy (see choose_num_splits). Programs already >= FILL_WAVES x SMs: no split.
 # Otherwise aim for TARGET_WAVES x SMs programs, each split >= MIN_TOKENS_PER_SPLIT tokens.
 SPLIT_POLICY: dict[str, float] = {
@@ -507,6 +511,14 @@ def choose_num_splits(
     return int(max(1, min(wanted, by_length, SPLIT_POLICY["MAX_SPLITS"])))
 
 
+def _register_cap(cfg: dict[str, int]) -> dict[str, int]:
+    """Launch kwargs for a CONFIG entry's optional register cap (none under the interpreter,
+    which has no registers to cap)."""
+    if "maxnreg" not in cfg or _INTERPRET:
+        return {}
+    return {"maxnreg": cfg["maxnreg"]}
+
+
 def _launch(
     p: _Problem,
     q: torch.Tensor,
@@ -575,6 +587,7 @@ def _launch(
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
+        **_register_cap(cfg),
     )
     if split:
         rcfg = CONFIG["reduce"]
