@@ -516,7 +516,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
                  for n in names if sig[n].startswith("*") or n in aligned}
         src = ASTSource(fn=kern, signature=sig, constexprs=const, attrs=attrs)
         opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-        return triton.compile(src, target=target, options=opts)
+        if "maxnreg" in cfg:
+            opts["maxnreg"] = cfg["maxnreg"]
+        return triton.compile(src, target=target, options=opts), cfg.get("maxnreg")
 
     # fp16 single pass; fp8 bytes with fp16 q (single pass) and bf16 q (split epilogue), each
     # through both FP8_DEQUANT paths. Float-convert counts per path: PTX cvt with a float type
@@ -525,7 +527,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
         (qdt, "u8", split, bits) for qdt, split in (("fp16", False), ("bf16", True))
         for bits in (False, True)]
     for qdt, kvdt, split, bits in cases:
-        k = compile_one(qdt, kvdt, split, bits)
+        k, cap = compile_one(qdt, kvdt, split, bits)
         ptx = k.asm["ptx"]
         assert "cp.async" in ptx or "cp.async.bulk" in ptx, "KV loads not async"
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -547,7 +549,10 @@ _COMPILE_SCRIPT = textwrap.dedent(
         print(f"  ptx smem operand loads: {dict(smem)}")
         print("  sass: " + " ".join(f"{op}={ops[op]}" for op in
               ("F2F", "F2FP", "PRMT", "LOP3", "IMAD", "SHF", "HMMA")) + f" total={sum(ops.values())}")
-        assert "STACK:0 " in line, f"register spills: {line}"
+        if cap is None:
+            assert "STACK:0 " in line, f"register spills: {line}"
+        else:  # a capped config trades spills for occupancy (CONFIG comment): hold the cap
+            assert int(re.search(r"REG:(\\d+)", line).group(1)) <= cap, line
         widen = sum(n for c, n in fcvt.items() if "e4m3" in c or c.startswith("cvt.bf16.f16"))
         if kvdt == "u8":
             # The point of "bits": no float conversion of KV elements; "cvt" must have them

@@ -67,15 +67,18 @@ _ATOL = {"fp16": 5e-4, "bf16": 8e-3, "fp8": 2e-3}
 # 25% faster than BLOCK_N 64 at batch 32 x 4k (133 vs 169 us); fp8 128 / 4 / 3.
 CONFIG: dict[str, dict[str, int]] = {
     "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
-    "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+    "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128},
     "split_kv": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
     "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
     "reduce": {"SPLIT_BLOCK": 16, "num_warps": 4},
 }
 # An optional "maxnreg" key in a CONFIG entry caps registers per thread (Triton's compile
-# option), trading spills for resident CTAs: ncu on the H200 showed the fp8 kernel at 2 CTAs
-# (8 warps) per SM, limited by registers, issue-bound at 53% of DRAM bandwidth (experiment 7
-# in docs/perf-notes.md). Absent: the compiler's choice.
+# option), trading spills for resident CTAs. ncu on the H200 showed the fp8 single-pass
+# kernel at 2 CTAs (8 warps) per SM, limited by ~200 registers, at 53% of DRAM bandwidth;
+# capped at 128 (4 CTAs per SM, some spills) batch 64 x 8k went 426 -> 376 us
+# (docs/perf-notes.md, experiment 7). The split kernel's fp8 entry stays uncapped: its
+# programs do not fill the SMs, and the cap cost 41 -> 47 us at batch 1 x 32k. fp16 is
+# bandwidth-bound already and every cap was slower (504 -> 724 us at batch 64 x 8k).
 # Split policy (see choose_num_splits). Programs already >= FILL_WAVES x SMs: no split.
 # Otherwise aim for TARGET_WAVES x SMs programs, each split >= MIN_TOKENS_PER_SPLIT tokens.
 SPLIT_POLICY: dict[str, float] = {
