@@ -1,4 +1,4 @@
-"""Shared machinery of the kvbench asv suite: one measuring process per class.
+"""Shared machinery of the kvbench asv suite: one measuring process per group of classes.
 
 Why setup_cache does the measuring. asv runs every (benchmark, param combination) in a fresh
 process; importing torch costs 2-4 s and creating a CUDA context ~0.5 s, so the ~250
@@ -9,13 +9,15 @@ plain dict {param tuple: entry}. Classes are measured in GROUPS that share one p
 (asv runs a setup_cache function once and hands its result to every class that uses that
 same function): three processes per commit instead of six saved ~10 s of torch imports and
 CUDA contexts on the H200 (scripts/profile_suite.py). The grouping follows what a bisection
-needs: `asv find` on a decode series re-measures the decode group, not the whole suite. The per-combination processes only look their entry up:
-`setup` raises NotImplementedError for a skipped case and RuntimeError for a failed one (a
-wrong kernel never gets a number), `track_us` returns the timer's samples
+needs: `asv find` on a decode series re-measures the decode group, not the whole suite.
+
+The per-combination processes only look their entry up: `setup` raises NotImplementedError
+for a skipped case and RuntimeError for a failed one (a wrong kernel never gets a number),
+`track_us` returns the timer's samples
 (TimingResult.as_asv(), seconds, with asv's statistics), `track_gbps` the theoretical bytes
 over the median (a display series: asv treats bigger as worse, so GB/s never drives
 regression detection). One timing feeds both series. The price: a CUDA fault in one case
-poisons the context for the later cases of that class in that process; each case's
+poisons the context for the later cases of that group in that process; each case's
 exception is recorded and shown, so the first failure names the culprit.
 
 Old commits lack parts of kvbench. The suite imports kvbench only inside setup_cache and
@@ -266,6 +268,8 @@ def report_selection(key: tuple[str, ...], found: dict) -> None:
         print(found["explain"])
 
 
+#: The key under which measure_group records a class whose measure function raised.
+_CLASS_ERROR = "__class_error__"
 #: group -> ((benchmarks module, its measure function, the class it feeds), ...)
 GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "decode": (("paged_decode", "measure_decode", "PagedDecode"),
@@ -313,7 +317,6 @@ def setup_cache_host(self) -> dict[str, dict]:
 setup_cache_decode.timeout = 600
 setup_cache_kv_ops.timeout = 420
 setup_cache_host.timeout = 300
-_CLASS_ERROR = "__class_error__"
 
 
 class _Suite:

@@ -64,7 +64,8 @@ _ATOL = {"fp16": 5e-4, "bf16": 8e-3, "fp8": 2e-3}
 # change it without editing kernels. BLOCK_N: KV tokens per loop iteration (>= 16 for
 # tl.dot). Chosen from the sweep on the H200 (docs/perf-notes.md, experiment 2): fp16
 # BLOCK_N 128 / 4 warps / 2 stages is within 3% of the best point at every issue-6 case and
-# 25% faster than BLOCK_N 64 at batch 32 x 4k (133 vs 169 us); fp8 128 / 4 / 3.
+# 25% faster than BLOCK_N 64 at batch 32 x 4k (133 vs 169 us); fp8 split 128 / 4 / 3, fp8
+# single pass 128 / 4 / 2 under a register cap (below).
 CONFIG: dict[str, dict[str, int]] = {
     "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
     "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128},
