@@ -20,9 +20,19 @@ OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$ROOT"/.whl/*.whl 2>&1 | grep -v WARNING
+# A clone of the bundle at DIR, made again when a warm machine kept one of an older bundle
+# (its history would miss the new commits; its results were tarred out by that call).
+clone_bundle() {
+    local want
+    want=$(git ls-remote "$ROOT/.device/repo.bundle" refs/heads/main | cut -f1)
+    if [ "$(git -C "$1" rev-parse -q --verify main 2>/dev/null)" != "$want" ]; then
+        rm -rf "$1"
+        git clone -q --branch main "$ROOT/.device/repo.bundle" "$1"
+    fi
+}
 REPO=/tmp/kvbench-history
-[ -d "$REPO" ] || git clone -q "$ROOT/.device/repo.bundle" "$REPO"
-cd "$REPO" && git checkout -q main 2>/dev/null || git checkout -q -b main
+clone_bundle "$REPO"
+cd "$REPO" || exit 1
 # results of earlier runs (committed) are the starting point; new ones add to them
 python3 -m kvbench.cli machine >/dev/null && echo "machine: $(python3 -c 'import json,os;print(list(json.load(open(os.path.expanduser("~/.asv-machine.json"))).keys()))')"
 MACHINE=h200
@@ -39,8 +49,7 @@ gpus)
     for i in "${!GPUS[@]}"; do
         gpu=${GPUS[$i]}
         clone=/tmp/kvbench-history-gpu$gpu
-        [ -d "$clone" ] || git clone -q "$ROOT/.device/repo.bundle" "$clone"
-        (cd "$clone" && git checkout -q main 2>/dev/null || git checkout -q -b main)
+        clone_bundle "$clone"
         awk -v g="$i" -v n="${#GPUS[@]}" '(NR - 1) % n == g' /tmp/part.txt >"$clone/.hashes"
         echo "GPU $gpu: $(wc -l <"$clone/.hashes") commits"
         (cd "$clone" && CUDA_VISIBLE_DEVICES=$gpu timeout "${ASV_TIMEOUT:-480}" python3 -m asv run \
