@@ -64,8 +64,9 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
     """The override dicts of one case: launch config keys plus any _SWITCHES."""
     if mode == "occupancy":
         default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
+        uncapped = {k: v for k, v in default.items() if k != "maxnreg"}
         caps = [{}, {"maxnreg": 168}, {"maxnreg": 128}]
-        decode = [{**default, "num_stages": st, **cap} for cap in caps for st in (2, 3)]
+        decode = [{**uncapped, "num_stages": st, **cap} for cap in caps for st in (2, 3)]
         reduce = [{**default, "REDUCE_SPLIT_BLOCK": b} for b in (32, 64)]
         return decode + reduce
     focus = mode == "focus"

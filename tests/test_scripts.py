@@ -1,0 +1,86 @@
+"""The device-session scripts' pure-Python parts (their GPU parts run on the device only).
+
+scripts/ is not a package: each script is loaded from its path. What is checked here is
+what a wrong edit would silently break on the device, where a failed call costs minutes:
+which points a sweep mode visits, that applying a point sets the kernel module's config
+and switches, and that the suite profiler refuses an unknown class by name.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvbench.kernels import paged_decode as pd
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def sweep(monkeypatch):
+    """The sweep module, with the kernel module's config restored after the test."""
+    monkeypatch.setattr(pd, "CONFIG", {k: dict(v) for k, v in pd.CONFIG.items()})
+    monkeypatch.setattr(pd, "FP8_DEQUANT", pd.FP8_DEQUANT)
+    return _load("sweep_paged_decode")
+
+
+def test_occupancy_points_cover_caps_stages_and_reduce_blocks(sweep):
+    points = sweep.points_for(fp8=True, mode="occupancy")
+    caps = {p.get("maxnreg") for p in points if "REDUCE_SPLIT_BLOCK" not in p}
+    assert caps == {None, 168, 128}
+    assert {p["num_stages"] for p in points if "REDUCE_SPLIT_BLOCK" not in p} == {2, 3}
+    assert {p["REDUCE_SPLIT_BLOCK"] for p in points if "REDUCE_SPLIT_BLOCK" in p} == {32, 64}
+    assert sweep.splits_for("occupancy", 4096, 32) == (32,)
+    assert sweep.splits_for("focus", 1024, 8) == (1, 8, 32)
+    assert max(sweep.splits_for("quick", 256, 1)) == 16  # never more splits than pages
+
+
+def test_fp8_points_carry_the_dequant_mode(sweep):
+    points = sweep.points_for(fp8=True, mode="focus")
+    assert {p["FP8_DEQUANT"] for p in points} == set(sweep.FP8_DEQUANT_MODES)
+    assert all("FP8_DEQUANT" not in p for p in sweep.points_for(fp8=False, mode="quick"))
+
+
+def test_apply_sets_decode_configs_reduce_and_switches(sweep):
+    sweep.apply({"BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "maxnreg": 168,
+                 "FP8_DEQUANT": "bits", "REDUCE_SPLIT_BLOCK": 64})
+    for key in ("single_pass", "single_pass_fp8", "split_kv", "split_kv_fp8"):
+        assert pd.CONFIG[key] == {"BLOCK_N": 64, "num_warps": 8, "num_stages": 3,
+                                  "maxnreg": 168}
+    assert pd.CONFIG["reduce"]["SPLIT_BLOCK"] == 64
+    assert pd.FP8_DEQUANT == "bits"
+
+
+def test_register_cap_only_reaches_compiled_launches(monkeypatch):
+    cfg = {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128}
+    monkeypatch.setattr(pd, "_INTERPRET", False)
+    assert pd._register_cap(cfg) == {"maxnreg": 128}
+    assert pd._register_cap({k: v for k, v in cfg.items() if k != "maxnreg"}) == {}
+    monkeypatch.setattr(pd, "_INTERPRET", True)  # the interpreter has no registers to cap
+    assert pd._register_cap(cfg) == {}
+
+
+def test_profile_suite_names_an_unknown_class():
+    res = subprocess.run([sys.executable, str(SCRIPTS / "profile_suite.py"), "NoSuchClass"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 2
+    assert "NoSuchClass" in res.stderr and "PagedDecode" in res.stderr
+
+
+def test_profile_suite_knows_every_suite_class():
+    from benchmarks import _common
+
+    profile = _load("profile_suite")
+    grouped = {(m, f, c) for entries in _common.GROUPS.values() for m, f, c in entries}
+    assert {(m, f, c) for c, (m, f) in profile.CLASSES.items()} == grouped
