@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # asv on the GPU machine, offline: the device copy has no .git, so the history travels as a
 # git bundle (.device/repo.bundle, made by `git bundle create .device/repo.bundle --all`).
-#   bash scripts/gpu_asv.sh history RANGE     asv run over RANGE (results/ tarred to $OUT)
 #   bash scripts/gpu_asv.sh plant             plant a GPU slowdown on top of HEAD, asv run +
 #                                             asv find over it (docs/history.md)
 #   bash scripts/gpu_asv.sh gpus RANGE|FILE [PART/PARTS]
@@ -70,14 +69,6 @@ gpus)
         cp /tmp/kvbench-history-gpu$gpu/results/$MACHINE/machine.json "$REPO/results/$MACHINE/"
     done
     echo "gpus: $(( $(date +%s) - t0 )) s for part $PART of $2"
-    ;;
-history)
-    t0=$(date +%s)
-    RANGE=$2
-    # A file of hashes (HASHFILE:) picks the commits that matter when a whole range does not fit.
-    [ -f "$ROOT/$2" ] && RANGE="HASHFILE:$ROOT/$2"
-    timeout "${ASV_TIMEOUT:-420}" python3 -m asv run --machine $MACHINE --record-samples --launch-method forkserver "$RANGE" 2>&1 | tail -60
-    echo "history: $(( $(date +%s) - t0 )) s for $2"
     ;;
 plant)
     git -c user.name=plant -c user.email=plant@kvbench.local commit -q --allow-empty -m "harmless: empty commit before the plant"

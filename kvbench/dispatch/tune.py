@@ -144,12 +144,13 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
 
     p = case.params
     small = dev.type != "cuda"
-    if case.op == "paged_decode":
-        from kvbench.checks import check_paged_decode, make_decode_query
+
+    def fp16_pool(num_seqs: int):
+        """The case's fragmented fp16 pool (>= 8x L2 on a GPU), as the asv suite builds it."""
         from kvbench.pool import paged_pool
 
-        pool = paged_pool(
-            p["batch"],
+        return paged_pool(
+            num_seqs,
             p["seq_len"],
             kv_heads=p["kv_heads"],
             head_dim=p["head_dim"],
@@ -158,6 +159,11 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
             min_l2_multiple=0 if small else 8,
             device=dev,
         )
+
+    if case.op == "paged_decode":
+        from kvbench.checks import check_paged_decode, make_decode_query
+
+        pool = fp16_pool(p["batch"])
         q = make_decode_query(pool, p["q_heads"])
         args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
         kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
@@ -169,18 +175,8 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         )
     if case.op == "kv_write":
         from kvbench.checks import check_kv_write, make_write_inputs
-        from kvbench.pool import paged_pool
 
-        pool = paged_pool(
-            p["num_seqs"],
-            p["seq_len"],
-            kv_heads=p["kv_heads"],
-            head_dim=p["head_dim"],
-            page_size=p["page_size"],
-            dtype=torch.float16,
-            min_l2_multiple=0 if small else 8,
-            device=dev,
-        )
+        pool = fp16_pool(p["num_seqs"])
         k, v, slots = make_write_inputs(pool, p["n"])
         args = (k, v, pool.k_cache, pool.v_cache, slots)
         kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}

@@ -161,6 +161,38 @@ def _noop() -> None:
     return None
 
 
+def _event_samples(
+    fn: Callable[[], object], before: Callable[[], object], repeat: int, dev: torch.device,
+    host_us: float,
+) -> list[float]:
+    """The one CUDA event loop (bench, bench_stateful): per call, `before()` (flush, and a
+    reset for stateful calls; enqueued, never waited for), the head-start spin, then an event
+    pair around fn. Every interval is read after ONE synchronize at the end. Microseconds."""
+    spin = _head_start(dev, host_us)
+    starts, ends = _events(repeat), _events(repeat)
+    torch.cuda.synchronize()
+    for i in range(repeat):
+        before()
+        spin()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()  # the one synchronize; every interval is read after it
+    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+def _wall_samples(fn: Callable[[], object], before: Callable[[], object], repeat: int) -> list[float]:
+    """The CPU-device loop of bench / bench_stateful: before() outside, perf_counter_ns
+    around fn. Microseconds."""
+    samples = []
+    for _ in range(repeat):
+        before()
+        t0 = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    return samples
+
+
 def bench(
     fn: Callable[[], object],
     *,
@@ -195,17 +227,7 @@ def bench(
                 torch.cuda.synchronize()
                 per_call_s = start.elapsed_time(end) * 1e-3 / _ESTIMATE_CALLS
                 repeat = _choose_repeat(per_call_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
-            spin = _head_start(dev, host_us)
-            starts, ends = _events(repeat), _events(repeat)
-            torch.cuda.synchronize()
-            for i in range(repeat):
-                flush()
-                spin()
-                starts[i].record()
-                fn()
-                ends[i].record()
-            torch.cuda.synchronize()  # the one synchronize; every interval is read after it
-            samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+            samples = _event_samples(fn, flush, repeat, dev, host_us)
         return _result(samples, "bench", l2, dev, host_us)
 
     fn()  # untimed, as on CUDA
@@ -213,13 +235,7 @@ def bench(
         per_iter_s = _wall_per_iteration(lambda: (flush(), fn()), _noop)
         # Budget the wall time (flush included): a CPU flush of 2x LLC costs milliseconds.
         repeat = _choose_repeat(per_iter_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
-    samples = []
-    for _ in range(repeat):
-        flush()
-        t0 = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - t0) / 1e3)
-    return _result(samples, "bench", l2, dev)
+    return _result(_wall_samples(fn, flush, repeat), "bench", l2, dev)
 
 
 def bench_stateful(
@@ -254,18 +270,7 @@ def bench_stateful(
                     lambda: (reset(), flush(), fn()), torch.cuda.synchronize
                 )
                 repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
-            spin = _head_start(dev, host_us)
-            starts, ends = _events(repeat), _events(repeat)
-            torch.cuda.synchronize()
-            for i in range(repeat):
-                reset()
-                flush()
-                spin()
-                starts[i].record()
-                fn()
-                ends[i].record()
-            torch.cuda.synchronize()
-            samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+            samples = _event_samples(fn, lambda: (reset(), flush()), repeat, dev, host_us)
         return _result(samples, "bench_stateful", "cold", dev, host_us)
 
     reset()
@@ -273,13 +278,7 @@ def bench_stateful(
     if repeat is None:
         per_iter_s = _wall_per_iteration(lambda: (reset(), flush(), fn()), _noop)
         repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
-    samples = []
-    for _ in range(repeat):
-        reset()
-        flush()
-        t0 = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - t0) / 1e3)
+    samples = _wall_samples(fn, lambda: (reset(), flush()), repeat)
     return _result(samples, "bench_stateful", "cold", dev)
 
 
