@@ -9,11 +9,12 @@ that step and its fix:
 
 * torch/legacy  (LegacyBitmapAllocator): the behaviour that was measured, reproduced on
   purpose: a device bool bitmap, a host bump cursor, device syncs on the slow path.
-* host/freelist (HostFreeListAllocator): the production implementation. All state lives on the
-  host (numpy), so no path synchronizes the device. A contiguous run of rows (bump, alloc(1),
-  a run freed together) is returned as a view of a row-index table that lives on the device:
-  no copy and no kernel. Only scattered rows are copied, from a pinned staging ring with a
-  non-blocking copy. Returned tensors are read-only by contract.
+* host/freelist (HostFreeListAllocator): the production implementation. All bookkeeping lives
+  on the host (numpy), so no path synchronizes the device. alloc returns a view of device
+  memory that already holds the rows (a row-index table for bump rows; for free-list rows,
+  the copy made when they were freed): no copy and no kernel per alloc. Rows are copied
+  (pinned staging ring, non-blocking) when scattered host rows are freed, and when an alloc
+  spans several frees. Returned tensors are read-only by contract.
 
 States (`.state`, the names seed 000 uses, stated in every benchmark case label):
     "bump"        the bump cursor is live: every free row is at or past it, alloc is arange
@@ -26,6 +27,7 @@ pool where alloc(n) takes the path the state names, through the public API only.
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -285,6 +287,10 @@ class LegacyBitmapAllocator:
 STAGING_SEGMENT_ROWS = 4096
 STAGING_SEGMENTS = 8
 
+#: host/freelist compacts its device twin when its chunks hold more than this many times
+#: num_rows rows (bounded memory; see HostFreeListAllocator._compact).
+COMPACT_FACTOR = 4
+
 
 def _current_stream_probe(device: torch.device) -> Callable[[], int]:
     """A cheap "which stream is current on `device`" probe returning an int handle.
@@ -374,51 +380,69 @@ class _PinnedStaging:
 class HostFreeListAllocator:
     """Production allocator: host bump cursor + LIFO free list, no device sync on any path.
 
-    All bookkeeping is numpy on the host. alloc(n) pops freed rows first (most recently
-    freed first, so a run freed together comes back as that run), then takes fresh rows at
-    the bump cursor: O(n) per call, never O(num_rows).
+    All bookkeeping is numpy and Python ints on the host. alloc(n) pops freed rows first
+    (most recently freed first, so rows freed together come back together), then takes fresh
+    rows at the bump cursor: O(n) per call, never O(num_rows).
 
-    What alloc returns on a CUDA device (int64). READ-ONLY: never write into it in place.
-      * a contiguous run (every bump alloc, every alloc(1), a run popped from the free list):
-        a VIEW of a row-index table built once (arange(num_rows) on the device). No copy, no
-        kernel, no allocation: a slice costs ~1-2 µs of host time. Writing into such a view
-        would change the table, i.e. the rows every later alloc of those rows returns.
-      * scattered rows (n >= 2 popped from a fragmented free list): a fresh tensor, staged
-        through a pinned ring and copied with non_blocking=True (_PinnedStaging).
-    On a CPU device every result is a fresh tensor wrapping a numpy copy (see
-    _device_paths in __init__); the run/scattered decision is the same.
+    On a CUDA device alloc returns (int64, READ-ONLY: never write into it in place) a VIEW of
+    device memory that already holds the rows whenever it can, so the per-step alloc costs a
+    slice (~1-2 µs of host time), no copy and no kernel:
+      * bump rows (and a free-list run that reaches the cursor): a view of the row table,
+        arange(num_rows) built once on the device;
+      * rows popped from the free list: a view of the free list's DEVICE TWIN. The stack is
+        also kept as segments [key, offset, length]: consecutive stack entries that sit at
+        consecutive positions of one device array, the table (key 0) or a chunk, an
+        immutable device copy of rows made when they were freed (free of host rows that
+        are not one run: one non-blocking copy through a pinned ring, _PinnedStaging).
+        Rows freed as a view of the table or of a chunk are named in place (no copy). When
+        the top segment holds n entries, alloc(n) is a view of it;
+      * otherwise (the top n entries span several segments): one copy, which becomes a chunk.
+    Why copy at free rather than at alloc: an engine frees a finished request's rows once but
+    allocates rows every decode step; the copy per alloc (~14 µs of host time on the H200's
+    host for 64 scattered rows) was the one row of docs/allocator.md above target.
+
+    Chunk lifetime: chunks are never written after creation, so a view stays valid as long as
+    its rows are allocated. The allocator holds its chunks until they hold more than
+    COMPACT_FACTOR x num_rows rows; then it copies the free list into one new chunk and drops
+    the others (compaction, O(free rows), at most once per 3 x num_rows copied rows). A
+    dropped chunk stays readable for free() through a weak reference for as long as a caller
+    still holds a view of it; its rows are then freed as host rows. No per-row ownership is
+    kept, so alloc's view path writes one numpy array (the allocated flags).
+
+    On a CPU device every result is a fresh tensor over a numpy copy (see _device_paths in
+    __init__) and there are no segments or chunks: no device work to avoid.
 
     free(rows) accepts host rows (a CPU tensor, numpy array or list of ints: what an engine
-    keeps in its request table) and, without reading the device, any tensor alloc returned
-    or any 1-D view or slice of one: a view of the table names its rows by its storage
-    offset; a copied tensor's rows are mirrored on the host, keyed by the address of its
-    storage. The mirror holds the tensor until all of its rows are freed (by any form), so
-    the caching allocator cannot hand that address to another tensor while the key exists:
-    a key always names the one allocation that owns it. Cost: at most one outstanding copy
-    per allocated row (bounded by num_rows rows). Any other device tensor (a clone, a
-    concatenation, one already freed) raises AllocError rather than syncing.
+    keeps in its request table) and, without reading the device, any tensor alloc returned or
+    any 1-D view or slice of one: a view of the table or of a chunk names its rows by its
+    storage address and offset (a chunk's rows are kept on the host beside it). Any other
+    device tensor (a clone, a concatenation) raises AllocError rather than syncing.
     """
 
     def __init__(self, num_rows: int, device: torch.device | str) -> None:
         self.num_rows = _check_num_rows(num_rows)
         self.device = _resolve_device(device)
         self._allocated = np.zeros(self.num_rows, dtype=bool)
-        self._stack = np.empty(self.num_rows, dtype=np.int64)
+        self._stack = np.empty(self.num_rows, dtype=np.int64)  # free rows, LIFO
         self._iota = np.arange(self.num_rows, dtype=np.int64)  # host twin of the table
-        # _runlen[i]: how many stack entries up to i ascend by one (stack[i] - stack[i-1] == 1)
-        self._runlen = np.zeros(self.num_rows, dtype=np.int64)
         self._scratch = np.empty(self.num_rows, dtype=np.int64)  # free's duplicate check
         self._top = 0
         self._cursor = 0
+        # The device twin of the stack (device paths only): [key, offset, length] per run of
+        # consecutive positions of one array, bottom to top; key 0 is the table.
+        self._segments: list[list[int]] = []
+        self._chunks: dict[int, tuple[torch.Tensor, np.ndarray]] = {}  # key: storage address
+        self._dropped: dict[int, tuple[weakref.ref, np.ndarray]] = {}  # compacted away
+        self._chunk_rows = 0  # rows held by self._chunks
         # Not a view of _iota: a caller writing into a returned view must not be able to
         # corrupt _iota, which the bookkeeping reads.
         self._table = torch.arange(self.num_rows, dtype=torch.int64, device=self.device)
-        # Views, the run check and the mirror exist to keep device work and device reads off
-        # the paths. On a CPU device there is neither: a numpy copy wrapped by from_numpy
-        # costs less than torch's slicing (~0.4 µs warm, ~2 µs after prepare_state's
-        # cache-evicting reset, on the 2-core CI machine), free() reads CPU tensors directly,
-        # and every alloc is the previous implementation's copy. Tests set this to True on a
-        # CPU allocator right after construction to run the device paths (minus staging).
+        # Views and chunks exist to keep device work and device reads off the paths. On a
+        # CPU device there is neither: a numpy copy wrapped by from_numpy costs less than
+        # torch's slicing (~0.4 µs warm, ~2 µs after prepare_state's cache-evicting reset,
+        # on the 2-core CI machine), free() reads CPU tensors directly. Tests set this to
+        # True on a CPU allocator right after construction to run the device paths (chunks
+        # are then CPU tensors; only the pinned staging needs a GPU).
         self._device_paths = self.device.type != "cpu"
         self._staging: _PinnedStaging | None = None
         if self.device.type == "cuda":
@@ -427,9 +451,6 @@ class HostFreeListAllocator:
             torch.cuda.synchronize(self.device)
             self._staging = _PinnedStaging(self.device)
         self._table_ptr = self._table.data_ptr()
-        # storage address -> [tensor, its host rows, rows of it still allocated]
-        self._mirror: dict[int, list] = {}
-        self._owner = np.zeros(self.num_rows, dtype=np.int64)  # row -> mirror key, 0: none
 
     @property
     def num_free(self) -> int:
@@ -464,53 +485,110 @@ class HostFreeListAllocator:
             self._allocated[cursor:end] = True
             self._cursor = end
             return out
-        runlen = self._runlen
-        if top >= n:
-            # Free list first (LIFO): a run freed together comes back as that run.
-            lo, end = top - n, cursor
-            if self._device_paths and runlen[top - 1] >= n:  # the top n ascend by one: a run
-                first = int(self._stack[lo])
-                out = self._table[first : first + n]
-                self._allocated[first : first + n] = True
+        lo, end = (top - n, cursor) if top >= n else (0, cursor + n - top)
+        if not self._device_paths:
+            rows = self._stack[lo:top]
+            if end > cursor:
+                rows = np.concatenate((rows, self._iota[cursor:end]))
+            out = torch.from_numpy(rows.copy())
+            self._allocated[rows] = True
+            self._top, self._cursor = lo, end
+            return out
+        seg = self._segments[-1]
+        key, off, length = seg
+        if length >= n:
+            # The top n entries are n consecutive positions of one array: a view of it.
+            start = off + length - n
+            if length == n:
+                self._segments.pop()
             else:
-                rows = self._stack[lo:top]
-                out = self._scattered(rows)  # may raise (device OOM): nothing committed yet
-                self._allocated[rows] = True
+                seg[2] = length - n
+            if key == 0:
+                self._allocated[start : start + n] = True
+                out = self._table[start : start + n]
+            else:
+                tensor, host = self._chunks[key]
+                self._allocated[host[start : start + n]] = True
+                out = tensor[start : start + n]
+        elif end > cursor and len(self._segments) == 1 and key == 0 and off + length == cursor:
+            # The whole free list is one table run that ends at the cursor: with the bump
+            # rows after it, still one run.
+            self._segments.clear()
+            self._allocated[off : off + n] = True
+            out = self._table[off : off + n]
         else:
-            # Drain the free list, then bump: rows past the cursor are free by construction.
-            lo, end = 0, cursor + n - top
-            if self._device_paths and runlen[top - 1] == top and self._stack[top - 1] + 1 == cursor:
-                first = int(self._stack[0])  # the whole list runs up to the cursor
-                out = self._table[first : first + n]
-                self._allocated[first : first + n] = True
-            else:
-                rows = np.concatenate((self._stack[:top], self._iota[cursor:end]))
-                out = self._scattered(rows)
-                self._allocated[rows] = True
-        self._top = lo
-        self._cursor = end
+            rows = self._stack[lo:top]
+            if end > cursor:
+                rows = np.concatenate((rows, self._iota[cursor:end]))
+            key = self._new_chunk(rows)  # may raise (device OOM): nothing changed yet
+            self._pop_segments(top - lo)
+            self._allocated[rows] = True
+            out = self._chunks[key][0]
+        self._top, self._cursor = lo, end
+        if self._chunk_rows > COMPACT_FACTOR * self.num_rows:
+            self._compact()
         return out
 
-    def _scattered(self, rows: np.ndarray) -> torch.Tensor:
-        """A new tensor holding scattered `rows`, mirrored on the host for a sync-free free."""
-        host = rows.copy()  # rows may be a view of the free-list stack, which free() reuses
-        if not self._device_paths:
-            return torch.from_numpy(host)  # a CPU tensor: free() reads it directly
+    def _pop_segments(self, count: int) -> None:
+        """Drop the top `count` stack entries from the segments."""
+        segments = self._segments
+        while count:
+            seg = segments[-1]
+            if seg[2] <= count:
+                count -= seg[2]
+                segments.pop()
+            else:
+                seg[2] -= count
+                count = 0
+
+    def _push_segment(self, key: int, off: int, k: int) -> None:
+        segments = self._segments
+        if segments:
+            seg = segments[-1]
+            if seg[0] == key and seg[1] + seg[2] == off:  # continues the top segment
+                seg[2] += k
+                return
+        segments.append([key, off, k])
+
+    def _new_chunk(self, rows: np.ndarray) -> int:
+        """A new immutable device copy of `rows`; returns its key (its storage address)."""
+        host = rows.copy()  # rows may be a view of the stack, which later frees overwrite
         if self._staging is not None:
-            out = self._staging.to_device(host)
+            tensor = self._staging.to_device(host)
         else:  # a CPU allocator under test, or a device without pinned staging (not CUDA)
-            out = torch.from_numpy(host.copy())  # the caller's tensor never aliases the mirror
+            tensor = torch.from_numpy(host.copy())  # never aliases the host twin
             if self.device.type != "cpu":
-                out = out.to(self.device)
-        key = out.data_ptr()  # a fresh tensor: its data is its storage's start
-        self._mirror[key] = [out, host, host.size]
-        self._owner[host] = key
-        return out
+                tensor = tensor.to(self.device)
+        key = tensor.data_ptr()  # a fresh tensor: its data is its storage's start
+        self._chunks[key] = (tensor, host)
+        self._chunk_rows += host.size
+        return key
+
+    def _compact(self) -> None:
+        """Copy the free list into one new chunk and drop every other chunk.
+
+        A dropped chunk a caller still holds a view of stays in _dropped (weakly: the entry
+        goes when the tensor dies, so its address cannot be reused while it is listed), so
+        free() can still name that view's rows.
+        """
+        dropped = self._dropped
+        for key, (tensor, host) in self._chunks.items():
+
+            def forget(ref: weakref.ref, key: int = key) -> None:
+                if dropped.get(key, (None,))[0] is ref:
+                    del dropped[key]
+
+            dropped[key] = (weakref.ref(tensor, forget), host)
+        self._chunks = {}
+        self._chunk_rows = 0
+        self._segments = []
+        if self._top:
+            self._segments.append([self._new_chunk(self._stack[: self._top]), 0, self._top])
 
     def free(self, rows: Any) -> None:
-        run = False
+        view = None
         if isinstance(rows, torch.Tensor):
-            arr, run = self._tensor_rows(rows)
+            arr, view = self._tensor_rows(rows)
         else:
             arr = _host_rows(rows)
         _check_rows(arr, self.num_rows, self._allocated, self._scratch, self._iota)
@@ -518,40 +596,44 @@ class HostFreeListAllocator:
         if k == 0:
             return
         top = self._top
-        stack = self._stack
-        # Run lengths let alloc tell a run on top of the stack in O(1) (no compare of n rows).
-        carry = int(self._runlen[top - 1]) if top and arr[0] == stack[top - 1] + 1 else 0
-        if run:  # a unit-stride view of the table: ascending by one, known without a look
-            np.add(self._iota[:k], carry + 1, out=self._runlen[top : top + k])
-        else:
-            _run_lengths(arr, carry, self._iota, out=self._runlen[top : top + k])
-        stack[top : top + k] = arr
+        if self._device_paths:
+            if view is None:  # host rows: one run of the table, else a new chunk
+                if k == 1 or (arr[-1] - arr[0] == k - 1 and bool((np.diff(arr) == 1).all())):
+                    view = (0, int(arr[0]))
+                else:
+                    view = (self._new_chunk(arr), 0)  # may raise: nothing changed yet
+            self._push_segment(view[0], view[1], k)
+        self._stack[top : top + k] = arr
         self._top = top + k
         self._allocated[arr] = False
-        if self._mirror:
-            self._release(arr)
+        if self._chunk_rows > COMPACT_FACTOR * self.num_rows:
+            self._compact()
 
-    def _tensor_rows(self, t: torch.Tensor) -> tuple[np.ndarray, bool]:
-        """(host rows, whether they are a table run) of a tensor, never reading device memory.
+    def _tensor_rows(self, t: torch.Tensor) -> tuple[np.ndarray, tuple[int, int] | None]:
+        """(host rows, (key, offset) when t is a unit-stride view of the table (key 0) or of
+        a chunk, else None) of a tensor, never reading device memory.
 
-        A 1-D int64 view of the table or of a mirrored copy is mapped by its storage address
-        and offset; any other CPU tensor is read directly; any other device tensor raises.
+        A view of a dropped chunk gives its rows (no offset: they are pushed as host rows);
+        any other CPU tensor is read directly; any other device tensor raises.
         """
         on_host = t.device.type == "cpu"
         if t.dtype == torch.int64 and t.dim() == 1 and (on_host or t.device == self.device):
             k = t.numel()
             if k == 0:
-                return np.empty(0, dtype=np.int64), False
+                return np.empty(0, dtype=np.int64), None
             off = t.storage_offset()
             base = t.data_ptr() - 8 * off  # the storage's start address (int64: 8 bytes)
+            step = t.stride(0)
             if base == self._table_ptr:
-                step = t.stride(0)
-                return _strided(self._iota, off, step, k), step == 1
-            entry = self._mirror.get(base)
-            if entry is not None:
-                return _strided(entry[1], off, t.stride(0), k), False
+                return _strided(self._iota, off, step, k), (0, off) if step == 1 else None
+            chunk = self._chunks.get(base)
+            if chunk is not None:
+                return _strided(chunk[1], off, step, k), (base, off) if step == 1 else None
+            dropped = self._dropped.get(base)
+            if dropped is not None:
+                return _strided(dropped[1], off, step, k), None
         if on_host:
-            return _host_rows(t), False
+            return _host_rows(t), None
         if t.device != self.device:
             raise AllocError(
                 f"free(rows): rows are on {t.device}, this allocator's rows are on {self.device}"
@@ -562,56 +644,22 @@ class HostFreeListAllocator:
                 f"{t.dtype} shape {tuple(t.shape)}"
             )
         raise AllocError(
-            "free(rows): this device tensor is neither a view of what alloc() returned nor an "
-            "outstanding copy it returned (a clone? a concatenation? freed already?); reading "
-            "its rows would synchronize the device: pass host rows (CPU tensor, numpy array "
-            "or list) instead"
+            "free(rows): this device tensor is not a view of what alloc() returned (a clone? "
+            "a concatenation?); reading its rows would synchronize the device: pass host rows "
+            "(CPU tensor, numpy array or list) instead"
         )
-
-    def _release(self, arr: np.ndarray) -> None:
-        """Drop mirror entries whose rows are all free now (however they were freed)."""
-        keys = self._owner[arr]
-        held = keys != 0
-        if not held.any():
-            return
-        keys = keys[held]
-        self._owner[arr[held]] = 0
-        k0 = int(keys[0])
-        if bool((keys == k0).all()):  # the common case: rows of one allocation
-            groups: Any = ((k0, keys.size),)
-        else:
-            uniq, counts = np.unique(keys, return_counts=True)
-            groups = zip(uniq.tolist(), counts.tolist(), strict=True)
-        for key, count in groups:
-            entry = self._mirror[key]
-            entry[2] -= count
-            if entry[2] == 0:
-                del self._mirror[key]
 
     def free_all(self) -> None:
         self._allocated[:] = False
         self._top = 0
         self._cursor = 0
-        for entry in self._mirror.values():  # only mirrored rows carry an owner: touch those
-            self._owner[entry[1]] = 0
-        self._mirror.clear()
+        self._segments = []
+        # Chunks go; views of them that callers still hold name no allocated row any more
+        # (free of one raises "pass host rows" on a device, "not allocated" on the host).
+        self._chunks = {}
+        self._dropped.clear()
+        self._chunk_rows = 0
         # The staging ring keeps its place: copies still pending from it stay protected.
-
-
-def _run_lengths(arr: np.ndarray, carry: int, iota: np.ndarray, out: np.ndarray) -> None:
-    """out[i] = how many of arr[..i] ascend by one up to arr[i], plus `carry` for the first
-    run (the stack entries below arr that it continues). O(len(arr)) numpy, two temporaries."""
-    k = arr.size
-    idx = iota[:k]
-    brk = np.empty(k, dtype=bool)
-    brk[0] = True
-    np.not_equal(np.diff(arr), 1, out=brk[1:])
-    start = np.where(brk, idx, 0)
-    np.maximum.accumulate(start, out=start)  # index where each position's run begins
-    np.subtract(idx, start, out=out)
-    out += 1
-    if carry:
-        out[start == 0] += carry
 
 
 def _strided(values: np.ndarray, off: int, step: int, k: int) -> np.ndarray:

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from kvbench.alloc import (
+    COMPACT_FACTOR,
     STATES,
     AllocError,
     HostFreeListAllocator,
     KVCacheManager,
     LegacyBitmapAllocator,
     _PinnedStaging,
-    _run_lengths,
     checked_alloc,
     prepare_state,
     selfcheck_kv_alloc,
@@ -29,7 +29,7 @@ from kvbench.alloc import (
 from kvbench.dispatch import clear_golden, reset_perf_provider, set_perf_provider, spec_names
 
 IMPLS = ("torch/legacy", "host/freelist")
-#: host/freelist with the paths a CUDA device takes (table views, mirrored copies), on CPU
+#: host/freelist with the paths a CUDA device takes (table and chunk views), on CPU
 DEVICE_PATHS = "host/freelist+device_paths"
 CPU_IMPLS = (*IMPLS, DEVICE_PATHS)
 
@@ -70,18 +70,24 @@ def assert_unchanged(m: KVCacheManager, action, match: str) -> None:
     assert snapshot(m) == before
 
 
-def assert_mirror_consistent(a: HostFreeListAllocator) -> None:
-    """Every mirror key is the address of the tensor it holds, its live count is the number
-    of its rows still allocated, and exactly those rows point back at it."""
-    owned = np.zeros(a.num_rows, dtype=np.int64)
-    for key, (tensor, host, live) in a._mirror.items():
+def assert_twin_consistent(a: HostFreeListAllocator) -> None:
+    """The device twin of the free list tells the truth: the segments cover the stack
+    exactly, every entry's (array, position) holds its row, no two adjacent segments could be
+    one, and every chunk key is the address of the tensor it holds, with the same rows on
+    the host."""
+    entries = []
+    for key, off, length in a._segments:
+        assert length > 0
+        held = a._iota if key == 0 else a._chunks[key][1]
+        entries.extend(held[off : off + length].tolist())
+    assert entries == a._stack[: a._top].tolist()
+    for (k1, o1, n1), (k2, o2, _) in itertools.pairwise(a._segments):
+        assert not (k1 == k2 and o1 + n1 == o2)
+    assert a._chunk_rows == sum(host.size for _, host in a._chunks.values())
+    assert a._chunk_rows <= COMPACT_FACTOR * a.num_rows
+    for key, (tensor, host) in a._chunks.items():
         assert tensor.data_ptr() == key
         assert tensor.tolist() == host.tolist()
-        mine = host[a._owner[host] == key]
-        assert live == mine.size > 0
-        assert a._allocated[mine].all()
-        owned[mine] = key
-    assert (owned == a._owner).all()
 
 
 # ---- randomized sequence against the model ---------------------------------------------------
@@ -146,9 +152,9 @@ def test_random_sequence_matches_set_model(impl):
         if step % 50 == 0:
             assert set(m.free_rows().tolist()) == free
             if impl == DEVICE_PATHS:
-                assert_mirror_consistent(m._backend)
+                assert_twin_consistent(m._backend)
             elif impl == "host/freelist":
-                assert not m._backend._mirror  # CPU tensors are read directly
+                assert not m._backend._chunks  # CPU tensors are read directly
 
 
 # ---- states ----------------------------------------------------------------------------------
@@ -223,38 +229,62 @@ def _is_table_view(a: HostFreeListAllocator, t: torch.Tensor) -> bool:
     return t.untyped_storage().data_ptr() == a._table.untyped_storage().data_ptr()
 
 
-def test_host_device_paths_return_table_views_for_runs_and_copies_for_scattered_rows():
-    """Runs (bump, a run freed together, any single row) come back as views of the row
-    table: no copy, no kernel on a GPU. Only scattered rows are a new (mirrored) tensor."""
+def _is_chunk_view(a: HostFreeListAllocator, t: torch.Tensor) -> bool:
+    return t.untyped_storage().data_ptr() in a._chunks
+
+
+def test_host_device_paths_return_views_in_every_state():
+    """alloc(n) is a view in all three states: of the row table (bump), of the device copy
+    that prepare_state's free of scattered host rows made (run_search, fragmented). Nothing
+    is copied per alloc; the copy happened once, at free."""
     m = manager(1024, DEVICE_PATHS)
     a = m._backend
     prepare_state(m, "bump", n=64)
     rows = m.alloc(64)
     assert _is_table_view(a, rows) and rows.tolist() == list(range(512, 576))
     prepare_state(m, "run_search", n=64)
+    assert len(a._chunks) == 1  # one free of singles + a run: one chunk
     rows = m.alloc(64)
-    assert _is_table_view(a, rows) and rows.tolist() == list(range(768, 832))  # the run
+    assert _is_chunk_view(a, rows) and rows.tolist() == list(range(768, 832))  # the run
     prepare_state(m, "fragmented", n=64)
     before = set(m.free_rows().tolist())
+    (key,) = a._chunks
     one = m.alloc(1)
-    assert _is_table_view(a, one) and one.item() in before  # one row is always a run
-    assert not a._mirror
     rows = m.alloc(64)
-    assert not _is_table_view(a, rows) and list(a._mirror) == [rows.data_ptr()]
+    for t in (one, rows):
+        assert t.untyped_storage().data_ptr() == key  # views of the one chunk: no copies
     got = rows.tolist()
     assert len(set(got)) == 64 and set(got) <= before - {one.item()}
     assert all(y - x >= 2 for x, y in itertools.pairwise(sorted(got)))
+    m.free(rows)  # back onto the stack as positions of the same chunk: still no copy
+    assert m.alloc(64).tolist() == got and list(a._chunks) == [key]
+    assert_twin_consistent(a)
+
+
+def test_host_alloc_spanning_two_frees_copies_once():
+    """The top entries span two frees: one copy (a new chunk); the rest stays named."""
+    a = device_paths_backend(64)
+    a.alloc(32)
+    a.free([1, 3, 5])  # chunk A
+    a.free([9, 7])  # chunk B (descending: not a table run)
+    assert len(a._chunks) == 2 and len(a._segments) == 2
+    rows = a.alloc(4)  # 9, 7 from B and 3, 5 from A: not one view
+    assert sorted(rows.tolist()) == [3, 5, 7, 9] and _is_chunk_view(a, rows)
+    assert len(a._chunks) == 3 and a._segments == [[a._segments[0][0], 0, 1]]
+    assert_twin_consistent(a)
+    assert a.alloc(1).tolist() == [1]
+    assert_twin_consistent(a)
 
 
 def test_host_cpu_results_are_plain_tensors():
     """On a CPU device nothing is a view (a numpy copy is cheaper than torch's slicing there)
-    and nothing is mirrored (free reads CPU tensors): writing into a result is harmless."""
+    and there are no chunks (free reads CPU tensors): writing into a result is harmless."""
     m = KVCacheManager(1024, device="cpu", impl="host/freelist")
     a = m._backend
     for state in STATES:
         prepare_state(m, state, n=64)
         rows = m.alloc(64)
-        assert not _is_table_view(a, rows) and not a._mirror
+        assert not _is_table_view(a, rows) and not a._chunks
         rows[0] = -1
     assert a._table.tolist() == list(range(1024))
 
@@ -264,14 +294,15 @@ def test_host_free_list_run_that_reaches_the_cursor_is_a_run(impl):
     m = manager(64, impl)
     a = m._backend
     m.alloc(10)
-    m.free([7, 8, 9])  # host rows, freed just below the cursor
+    m.free([7, 8, 9])  # host rows, one run freed just below the cursor: no chunk
+    assert not a._chunks
     rows = m.alloc(5)  # drains the list and bumps: 7..11, one run
-    assert rows.tolist() == [7, 8, 9, 10, 11] and not a._mirror
+    assert rows.tolist() == [7, 8, 9, 10, 11] and not a._chunks
     assert _is_table_view(a, rows) == (impl == DEVICE_PATHS)
     m.free([3, 5])
-    rows = m.alloc(3)  # 3, 5 and the cursor row 12: scattered, a copy
+    rows = m.alloc(3)  # 3, 5 and the cursor row 12: spans the list and the bump: a copy
     assert not _is_table_view(a, rows) and sorted(rows.tolist()) == [3, 5, 12]
-    assert bool(a._mirror) == (impl == DEVICE_PATHS)
+    assert bool(a._chunks) == (impl == DEVICE_PATHS)
 
 
 def test_host_run_after_split_pushes_is_detected():
@@ -287,23 +318,59 @@ def test_host_run_after_split_pushes_is_detected():
     assert not _is_table_view(a, rows) and sorted(rows.tolist()) == [8, 9]
 
 
-def test_run_lengths_match_a_python_reference():
-    rng = np.random.default_rng(7)
-    iota = np.arange(64, dtype=np.int64)
-    for _ in range(200):
-        k = int(rng.integers(1, 40))
-        arr = rng.permutation(48)[:k].astype(np.int64)
-        if rng.random() < 0.5:  # plant runs
-            start = int(rng.integers(0, k))
-            arr[start:] = np.arange(arr[start], arr[start] + k - start)
-        carry = int(rng.integers(0, 3))
-        out = np.empty(k, dtype=np.int64)
-        _run_lengths(arr, carry, iota, out)
-        want, cur = [], carry
-        for i, v in enumerate(arr.tolist()):
-            cur = cur + 1 if i == 0 or v == arr[i - 1] + 1 else 1
-            want.append(cur)
-        assert out.tolist() == want, (arr.tolist(), carry)
+def test_host_twin_survives_random_frees_in_every_form():
+    """Random alloc/free with frees as host rows, whole results, unit and strided slices:
+    after every step the twin is consistent and holds exactly the model's free rows."""
+    rng = np.random.default_rng(11)
+    a = device_paths_backend(128)
+    free = set(range(128))
+    held: list[torch.Tensor] = []
+    for step in range(1500):
+        if held and (rng.random() < 0.5 or not free):
+            t = held.pop(int(rng.integers(len(held))))
+            form = int(rng.integers(4))
+            if form == 0:
+                a.free(t.tolist())
+            elif form == 1:
+                a.free(t)
+            elif form == 2 and t.numel() > 1:
+                a.free(t[::2])
+                a.free(t[1::2])
+            else:
+                cut = int(rng.integers(t.numel() + 1))
+                a.free(t[:cut])
+                a.free(t[cut:])
+            free.update(t.tolist())
+        elif free:
+            t = a.alloc(int(rng.integers(1, min(len(free), 12) + 1)))
+            assert set(t.tolist()) <= free and len(set(t.tolist())) == t.numel(), step
+            free.difference_update(t.tolist())
+            held.append(t)
+        if step % 25 == 0:
+            assert_twin_consistent(a)
+            assert set(a.free_rows().tolist()) == free
+            assert sorted(a._stack[: a._top].tolist()) == sorted(r for r in free if r < a._cursor)
+
+
+def test_host_compaction_bounds_the_chunks():
+    """Each step frees 16 scattered host rows (a 16-row chunk) and takes 15 back, leaving one
+    stack entry in each chunk: 48 steps make 768 rows of chunks for a 64-row pool. Once they
+    exceed COMPACT_FACTOR x num_rows, the free list is copied into one chunk and the others
+    are dropped (assert_twin_consistent checks the bound after every step)."""
+    rng = np.random.default_rng(3)
+    a = device_paths_backend(64)
+    held = set(a.alloc(64).tolist())
+    compactions = []
+    compact = a._compact
+    a._compact = lambda: (compactions.append(len(a._chunks)), compact())
+    for step in range(48):
+        rows = sorted(rng.choice(sorted(held), 16, replace=False).tolist(), reverse=True)
+        a.free(rows)  # descending: not a table run, so a chunk
+        held.difference_update(rows)
+        held.update(a.alloc(15).tolist())
+        assert_twin_consistent(a)
+        assert set(a.free_rows().tolist()) == set(range(64)) - held, step
+    assert len(compactions) >= 2 and len(a._chunks) < 48, compactions
 
 
 def test_host_free_accepts_views_and_slices_of_what_alloc_returned():
@@ -321,44 +388,37 @@ def test_host_free_accepts_views_and_slices_of_what_alloc_returned():
     assert m.num_free == 64
 
 
-def test_host_scattered_rows_are_mirrored_until_freed():
-    """A copied (scattered) result is mirrored on the host, keyed by its storage address and
-    held until all its rows are freed, by whatever form: the key can never name a dead
-    tensor whose address the memory allocator gave to another one."""
+def test_host_dropped_chunk_is_forgotten_when_its_last_view_dies():
+    """After compaction a dropped chunk is listed only while a caller's view keeps it alive;
+    free() of that view still works (its rows come back as host rows: a copy)."""
     a = device_paths_backend(256)
     prepare_state(a, "fragmented", n=8)
-    rows = a.alloc(8)
-    vals = rows.tolist()
-    key = rows.data_ptr()
-    assert list(a._mirror) == [key] and a._mirror[key][2] == 8
-    assert_mirror_consistent(a)
-    a.free(vals[:3])  # host rows of part of it
-    assert a._mirror[key][2] == 5
-    a.free(rows[5:])  # a slice of the copy: mapped through the mirror
-    assert a._mirror[key][2] == 2
-    assert_mirror_consistent(a)
-    before = snapshot_backend(a)
-    with pytest.raises(AllocError, match="not allocated"):
-        a.free(rows)  # rows 0..2 and 5.. are free already
-    assert snapshot_backend(a) == before
-    a.free(rows[3:5])
-    assert not a._mirror and not a._owner.any()
-    alive = weakref.ref(rows)
+    (key,) = a._chunks
+    rows = a.alloc(8)  # a view of the chunk
+    a._compact()  # as if chunks had outgrown the bound
+    assert key not in a._chunks and key in a._dropped
+    chunk = weakref.ref(rows._base)
+    a.free(rows[:4])  # named through _dropped, pushed as host rows
+    assert_twin_consistent(a)
+    rest = rows[4:]
     del rows
     gc.collect()
-    assert alive() is None  # the allocator no longer holds it
-    with pytest.raises(AllocError, match="not allocated"):
-        a.free(vals)  # double free by host rows
+    assert key in a._dropped and chunk() is not None  # `rest` still views it
+    a.free(rest)
+    del rest
+    gc.collect()
+    assert chunk() is None and key not in a._dropped
+    assert_twin_consistent(a)
 
 
-def test_host_free_all_drops_the_mirror():
+def test_host_free_all_drops_the_chunks():
     a = device_paths_backend(256)
     prepare_state(a, "fragmented", n=8)
     a.alloc(8)
-    a.alloc(8)
-    assert len(a._mirror) == 2 and a._owner.any()
+    a.free([7, 5])
+    assert len(a._chunks) == 2 and a._segments
     a.free_all()
-    assert not a._mirror and not a._owner.any() and a.state == "bump"
+    assert not a._chunks and not a._segments and a.state == "bump" and a._chunk_rows == 0
 
 
 def snapshot_backend(a: HostFreeListAllocator) -> tuple:
@@ -366,8 +426,8 @@ def snapshot_backend(a: HostFreeListAllocator) -> tuple:
         a.num_free,
         a.state,
         tuple(a.free_rows().tolist()),
-        {k: v[2] for k, v in a._mirror.items()},
-        tuple(a._owner.tolist()),
+        tuple(a._chunks),
+        tuple(map(tuple, a._segments)),
     )
 
 
@@ -512,6 +572,8 @@ def test_host_freelist_never_syncs_on_cuda(state):
     m = KVCacheManager(4096, device="cuda", impl="host/freelist")
     prepare_state(m, state, n=64)
     free_before = m.num_free
+    staging = m._backend._staging
+    fallbacks = staging.fallbacks  # prepare_state's big free may take the fallback
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -519,21 +581,23 @@ def test_host_freelist_never_syncs_on_cuda(state):
         m.free(rows)  # the exact tensor alloc returned: its rows are known on the host
         rows = m.alloc(1)
         held = m.alloc(64)
-        m.free(held[:32])  # slices of what alloc returned (a table view or a staged copy)
+        m.free(held[:32])  # slices of what alloc returned (views of the table or a chunk)
         m.free(held[32:])
-        # Enough scattered allocs to lap the pinned staging ring (8 x 4096 rows) twice.
+        # Strided halves are scattered rows: each free is a copy through the pinned ring,
+        # enough of them (2 x 1100 x 32 rows) to lap the ring (8 x 4096 rows) twice.
         for _ in range(1100):
-            m.free(m.alloc(64))
+            held = m.alloc(64)
+            m.free(held[::2])
+            m.free(held[1::2])
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert rows.device.type == "cuda" and rows.dtype == torch.int64
     assert m.num_free == free_before - 1  # every free was applied (only alloc(1) is held)
-    if state == "fragmented":
-        assert m._backend._staging.fallbacks == 0  # the ring laps without falling back
+    assert staging.fallbacks == fallbacks  # the ring laps without falling back
 
 
 @pytest.mark.gpu
-def test_host_cuda_runs_are_views_of_the_device_table():
+def test_host_cuda_allocs_are_views_in_every_state():
     m = KVCacheManager(4096, device="cuda", impl="host/freelist")
     a = m._backend
     assert a._table.device == m.device and a._device_paths
@@ -541,27 +605,43 @@ def test_host_cuda_runs_are_views_of_the_device_table():
     rows = m.alloc(64)
     assert _is_table_view(a, rows) and rows.cpu().tolist() == list(range(2048, 2112))
     prepare_state(m, "run_search", n=64)
-    assert _is_table_view(a, m.alloc(64))
+    assert _is_chunk_view(a, m.alloc(64))
     prepare_state(m, "fragmented", n=64)
-    assert _is_table_view(a, m.alloc(1))
-    rows = m.alloc(64)
-    assert not _is_table_view(a, rows) and list(a._mirror) == [rows.data_ptr()]
+    (key,) = a._chunks
+    for n in (1, 64):
+        assert m.alloc(n).untyped_storage().data_ptr() == key  # no copy per alloc
 
 
 @pytest.mark.gpu
-def test_host_scattered_rows_reach_the_device_correctly():
-    """Staged copies hold the rows the model predicts: prepare_state("fragmented") frees
+def test_host_free_list_rows_reach_the_device_correctly():
+    """The device twin holds the rows the model predicts: prepare_state("fragmented") frees
     0, 2, ..., 4094 in order and the free list is LIFO, so alloc i returns the i-th block of
-    64 from the top. Checked after a synchronize, against values computed here."""
+    64 from the top. Then blocks freed back as host rows (a copy each) and as strided views
+    (a copy each) and as plain views (no copy) come back in LIFO order. Checked after a
+    synchronize, against values computed here."""
     m = KVCacheManager(4096, device="cuda", impl="host/freelist")
     prepare_state(m, "fragmented", n=64)
     evens = np.arange(0, 4096, 2)
     got = [m.alloc(64) for _ in range(20)]
+    want = [evens[evens.size - 64 * (i + 1) : evens.size - 64 * i] for i in range(20)]
+    m.free(want[0][::-1].copy())  # host rows, reversed: a copy
+    m.free(got[1][::2])  # strided view: a copy
+    m.free(got[1][1::2])
+    m.free(got[2])  # a view: named in place
+    again = [m.alloc(64), m.alloc(32), m.alloc(32), m.alloc(64)]
     torch.cuda.synchronize()
     for i, rows in enumerate(got):
         assert rows.device == m.device and rows.dtype == torch.int64
-        want = evens[evens.size - 64 * (i + 1) : evens.size - 64 * i]
-        assert sorted(rows.cpu().tolist()) == want.tolist(), i
+        assert sorted(rows.cpu().tolist()) == want[i].tolist(), i
+    assert again[0].cpu().tolist() == want[2].tolist()
+    assert again[1].cpu().tolist() == want[1][1::2].tolist()
+    assert again[2].cpu().tolist() == want[1][::2].tolist()
+    assert again[3].cpu().tolist() == want[0][::-1].tolist()
+
+
+def _free_blocks(a: HostFreeListAllocator, blocks: list[np.ndarray]) -> None:
+    for block in blocks:
+        a.free(block)  # 64 scattered host rows: a copy through the pinned ring
 
 
 @pytest.mark.gpu
@@ -571,36 +651,36 @@ def test_host_staging_ring_never_overwrites_a_pending_copy():
     pinned memory), never overwritten and never waited for. Every result is checked."""
     a = HostFreeListAllocator(4096, "cuda")
     a._staging = _PinnedStaging(a.device, segment_rows=256, segments=2)
-    prepare_state(a, "fragmented", n=64)
-    evens = np.arange(0, 4096, 2)
+    a.alloc(4096)
+    blocks = [np.arange(128 * i, 128 * i + 128, 2) for i in range(12)]  # 64 scattered rows
     torch.cuda.synchronize()
     torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU spin: every copy below queues behind it
     torch.cuda.set_sync_debug_mode("error")
     try:
-        got = [a.alloc(64) for _ in range(12)]  # 12 x 64 rows: three laps of 512
+        _free_blocks(a, blocks)  # 12 x 64 rows: three laps of 512
+        got = [a.alloc(64) for _ in range(12)]  # views of those copies, LIFO
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert a._staging.fallbacks >= 1  # the lap found segment 0 still pending
     torch.cuda.synchronize()
     for i, rows in enumerate(got):
-        want = evens[evens.size - 64 * (i + 1) : evens.size - 64 * i]
-        assert sorted(rows.cpu().tolist()) == want.tolist(), i
+        assert rows.cpu().tolist() == blocks[11 - i].tolist(), i
 
 
 @pytest.mark.gpu
 def test_host_staging_follows_the_current_stream():
     a = HostFreeListAllocator(4096, "cuda")
-    prepare_state(a, "fragmented", n=64)
+    a.alloc(4096)
+    blocks = [np.arange(0, 128, 2), np.arange(128, 256, 2)]
     side = torch.cuda.Stream()
-    first = a.alloc(64)
+    _free_blocks(a, blocks[:1])
     with torch.cuda.stream(side):
-        second = a.alloc(64)  # a new stream closes the segment the first copy used
+        _free_blocks(a, blocks[1:])  # a new stream closes the segment the first copy used
     assert a._staging._seg == 1 and a._staging._stream == side
     side.synchronize()
     torch.cuda.synchronize()
-    evens = np.arange(0, 4096, 2)
-    assert sorted(first.cpu().tolist()) == evens[-64:].tolist()
-    assert sorted(second.cpu().tolist()) == evens[-128:-64].tolist()
+    assert a.alloc(64).cpu().tolist() == blocks[1].tolist()
+    assert a.alloc(64).cpu().tolist() == blocks[0].tolist()
 
 
 @pytest.mark.gpu
