@@ -1,6 +1,7 @@
 """Sweep the Triton paged-decode launch config, kernel variants and split count on a GPU.
 
-    python scripts/sweep_paged_decode.py [--json PATH] [--quick | --focus | --ablate]
+    python scripts/sweep_paged_decode.py [--json PATH] [--quick | --focus | --occupancy |
+                                          --fp8-tiles]
 
 For each case (Llama-3-8B decode geometry on the fragmented >= 8x L2 pool) and each point
 (module overrides of kvbench.kernels.paged_decode: CONFIG launch config, FP8_DEQUANT; x split
@@ -14,6 +15,9 @@ decision (docs/perf-notes.md).
   --occupancy  the default launch config x register cap (CONFIG "maxnreg": none, 168, 128:
             3 or 4 CTAs per SM instead of 2) x stages, and the reduce kernel's SPLIT_BLOCK
             (16, 32, 64: how many split partials one iteration loads) at the auto split count
+  --fp8-tiles  fp8 cases only: tile size (BLOCK_N 64/128/256) x warps (4/8) x stages (2-4) x
+            register cap (none / 128) at the auto split count: does a smaller tile, or more
+            warps per tile, buy the issue-bound fp8 kernel more CTAs per SM without spills?
 
 The kernel-variant ablation of docs/perf-notes.md experiments 5-6 (MMA_ROWS, SPLIT_COMBINE:
 refuted, removed) ran as `--ablate` of this script at commit fd26675.
@@ -62,6 +66,9 @@ def launch_grid(blocks, warps, stages) -> list[dict[str, int]]:
 
 def points_for(fp8: bool, mode: str) -> list[dict]:
     """The override dicts of one case: launch config keys plus any _SWITCHES."""
+    if mode == "fp8-tiles":
+        caps = [{}, {"maxnreg": 128}]
+        return [{**c, **cap} for cap in caps for c in launch_grid((64, 128, 256), (4, 8), (2, 3, 4))]
     if mode == "occupancy":
         default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
         uncapped = {k: v for k, v in default.items() if k != "maxnreg"}
@@ -80,7 +87,7 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
 
 
 def splits_for(mode: str, ctx: int, auto: int) -> tuple[int, ...]:
-    wanted = {"focus": (1, 8, 32), "occupancy": (auto,)}.get(mode, SPLITS)
+    wanted = {"focus": (1, 8, 32), "occupancy": (auto,), "fp8-tiles": (auto,)}.get(mode, SPLITS)
     return tuple(ns for ns in wanted if ns <= ctx // 16)
 
 
@@ -107,10 +114,13 @@ def main(argv: list[str] | None = None) -> int:
                        help="fp8 cases only, default neighbourhood, splits 1/8/32 (a short run)")
     group.add_argument("--occupancy", action="store_true",
                        help="register cap x stages and reduce SPLIT_BLOCK (see the docstring)")
+    group.add_argument("--fp8-tiles", action="store_true",
+                       help="fp8 only: BLOCK_N x warps x stages x register cap (see the docstring)")
     args = parser.parse_args(argv)
     mode = ("quick" if args.quick else "focus" if args.focus
-            else "occupancy" if args.occupancy else "full")
-    cases = [c for c in CASES if c[3] == "fp8"] if mode == "focus" else list(CASES)
+            else "occupancy" if args.occupancy else "fp8-tiles" if args.fp8_tiles else "full")
+    fp8_only = mode in ("focus", "fp8-tiles")
+    cases = [c for c in CASES if c[3] == "fp8"] if fp8_only else list(CASES)
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     defaults = {k: dict(v) for k, v in pd.CONFIG.items()}
