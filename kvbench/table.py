@@ -164,8 +164,13 @@ def _decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Te
       bound; the copy itself is the measurement mistake seed 000 warns about, so it is made
       here, untimed, and only when every sequence has the same length).
     - torch/flex_attention: torch.compile'd flex_attention on that contiguous copy (GPU only).
+    - flashinfer/decode, flashinfer/decode_tc: FlashInfer's paged decode (CUDA-core and
+      tensor-core kernels) on the pool's own combined buffer (GPU, fp16/bf16; see
+      kvbench.flashinfer_peer for where FlashInfer comes from). Planned here, untimed.
     """
     peers: dict[str, Callable[[], torch.Tensor]] = {}
+    if q.is_cuda and pool.kv_dtype_name != "fp8":
+        peers.update(_flashinfer_peers(pool, q))
     lens = pool.seq_lens_list
     if pool.kv_dtype_name == "fp8" or len(set(lens)) != 1:
         return peers
@@ -198,6 +203,28 @@ def _decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Te
             peers["peer:torch/flex_attention"] = flex_contiguous
         except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
             peers["peer:torch/flex_attention"] = partial(_raise, exc)
+    return peers
+
+
+def _flashinfer_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[..., torch.Tensor]]:
+    """FlashInfer's two decode kernels as peers; a row that cannot run carries its reason."""
+    from kvbench.flashinfer_peer import make_flashinfer_decode
+
+    peers: dict[str, Callable[..., torch.Tensor]] = {}
+    for name, tensor_cores in (("decode", False), ("decode_tc", True)):
+        try:
+            run = make_flashinfer_decode(
+                pool.buffer, pool.block_table, pool.seq_lens, q_heads=q.shape[1],
+                use_tensor_cores=tensor_cores,
+            )
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+            peers[f"peer:flashinfer/{name}"] = partial(_raise, exc)
+            continue
+
+        def flashinfer_decode(q: torch.Tensor, *_: Any, _run: Any = run, **__: Any) -> Any:
+            return _run(q)  # the KV arguments were bound at plan time
+
+        peers[f"peer:flashinfer/{name}"] = flashinfer_decode
     return peers
 
 
