@@ -15,6 +15,8 @@ decision (docs/perf-notes.md).
   --occupancy  the default launch config x register cap (CONFIG "maxnreg": none, 168, 128:
             3 or 4 CTAs per SM instead of 2) x stages, and the reduce kernel's SPLIT_BLOCK
             (16, 32, 64: how many split partials one iteration loads) at the auto split count
+  --latency  the split path's latency switches (V_EARLY, REDUCE_LOADS_FIRST, REDUCE_PDL: all
+            8 combinations) at the default config and the auto split count, every case
   --fp8-tiles  fp8 cases only: tile size (BLOCK_N 64/128/256) x warps (4/8) x stages (2-4) x
             register cap (none / 128) at the auto split count: does a smaller tile, or more
             warps per tile, buy the issue-bound fp8 kernel more CTAs per SM without spills?
@@ -52,7 +54,7 @@ SPLITS = (1, 2, 4, 8, 16, 32, 64)
 # fp8 cases also sweep how bytes are widened (pd.FP8_DEQUANT): the "cvt" vs "bits" ablation.
 FP8_DEQUANT_MODES = ("cvt", "bits")
 #: Module attributes a point may override besides CONFIG (restored after each case).
-_SWITCHES = ("FP8_DEQUANT",)
+_SWITCHES = ("FP8_DEQUANT", "V_EARLY", "REDUCE_LOADS_FIRST", "REDUCE_PDL")
 #: Point keys that set the reduce kernel's config rather than the decode kernel's.
 _REDUCE_KEYS = {"REDUCE_SPLIT_BLOCK": "SPLIT_BLOCK"}
 
@@ -66,6 +68,13 @@ def launch_grid(blocks, warps, stages) -> list[dict[str, int]]:
 
 def points_for(fp8: bool, mode: str) -> list[dict]:
     """The override dicts of one case: launch config keys plus any _SWITCHES."""
+    if mode == "latency":
+        default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
+        flags = itertools.product((False, True), repeat=3)
+        return [
+            {**default, "V_EARLY": v, "REDUCE_LOADS_FIRST": r, "REDUCE_PDL": pdl}
+            for v, r, pdl in flags
+        ]
     if mode == "fp8-tiles":
         caps = [{}, {"maxnreg": 128}]
         return [{**c, **cap} for cap in caps for c in launch_grid((64, 128, 256), (4, 8), (2, 3, 4))]
@@ -87,7 +96,8 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
 
 
 def splits_for(mode: str, ctx: int, auto: int) -> tuple[int, ...]:
-    wanted = {"focus": (1, 8, 32), "occupancy": (auto,), "fp8-tiles": (auto,)}.get(mode, SPLITS)
+    wanted = {"focus": (1, 8, 32), "occupancy": (auto,), "fp8-tiles": (auto,), "latency": (auto,)}
+    wanted = wanted.get(mode, SPLITS)
     return tuple(ns for ns in wanted if ns <= ctx // 16)
 
 
@@ -114,11 +124,14 @@ def main(argv: list[str] | None = None) -> int:
                        help="fp8 cases only, default neighbourhood, splits 1/8/32 (a short run)")
     group.add_argument("--occupancy", action="store_true",
                        help="register cap x stages and reduce SPLIT_BLOCK (see the docstring)")
+    group.add_argument("--latency", action="store_true",
+                       help="V_EARLY x REDUCE_LOADS_FIRST x REDUCE_PDL (see the docstring)")
     group.add_argument("--fp8-tiles", action="store_true",
                        help="fp8 only: BLOCK_N x warps x stages x register cap (see the docstring)")
     args = parser.parse_args(argv)
     mode = ("quick" if args.quick else "focus" if args.focus
-            else "occupancy" if args.occupancy else "fp8-tiles" if args.fp8_tiles else "full")
+            else "occupancy" if args.occupancy else "fp8-tiles" if args.fp8_tiles
+            else "latency" if args.latency else "full")
     fp8_only = mode in ("focus", "fp8-tiles")
     cases = [c for c in CASES if c[3] == "fp8"] if fp8_only else list(CASES)
     dev = torch.device("cuda")

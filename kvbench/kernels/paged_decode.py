@@ -128,6 +128,19 @@ _BITS_K_FOLD = {torch.float16: 2.0**8, torch.bfloat16: 2.0**120}
 # Left shift of (b & 0x7F) into each target's exponent field (mirrored by the CPU exactness test).
 _BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
 
+# Latency switches for the split path at small batch (docs/perf-notes.md, experiment 9), where
+# each split program runs one or two tiles and the time is a chain of dependent latencies:
+#   V_EARLY:            load the V tile right after the K tile (before QK^T and the softmax),
+#                       so a one-tile program waits for one memory round trip, not two.
+#   REDUCE_LOADS_FIRST: the reduce kernel loads the partial outputs before the lse math that
+#                       would otherwise stall the warp ahead of the second load.
+#   REDUCE_PDL:         launch the reduce with programmatic dependent launch: its CTAs become
+#                       resident while the split kernel runs (which allows it at its start)
+#                       and wait on griddepcontrol.wait for the partials.
+V_EARLY = False
+REDUCE_LOADS_FIRST = False
+REDUCE_PDL = False
+
 # Opt-in value validation on CUDA (costs a device sync per call; never set it while timing).
 CHECK_VALUES_ON_DEVICE = False
 
@@ -207,8 +220,12 @@ def _decode_kernel(
     DOT_F32: tl.constexpr,
     FP8_BITS: tl.constexpr,
     P_SCALED: tl.constexpr,
+    V_EARLY: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()  # the reduce may become resident now
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -261,6 +278,12 @@ def _decode_kernel(
             mask=mask_n[:, None],
             other=0,
         )
+        if V_EARLY:
+            v = tl.load(
+                v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
+                mask=mask_n[:, None],
+                other=0,
+            )
         if FP8:
             k = _widen_e4m3(k, q, FP8_BITS)
         if DOT_F32:
@@ -278,11 +301,14 @@ def _decode_kernel(
         else:
             p = tl.exp2(scores - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
-            mask=mask_n[:, None],
-            other=0,
-        )
+        if V_EARLY:
+            pass  # loaded above
+        else:
+            v = tl.load(
+                v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
+                mask=mask_n[:, None],
+                other=0,
+            )
         if FP8:
             v = _widen_e4m3(v, q, FP8_BITS)
         if DOT_F32:
@@ -318,8 +344,12 @@ def _reduce_kernel(
     num_splits,
     HEAD_DIM: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
+    LOADS_FIRST: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """One program per (sequence, q head): combine the splits' (o, lse) by online softmax."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()  # the split kernel's partials are complete and visible
     row = tl.program_id(0)
     offs_d = tl.arange(0, HEAD_DIM)
     offs_s = tl.arange(0, SPLIT_BLOCK)
@@ -331,16 +361,25 @@ def _reduce_kernel(
         sp = s0 + offs_s
         mask_s = sp < num_splits
         lse = tl.load(part_lse_ptr + base + sp, mask=mask_s, other=float("-inf"))
+        if LOADS_FIRST:
+            o = tl.load(
+                part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=mask_s[:, None],
+                other=0.0,
+            )
         m_new = tl.maximum(m, tl.max(lse, 0))
         # All-empty so far (m_new == -inf): keep the exponents finite; weights are then 0.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_safe)
         w = tl.exp2(lse - m_safe)
-        o = tl.load(
-            part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
-            mask=mask_s[:, None],
-            other=0.0,
-        )
+        if LOADS_FIRST:
+            pass  # loaded above
+        else:
+            o = tl.load(
+                part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
+                mask=mask_s[:, None],
+                other=0.0,
+            )
         acc = acc * alpha + tl.sum(w[:, None] * o, 0)
         den = den * alpha + tl.sum(w, 0)
         m = m_new
@@ -592,6 +631,8 @@ def _launch(
         DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
         FP8_BITS=fp8_bits,
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
+        V_EARLY=V_EARLY,
+        PDL=split and REDUCE_PDL and not _INTERPRET,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
@@ -605,7 +646,10 @@ def _launch(
             num_splits,
             HEAD_DIM=p.head_dim,
             SPLIT_BLOCK=rcfg["SPLIT_BLOCK"],
+            LOADS_FIRST=REDUCE_LOADS_FIRST,
+            PDL=REDUCE_PDL and not _INTERPRET,
             num_warps=rcfg["num_warps"],
+            **({"launch_pdl": True} if REDUCE_PDL and not _INTERPRET else {}),
         )
     return out
 
