@@ -67,10 +67,10 @@ def rows(device: torch.device) -> list[dict]:
         add(f"alloc(1) {state}, reset=prepare_state", lambda m=m: m.alloc(1),
             lambda m=m, s=state: prepare_state(m, s, n=1))
 
-        def alloc_keep(m: KVCacheManager = m) -> None:
+        def alloc_keep(m: KVCacheManager = m, held: list = held) -> None:
             held.append(m.alloc(1))
 
-        def free_last(m: KVCacheManager = m) -> None:
+        def free_last(m: KVCacheManager = m, held: list = held) -> None:
             if held:
                 m.free(held.pop())
 

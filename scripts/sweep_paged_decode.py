@@ -15,8 +15,9 @@ decision (docs/perf-notes.md).
   --occupancy  the default launch config x register cap (CONFIG "maxnreg": none, 168, 128:
             3 or 4 CTAs per SM instead of 2) x stages, and the reduce kernel's SPLIT_BLOCK
             (16, 32, 64: how many split partials one iteration loads) at the auto split count
-  --latency  the split path's latency switches (V_EARLY, REDUCE_LOADS_FIRST, REDUCE_PDL: all
-            8 combinations) at the default config and the auto split count, every case
+  --latency  the reduce launched with and without programmatic dependent launch
+            (pd.REDUCE_PDL) at the auto split count, every case. Experiment 9 ran it at 58a64ca
+            with two more switches (V before QK^T, the reduce's loads first): dropped
   --fp8-tiles  fp8 cases only: tile size (BLOCK_N 64/128/256) x warps (4/8) x stages (2-4) x
             register cap (none / 128) at the auto split count: does a smaller tile, or more
             warps per tile, buy the issue-bound fp8 kernel more CTAs per SM without spills?
@@ -54,7 +55,7 @@ SPLITS = (1, 2, 4, 8, 16, 32, 64)
 # fp8 cases also sweep how bytes are widened (pd.FP8_DEQUANT): the "cvt" vs "bits" ablation.
 FP8_DEQUANT_MODES = ("cvt", "bits")
 #: Module attributes a point may override besides CONFIG (restored after each case).
-_SWITCHES = ("FP8_DEQUANT", "V_EARLY", "REDUCE_LOADS_FIRST", "REDUCE_PDL")
+_SWITCHES = ("FP8_DEQUANT", "REDUCE_PDL")
 #: Point keys that set the reduce kernel's config rather than the decode kernel's.
 _REDUCE_KEYS = {"REDUCE_SPLIT_BLOCK": "SPLIT_BLOCK"}
 
@@ -68,13 +69,8 @@ def launch_grid(blocks, warps, stages) -> list[dict[str, int]]:
 
 def points_for(fp8: bool, mode: str) -> list[dict]:
     """The override dicts of one case: launch config keys plus any _SWITCHES."""
-    if mode == "latency":
-        default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
-        flags = itertools.product((False, True), repeat=3)
-        return [
-            {**default, "V_EARLY": v, "REDUCE_LOADS_FIRST": r, "REDUCE_PDL": pdl}
-            for v, r, pdl in flags
-        ]
+    if mode == "latency":  # switches only: every kernel keeps its shipped launch config
+        return [{"REDUCE_PDL": pdl} for pdl in (False, True)]
     if mode == "fp8-tiles":
         caps = [{}, {"maxnreg": 128}]
         return [{**c, **cap} for cap in caps for c in launch_grid((64, 128, 256), (4, 8), (2, 3, 4))]
@@ -105,7 +101,7 @@ def apply(point: dict) -> None:
     """Set one point's overrides on the kernel module (both split and single-pass configs)."""
     launch = {k: v for k, v in point.items() if k not in _SWITCHES and k not in _REDUCE_KEYS}
     for key in list(pd.CONFIG):
-        if key.startswith(("single_pass", "split_kv")):
+        if launch and key.startswith(("single_pass", "split_kv")):
             pd.CONFIG[key] = dict(launch)
     for point_key, config_key in _REDUCE_KEYS.items():
         if point_key in point:
@@ -125,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--occupancy", action="store_true",
                        help="register cap x stages and reduce SPLIT_BLOCK (see the docstring)")
     group.add_argument("--latency", action="store_true",
-                       help="V_EARLY x REDUCE_LOADS_FIRST x REDUCE_PDL (see the docstring)")
+                       help="reduce with / without programmatic dependent launch")
     group.add_argument("--fp8-tiles", action="store_true",
                        help="fp8 only: BLOCK_N x warps x stages x register cap (see the docstring)")
     args = parser.parse_args(argv)

@@ -508,7 +508,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
         const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 128, "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
                  "DOT_F32": False, "FP8_BITS": bits,
-                 "P_SCALED": bits and qdt == "bf16", "V_EARLY": pd.V_EARLY, "PDL": False}
+                 "P_SCALED": bits and qdt == "bf16", "PDL": split}
         for k in const:
             sig[k] = "constexpr"
         # What a real launch specializes: 16-byte aligned pointers and strides.
@@ -560,10 +560,10 @@ _COMPILE_SCRIPT = textwrap.dedent(
             assert (widen == 0) if bits else (widen > 0), (mode, dict(fcvt))
     rsig = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*fp16",
             "num_splits": "i32", "HEAD_DIM": "constexpr", "SPLIT_BLOCK": "constexpr",
-            "LOADS_FIRST": "constexpr", "PDL": "constexpr"}
+            "PDL": "constexpr"}
     triton.compile(ASTSource(fn=pd._reduce_kernel, signature=rsig,
                              constexprs={"HEAD_DIM": 128, "SPLIT_BLOCK": pd.CONFIG["reduce"]["SPLIT_BLOCK"],
-                                         "LOADS_FIRST": pd.REDUCE_LOADS_FIRST, "PDL": False}),
+                                         "PDL": True}),
                    target=target, options={"num_warps": pd.CONFIG["reduce"]["num_warps"]})
     print("ok")
     """

@@ -128,18 +128,14 @@ _BITS_K_FOLD = {torch.float16: 2.0**8, torch.bfloat16: 2.0**120}
 # Left shift of (b & 0x7F) into each target's exponent field (mirrored by the CPU exactness test).
 _BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
 
-# Latency switches for the split path at small batch (docs/perf-notes.md, experiment 9), where
-# each split program runs one or two tiles and the time is a chain of dependent latencies:
-#   V_EARLY:            load the V tile right after the K tile (before QK^T and the softmax),
-#                       so a one-tile program waits for one memory round trip, not two.
-#   REDUCE_LOADS_FIRST: the reduce kernel loads the partial outputs before the lse math that
-#                       would otherwise stall the warp ahead of the second load.
-#   REDUCE_PDL:         launch the reduce with programmatic dependent launch: its CTAs become
-#                       resident while the split kernel runs (which allows it at its start)
-#                       and wait on griddepcontrol.wait for the partials.
-V_EARLY = False
-REDUCE_LOADS_FIRST = False
-REDUCE_PDL = False
+# Launch the reduce kernel with programmatic dependent launch (sm_90+): the split kernel allows
+# it at its start (griddepcontrol.launch_dependents), so the reduce's CTAs are launched while
+# the split kernel runs and wait on griddepcontrol.wait, which returns once the split kernel has
+# completed and its partials are visible: the launch gap between the two kernels is hidden.
+# At small batch, where each split program runs one or two tiles and the time is a chain of
+# latencies, it took 1.1-1.3 us off (b1 x 4k 16.4 -> 15.3 us; docs/perf-notes.md, experiment
+# 9, which also measured, and dropped, loading V before QK^T and the reduce's loads first).
+REDUCE_PDL = True
 
 # Opt-in value validation on CUDA (costs a device sync per call; never set it while timing).
 CHECK_VALUES_ON_DEVICE = False
@@ -220,7 +216,6 @@ def _decode_kernel(
     DOT_F32: tl.constexpr,
     FP8_BITS: tl.constexpr,
     P_SCALED: tl.constexpr,
-    V_EARLY: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
@@ -278,12 +273,6 @@ def _decode_kernel(
             mask=mask_n[:, None],
             other=0,
         )
-        if V_EARLY:
-            v = tl.load(
-                v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
-                mask=mask_n[:, None],
-                other=0,
-            )
         if FP8:
             k = _widen_e4m3(k, q, FP8_BITS)
         if DOT_F32:
@@ -301,14 +290,11 @@ def _decode_kernel(
         else:
             p = tl.exp2(scores - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-        if V_EARLY:
-            pass  # loaded above
-        else:
-            v = tl.load(
-                v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
-                mask=mask_n[:, None],
-                other=0,
-            )
+        v = tl.load(
+            v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0,
+        )
         if FP8:
             v = _widen_e4m3(v, q, FP8_BITS)
         if DOT_F32:
@@ -344,7 +330,6 @@ def _reduce_kernel(
     num_splits,
     HEAD_DIM: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
-    LOADS_FIRST: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """One program per (sequence, q head): combine the splits' (o, lse) by online softmax."""
@@ -361,25 +346,16 @@ def _reduce_kernel(
         sp = s0 + offs_s
         mask_s = sp < num_splits
         lse = tl.load(part_lse_ptr + base + sp, mask=mask_s, other=float("-inf"))
-        if LOADS_FIRST:
-            o = tl.load(
-                part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
-                mask=mask_s[:, None],
-                other=0.0,
-            )
         m_new = tl.maximum(m, tl.max(lse, 0))
         # All-empty so far (m_new == -inf): keep the exponents finite; weights are then 0.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_safe)
         w = tl.exp2(lse - m_safe)
-        if LOADS_FIRST:
-            pass  # loaded above
-        else:
-            o = tl.load(
-                part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
-                mask=mask_s[:, None],
-                other=0.0,
-            )
+        o = tl.load(
+            part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
+            mask=mask_s[:, None],
+            other=0.0,
+        )
         acc = acc * alpha + tl.sum(w[:, None] * o, 0)
         den = den * alpha + tl.sum(w, 0)
         m = m_new
@@ -557,6 +533,14 @@ def choose_num_splits(
     return int(max(1, min(wanted, by_length, SPLIT_POLICY["MAX_SPLITS"])))
 
 
+@functools.cache
+def _pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch (griddepcontrol) needs sm_90+; not under the interpreter."""
+    if _INTERPRET or device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device) >= (9, 0)
+
+
 def _register_cap(cfg: dict[str, int]) -> dict[str, int]:
     """Launch kwargs for a CONFIG entry's optional register cap (none under the interpreter,
     which has no registers to cap)."""
@@ -584,6 +568,7 @@ def _launch(
     if FP8_DEQUANT not in _FP8_DEQUANT_MODES:
         raise ValueError(f"FP8_DEQUANT must be one of {_FP8_DEQUANT_MODES}, got {FP8_DEQUANT!r}")
     fp8_bits = p.fp8 and FP8_DEQUANT == "bits"
+    pdl = split and REDUCE_PDL and _pdl_supported(q.device)
     qk_scale = p.sm_scale * _LOG2E * (_BITS_K_FOLD[q.dtype] if fp8_bits else 1.0)
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
         raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
@@ -631,8 +616,7 @@ def _launch(
         DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
         FP8_BITS=fp8_bits,
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
-        V_EARLY=V_EARLY,
-        PDL=split and REDUCE_PDL and not _INTERPRET,
+        PDL=split and pdl,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
@@ -646,10 +630,9 @@ def _launch(
             num_splits,
             HEAD_DIM=p.head_dim,
             SPLIT_BLOCK=rcfg["SPLIT_BLOCK"],
-            LOADS_FIRST=REDUCE_LOADS_FIRST,
-            PDL=REDUCE_PDL and not _INTERPRET,
+            PDL=pdl,
             num_warps=rcfg["num_warps"],
-            **({"launch_pdl": True} if REDUCE_PDL and not _INTERPRET else {}),
+            **({"launch_pdl": True} if pdl else {}),
         )
     return out
 
