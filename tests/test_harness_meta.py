@@ -46,11 +46,22 @@ def test_env_lists_the_selectors_with_their_values(tmp_path, monkeypatch):
     assert {"KVBENCH_KV_GATHER", "KVBENCH_KV_ALLOC"} <= set(env)
 
 
+def test_explicit_kvbench_commit_beats_a_stale_checkout(monkeypatch):
+    monkeypatch.delenv("ASV_COMMIT", raising=False)
+    monkeypatch.setattr(meta_mod, "_run", lambda cmd, cwd=None: "0a03dd9-dirty")
+    monkeypatch.setenv("KVBENCH_COMMIT", "78224b1")
+    assert meta_mod.commit() == "78224b1"
+
+
 def test_commit_falls_back_to_asv_commit_outside_a_checkout(monkeypatch):
+    monkeypatch.delenv("KVBENCH_COMMIT", raising=False)
     monkeypatch.setattr(meta_mod, "_run", lambda cmd, cwd=None: None)  # no git answer
     monkeypatch.setenv("ASV_COMMIT", "abc1234")
     assert meta_mod.commit() == "abc1234"
+    monkeypatch.setenv("KVBENCH_COMMIT", "78224b1")
+    assert meta_mod.commit() == "abc1234"  # under asv, asv names the measured commit
     monkeypatch.delenv("ASV_COMMIT")
+    monkeypatch.delenv("KVBENCH_COMMIT")
     assert meta_mod.commit() == "unknown"
 
 
@@ -61,6 +72,7 @@ def test_commit_ignores_a_repository_that_merely_contains_the_package(monkeypatc
         return str(tmp_path) if "rev-parse" in cmd else "deadbee-dirty"
 
     monkeypatch.setattr(meta_mod, "_run", fake_run)
+    monkeypatch.delenv("KVBENCH_COMMIT", raising=False)
     monkeypatch.setenv("ASV_COMMIT", "abc1234")
     assert meta_mod.commit() == "abc1234"
 

@@ -42,22 +42,26 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 
 def commit() -> str:
-    """`git describe --always --dirty` of the checkout, else $ASV_COMMIT, $KVBENCH_COMMIT, "unknown".
+    """The measured commit: $ASV_COMMIT, else $KVBENCH_COMMIT, else `git describe --always
+    --dirty` of the checkout, else "unknown".
 
-    Only a checkout whose top level is the directory holding the kvbench package counts. Under
-    asv the package is installed inside .asv/env/... of the repository; asking git there would
-    name the working tree's commit instead of the commit being measured, so that case falls
-    through to ASV_COMMIT, which asv sets to the measured commit.
+    ASV_COMMIT is set by asv for the commit it is measuring (the package is then installed in
+    .asv/env/... inside the repository, where git would name the working tree's commit).
+    KVBENCH_COMMIT comes before git: whoever copies the tree to another machine (the GPU device
+    sessions) names the commit explicitly, and such a copy may carry a stale .git (on
+    2026-11-29 the device copy's git answered 0a03dd9-dirty for code several commits later).
+    Only a checkout whose top level is the directory holding the kvbench package counts.
     """
+    explicit = os.environ.get("ASV_COMMIT") or os.environ.get("KVBENCH_COMMIT")
+    if explicit:
+        return explicit
     repo_root = Path(__file__).resolve().parents[2]
     toplevel = _run(["git", "rev-parse", "--show-toplevel"], cwd=repo_root)
     if toplevel is not None and Path(toplevel).resolve() == repo_root:
         described = _run(["git", "describe", "--always", "--dirty"], cwd=repo_root)
         if described:
             return described
-    # KVBENCH_COMMIT: a copy of the tree without .git (e.g. a remote GPU machine) names the
-    # commit it was made from (scripts/gpu_session.sh sets it).
-    return os.environ.get("ASV_COMMIT") or os.environ.get("KVBENCH_COMMIT") or "unknown"
+    return "unknown"
 
 
 def driver_version() -> str | None:
