@@ -431,6 +431,20 @@ def snapshot_backend(a: HostFreeListAllocator) -> tuple:
     )
 
 
+def test_prepare_state_ends_every_state_with_the_same_view_call(monkeypatch):
+    """The timed alloc after a reset must not inherit a warm or cold torch view path from
+    the reset's own composition (bump's reset slices, the others did not): every state's
+    reset ends with the one probe slice."""
+    import kvbench.alloc as alloc_mod
+
+    calls = []
+    monkeypatch.setattr(alloc_mod, "_warm_view_path", lambda dev: calls.append(dev))
+    m = KVCacheManager(256, device="cpu", impl="host/freelist")
+    for state in STATES:
+        prepare_state(m, state, n=4)
+    assert calls == [m.device] * len(STATES)
+
+
 def test_prepare_state_errors():
     m = KVCacheManager(100, device="cpu", impl="host/freelist")
     with pytest.raises(ValueError, match="accepted states are bump, run_search, fragmented"):
