@@ -2,7 +2,12 @@
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section WarpStateStats --section Occupancy --csv --page details \
-        python scripts/ncu_decode.py > ncu.csv
+        python scripts/ncu_decode.py [--case b64_c8k:fp8 ...] > ncu.csv
+
+    # the instruction mix by SASS opcode (docs/perf-notes.md, experiment 10)
+    ncu --profile-from-start off --clock-control none --metrics sass__inst_executed_per_opcode \
+        --print-metric-instances details --csv --page raw \
+        python scripts/ncu_decode.py --case b64_c8k:fp16 --case b64_c8k:fp8 > opcodes.csv
 
 Why: bench() gives a case's whole time (kernels plus the gaps between them, against a
 ~4.7 µs event floor); ncu gives each kernel's own duration and where its warps stall, which
@@ -14,6 +19,7 @@ kernel: cold L2, as bench() measures.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -31,9 +37,19 @@ CASES = (
 )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", default=None, metavar="LABEL:DTYPE",
+                        help="profile only these cases (e.g. b64_c8k:fp8); default: all")
+    args_ns = parser.parse_args(argv)
+    known = {f"{label}:{dtype}" for label, _, _, dtype in CASES}
+    for want in args_ns.case or ():
+        if want not in known:
+            parser.error(f"--case {want!r}: accepted cases are {', '.join(sorted(known))}")
     dev = torch.device("cuda")
     for label, batch, ctx, dtype in CASES:
+        if args_ns.case and f"{label}:{dtype}" not in args_ns.case:
+            continue
         pool = paged_pool(batch, ctx, dtype={"fp16": torch.float16, "fp8": "fp8"}[dtype],
                           device=dev)
         q = make_decode_query(pool, 32)
