@@ -18,6 +18,10 @@ decision (docs/perf-notes.md).
   --latency  the reduce launched with and without programmatic dependent launch
             (pd.REDUCE_PDL) at the auto split count, every case. Experiment 9 ran it at 58a64ca
             with two more switches (V before QK^T, the reduce's loads first): dropped
+  --fp8-unpipelined  fp8 cases only, num_stages 1 x BLOCK_N 64/128 x warps 4/8 x cap none/128:
+            without the software pipeliner the uint8 tile is loaded into registers and widened
+            there, then reaches the MMA through an fp16 shared-memory tile (ldmatrix) instead of
+            element-wise byte reads of a cp.async tile (docs/perf-notes.md, experiment 10)
   --fp8-tiles  fp8 cases only: tile size (BLOCK_N 64/128/256) x warps (4/8) x stages (2-4) x
             register cap (none / 128) at the auto split count: does a smaller tile, or more
             warps per tile, buy the issue-bound fp8 kernel more CTAs per SM without spills?
@@ -74,6 +78,9 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
     if mode == "fp8-tiles":
         caps = [{}, {"maxnreg": 128}]
         return [{**c, **cap} for cap in caps for c in launch_grid((64, 128, 256), (4, 8), (2, 3, 4))]
+    if mode == "fp8-unpipelined":
+        caps = [{}, {"maxnreg": 128}]
+        return [{**c, **cap} for cap in caps for c in launch_grid((64, 128), (4, 8), (1,))]
     if mode == "occupancy":
         default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
         uncapped = {k: v for k, v in default.items() if k != "maxnreg"}
@@ -92,7 +99,8 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
 
 
 def splits_for(mode: str, ctx: int, auto: int) -> tuple[int, ...]:
-    wanted = {"focus": (1, 8, 32), "occupancy": (auto,), "fp8-tiles": (auto,), "latency": (auto,)}
+    wanted = {"focus": (1, 8, 32), "occupancy": (auto,), "fp8-tiles": (auto,), "latency": (auto,),
+              "fp8-unpipelined": (auto,)}
     wanted = wanted.get(mode, SPLITS)
     return tuple(ns for ns in wanted if ns <= ctx // 16)
 
@@ -122,13 +130,16 @@ def main(argv: list[str] | None = None) -> int:
                        help="register cap x stages and reduce SPLIT_BLOCK (see the docstring)")
     group.add_argument("--latency", action="store_true",
                        help="reduce with / without programmatic dependent launch")
+    group.add_argument("--fp8-unpipelined", action="store_true",
+                       help="fp8 only: num_stages 1 (see the docstring)")
     group.add_argument("--fp8-tiles", action="store_true",
                        help="fp8 only: BLOCK_N x warps x stages x register cap (see the docstring)")
     args = parser.parse_args(argv)
     mode = ("quick" if args.quick else "focus" if args.focus
             else "occupancy" if args.occupancy else "fp8-tiles" if args.fp8_tiles
-            else "latency" if args.latency else "full")
-    fp8_only = mode in ("focus", "fp8-tiles")
+            else "latency" if args.latency
+            else "fp8-unpipelined" if args.fp8_unpipelined else "full")
+    fp8_only = mode in ("focus", "fp8-tiles", "fp8-unpipelined")
     cases = [c for c in CASES if c[3] == "fp8"] if fp8_only else list(CASES)
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
