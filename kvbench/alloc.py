@@ -280,10 +280,11 @@ class LegacyBitmapAllocator:
 
 # ---- host/freelist ---------------------------------------------------------------------------
 
-#: Pinned staging ring of the scattered-rows copy path (CUDA only): STAGING_SEGMENTS segments
-#: of STAGING_SEGMENT_ROWS int64 rows each (256 KiB pinned in all). An alloc of more scattered
-#: rows than one segment holds takes the fallback (a fresh pinned tensor): such allocs are
-#: prefill-sized, not the per-decode-step alloc(1..64) this path is built for.
+#: Pinned staging ring of host/freelist's copies (CUDA only): STAGING_SEGMENTS segments of
+#: STAGING_SEGMENT_ROWS int64 rows each (256 KiB pinned in all). A copy of more rows than one
+#: segment holds (a free of a long request's scattered rows, prepare_state's half-pool frees,
+#: a compaction) takes the fallback, a fresh pinned tensor from torch's caching host
+#: allocator; frees of up to 4096 scattered rows and allocs that span frees use the ring.
 STAGING_SEGMENT_ROWS = 4096
 STAGING_SEGMENTS = 8
 
@@ -314,7 +315,7 @@ class _PinnedStaging:
     result, then `.to(non_blocking=True)`) cost 40-100 µs above the timer floor per alloc.
     Here the rows are written into a pinned buffer allocated once and copied with one
     `.to(device, non_blocking=True)` of a slice of it (a fresh device tensor from the
-    caching allocator: the caller owns it for as long as it likes).
+    caching allocator, which becomes one of host/freelist's chunks).
 
     Reuse safety without waiting: the ring is split into segments. Copies are staged at
     increasing offsets inside the open segment, all on one stream (a change of the current
