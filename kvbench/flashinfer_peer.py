@@ -154,7 +154,7 @@ def plan_inputs(
 
 
 def make_flashinfer_decode(
-    buffer: torch.Tensor,
+    buffer: torch.Tensor | None,
     block_table: torch.Tensor,
     seq_lens: torch.Tensor,
     *,
@@ -175,6 +175,11 @@ def make_flashinfer_decode(
     tensor-core decode (the FA2 prefill kernel with one query row), which FlashInfer
     recommends for GQA groups >= 4, as here (32 / 8).
     """
+    if buffer is None:
+        raise PeerUnavailable(
+            "FlashInfer peer: needs the pool's combined K/V buffer (storage='combined'); "
+            "split K/V storage has none"
+        )
     if buffer.dtype not in _DTYPE_TAG:
         raise PeerUnavailable(f"FlashInfer peer: KV dtype {buffer.dtype}; fp16 or bf16 only")
     if buffer.dim() != 5 or buffer.shape[1] != 2 or not buffer.is_contiguous():

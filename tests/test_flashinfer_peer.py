@@ -56,6 +56,21 @@ def test_table_lists_the_peers_with_their_reason_on_cpu():
             fn(q)
 
 
+@pytest.mark.parametrize(
+    ("storage", "dtype", "match"),
+    [
+        ("split", torch.float16, "combined K/V buffer"),
+        ("combined", "fp8", "fp16 or bf16 only"),
+        ("combined", torch.float16, "CUDA only"),
+    ],
+)
+def test_make_flashinfer_decode_says_why_it_cannot_run(storage, dtype, match):
+    pool = paged_pool(2, 40, kv_heads=2, head_dim=64, dtype=dtype, storage=storage,
+                      min_l2_multiple=0, device="cpu")
+    with pytest.raises(fp.PeerUnavailable, match=match):
+        fp.make_flashinfer_decode(pool.buffer, pool.block_table, pool.seq_lens, q_heads=4)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_flashinfer_matches_the_reference_on_the_fragmented_pool(dtype):
