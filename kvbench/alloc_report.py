@@ -10,6 +10,10 @@ chooses the cases. Columns per row:
   reset floor   bench_host of a no-op after the same reset: what the timer reads right
                 after that reset with no allocator call in the window
   single-rfloor single minus the reset floor, the two measured back to back
+Every cell is measured in --rounds interleaved rounds (all cells, then all cells again) and
+each column is the median over the rounds, with the rounds listed: on a shared VM host
+(the H200 machine's) a slow phase of a few seconds moves one cell of one round 2-3x, which a
+single pass reports as that cell's number (docs/allocator.md).
   batched       bench_host of BATCH back-to-back alloc(n) per sample, divided by BATCH
 
 Why both: the single call is the first one after a reset that, in run_search and
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -39,44 +44,65 @@ def _noop() -> None:
     """The reset floor's timed call."""
 SIZES = (1, 64)
 BATCH = 64
+ROUNDS = 3
 DISPATCH_LOOP = 2000
 
 
-def measure_alloc(num_rows: int, device: torch.device | str) -> list[dict]:
-    """bench_host medians (µs) per impl x state x n, after the per-state invariant check."""
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def measure_alloc(num_rows: int, device: torch.device | str, rounds: int = ROUNDS) -> list[dict]:
+    """bench_host medians (µs) per impl x state x n over interleaved rounds, after the
+    per-state invariant check (once per cell, before any timing)."""
     from kvbench.harness import bench_host
 
-    rows = []
+    cells = []
     for impl in IMPLS:
         for n in SIZES:
             for state in STATES:
                 m = KVCacheManager(num_rows, device=device, impl=impl)
                 prepare_state(m, state, n=n)
                 checked_alloc(m, n)  # correctness before timing: distinct rows that were free
-                reset = partial(prepare_state, m, state, n=n)
-                reset_floor = bench_host(_noop, reset=reset, device=device)
-                single = bench_host(partial(m.alloc, n), reset=reset, device=device)
+                cells.append((impl, n, state, m))
+    per_round: dict[tuple, dict[str, list[float]]] = {
+        cell[:3]: {"single_us": [], "reset_floor_us": [], "batched_us": [], "samples": []}
+        for cell in cells
+    }
+    for _ in range(rounds):
+        for impl, n, state, m in cells:
+            reset = partial(prepare_state, m, state, n=n)
+            reset_floor = bench_host(_noop, reset=reset, device=device)
+            single = bench_host(partial(m.alloc, n), reset=reset, device=device)
 
-                def batch(m=m, n=n):
-                    for _ in range(BATCH):
-                        m.alloc(n)
+            def batch(m: KVCacheManager = m, n: int = n) -> None:
+                for _ in range(BATCH):
+                    m.alloc(n)
 
-                batched = bench_host(
-                    batch,
-                    reset=lambda m=m, s=state, n=n: prepare_state(m, s, n=n * BATCH),
-                    device=device,
-                )
-                rows.append(
-                    {
-                        "impl": impl,
-                        "state": state,
-                        "n": n,
-                        "single_us": single.median_us,
-                        "reset_floor_us": reset_floor.median_us,
-                        "batched_us": batched.median_us / BATCH,
-                        "samples": len(single.samples_us),
-                    }
-                )
+            batched = bench_host(
+                batch, reset=partial(prepare_state, m, state, n=n * BATCH), device=device
+            )
+            got = per_round[(impl, n, state)]
+            got["single_us"].append(single.median_us)
+            got["reset_floor_us"].append(reset_floor.median_us)
+            got["batched_us"].append(batched.median_us / BATCH)
+            got["samples"].append(len(single.samples_us))
+    rows = []
+    for (impl, n, state), got in per_round.items():
+        net = [a - b for a, b in zip(got["single_us"], got["reset_floor_us"], strict=True)]
+        rows.append(
+            {
+                "impl": impl,
+                "state": state,
+                "n": n,
+                "single_us": _median(got["single_us"]),
+                "reset_floor_us": _median(got["reset_floor_us"]),
+                "single_minus_reset_floor_us": _median(net),
+                "batched_us": _median(got["batched_us"]),
+                "samples": min(got["samples"]),
+                "rounds": {**got, "single_minus_reset_floor_us": net},
+            }
+        )
     return rows
 
 
@@ -126,36 +152,47 @@ def measure_dispatch_overhead(device: torch.device | str) -> dict:
     }
 
 
-def render(meta: dict, floor_us: float, rows: list[dict], dispatch: dict, num_rows: int) -> str:
+def _over_rounds(results: list[dict]) -> dict:
+    """Median of each field over rounds, with the rounds kept under "rounds"."""
+    keys = results[0].keys()
+    out: dict = {k: _median([r[k] for r in results]) for k in keys}
+    out["rounds"] = {k: [r[k] for r in results] for k in keys}
+    return out
+
+
+def render(
+    meta: dict, floor_us: float, rows: list[dict], dispatch: dict, num_rows: int, rounds: int
+) -> str:
     from kvbench.harness import format_metadata
 
     out = [format_metadata(meta), ""]
     out.append(
-        f"kv_alloc, num_rows={num_rows}, bench_host medians in µs "
-        f"(host floor {floor_us:.2f} µs = bench_host of a no-op)"
+        f"kv_alloc, num_rows={num_rows}, bench_host medians in µs, median over {rounds} "
+        f"interleaved rounds (host floor {floor_us:.2f} µs = bench_host of a no-op)"
     )
     out.append("")
     out.append(
         "| impl | state | n | single µs | single - floor µs | reset floor µs "
-        "| single - reset floor µs | batched µs/call |"
+        "| single - reset floor µs | that, per round | batched µs/call |"
     )
-    out.append("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    out.append("| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |")
     for r in rows:
+        per = ", ".join(f"{x:.1f}" for x in r["rounds"]["single_minus_reset_floor_us"])
         out.append(
             f"| {r['impl']} | {r['state']} | {r['n']} | {r['single_us']:.2f} | "
             f"{r['single_us'] - floor_us:.2f} | {r['reset_floor_us']:.2f} | "
-            f"{r['single_us'] - r['reset_floor_us']:.2f} | {r['batched_us']:.2f} |"
+            f"{r['single_minus_reset_floor_us']:.2f} | {per} | {r['batched_us']:.2f} |"
         )
     out.append("")
     out.append(
         "step between states (x the bump row of the same impl and n; spread = max/min over "
-        "the three states, of the single and of the batched column):"
+        "the three states, of single - reset floor and of the batched column):"
     )
     out.append("")
     for impl in IMPLS:
         for n in SIZES:
             mine = [r for r in rows if r["impl"] == impl and r["n"] == n]
-            single = {r["state"]: r["single_us"] for r in mine}
+            single = {r["state"]: r["single_minus_reset_floor_us"] for r in mine}
             batched = {r["state"]: r["batched_us"] for r in mine}
             steps = ", ".join(f"{s} {batched[s] / batched['bump']:.1f}x" for s in STATES[1:])
             out.append(
@@ -164,12 +201,13 @@ def render(meta: dict, floor_us: float, rows: list[dict], dispatch: dict, num_ro
                 f"{max(batched.values()) / min(batched.values()):.2f}x"
             )
     out.append("")
+    per = ", ".join(f"{x:.2f}" for x in dispatch["rounds"]["overhead_us"])
     out.append(
         f"dispatch overhead (kvbench.ops.paged_decode, cached decision, no-op row, "
         f"{DISPATCH_LOOP} calls per sample): {dispatch['ops_us']:.2f} µs per call via "
         f"ops, {dispatch['direct_us']:.2f} µs calling the row directly, overhead "
-        f"{dispatch['overhead_us']:.2f} µs (medians); fastest samples: overhead "
-        f"{dispatch['overhead_fastest_us']:.2f} µs"
+        f"{dispatch['overhead_us']:.2f} µs (medians; per round {per}); fastest samples: "
+        f"overhead {dispatch['overhead_fastest_us']:.2f} µs"
     )
     return "\n".join(out)
 
@@ -183,7 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
     parser.add_argument("--num-rows", type=int, default=32768)
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help=f"interleaved rounds per cell (default {ROUNDS})")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     command = "python -m kvbench.alloc_report " + " ".join(
         argv if argv is not None else sys.argv[1:]
@@ -192,9 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hasattr(os, "getloadavg"):
         meta["loadavg"] = os.getloadavg()  # other processes share the cores: say so
     floor = host_floor(device).median_us
-    rows = measure_alloc(args.num_rows, device)
-    dispatch = measure_dispatch_overhead(device)
-    print(render(meta, floor, rows, dispatch, args.num_rows))
+    rows = measure_alloc(args.num_rows, device, args.rounds)
+    dispatch = _over_rounds([measure_dispatch_overhead(device) for _ in range(args.rounds)])
+    print(render(meta, floor, rows, dispatch, args.num_rows, args.rounds))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
