@@ -616,7 +616,7 @@ def _launch(
         DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
         FP8_BITS=fp8_bits,
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
-        PDL=split and pdl,
+        PDL=pdl,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
