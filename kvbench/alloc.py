@@ -488,9 +488,7 @@ class HostFreeListAllocator:
             return out
         lo, end = (top - n, cursor) if top >= n else (0, cursor + n - top)
         if not self._device_paths:
-            rows = self._stack[lo:top]
-            if end > cursor:
-                rows = np.concatenate((rows, self._iota[cursor:end]))
+            rows = self._taken(lo, top, cursor, end)
             out = torch.from_numpy(rows.copy())
             self._allocated[rows] = True
             self._top, self._cursor = lo, end
@@ -518,9 +516,7 @@ class HostFreeListAllocator:
             self._allocated[off : off + n] = True
             out = self._table[off : off + n]
         else:
-            rows = self._stack[lo:top]
-            if end > cursor:
-                rows = np.concatenate((rows, self._iota[cursor:end]))
+            rows = self._taken(lo, top, cursor, end)
             key = self._new_chunk(rows)  # may raise (device OOM): nothing changed yet
             self._pop_segments(top - lo)
             self._allocated[rows] = True
@@ -529,6 +525,11 @@ class HostFreeListAllocator:
         if self._chunk_rows > COMPACT_FACTOR * self.num_rows:
             self._compact()
         return out
+
+    def _taken(self, lo: int, top: int, cursor: int, end: int) -> np.ndarray:
+        """The rows an alloc takes: stack entries lo:top, then the bump rows cursor:end."""
+        rows = self._stack[lo:top]
+        return np.concatenate((rows, self._iota[cursor:end])) if end > cursor else rows
 
     def _pop_segments(self, count: int) -> None:
         """Drop the top `count` stack entries from the segments."""

@@ -39,9 +39,6 @@ from kvbench.alloc import STATES, KVCacheManager, checked_alloc, prepare_state
 
 IMPLS = ("torch/legacy", "host/freelist")
 
-
-def _noop() -> None:
-    """The reset floor's timed call."""
 SIZES = (1, 64)
 BATCH = 64
 ROUNDS = 3
@@ -55,7 +52,7 @@ def _median(values: Sequence[float]) -> float:
 def measure_alloc(num_rows: int, device: torch.device | str, rounds: int = ROUNDS) -> list[dict]:
     """bench_host medians (µs) per impl x state x n over interleaved rounds, after the
     per-state invariant check (once per cell, before any timing)."""
-    from kvbench.harness import bench_host
+    from kvbench.harness import bench_host, host_floor
 
     cells = []
     for impl in IMPLS:
@@ -72,7 +69,7 @@ def measure_alloc(num_rows: int, device: torch.device | str, rounds: int = ROUND
     for _ in range(rounds):
         for impl, n, state, m in cells:
             reset = partial(prepare_state, m, state, n=n)
-            reset_floor = bench_host(_noop, reset=reset, device=device)
+            reset_floor = host_floor(device, reset=reset)
             single = bench_host(partial(m.alloc, n), reset=reset, device=device)
 
             def batch(m: KVCacheManager = m, n: int = n) -> None:

@@ -58,6 +58,11 @@ CASES = (
 SPLITS = (1, 2, 4, 8, 16, 32, 64)
 # fp8 cases also sweep how bytes are widened (pd.FP8_DEQUANT): the "cvt" vs "bits" ablation.
 FP8_DEQUANT_MODES = ("cvt", "bits")
+#: fp8-only modes: (BLOCK_N, warps, stages) grids, each point swept uncapped and capped.
+FP8_CAPPED_GRIDS = {
+    "fp8-tiles": ((64, 128, 256), (4, 8), (2, 3, 4)),
+    "fp8-unpipelined": ((64, 128), (4, 8), (1,)),
+}
 #: Module attributes a point may override besides CONFIG (restored after each case).
 _SWITCHES = ("FP8_DEQUANT", "REDUCE_PDL")
 #: Point keys that set the reduce kernel's config rather than the decode kernel's.
@@ -75,12 +80,9 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
     """The override dicts of one case: launch config keys plus any _SWITCHES."""
     if mode == "latency":  # switches only: every kernel keeps its shipped launch config
         return [{"REDUCE_PDL": pdl} for pdl in (False, True)]
-    if mode == "fp8-tiles":
-        caps = [{}, {"maxnreg": 128}]
-        return [{**c, **cap} for cap in caps for c in launch_grid((64, 128, 256), (4, 8), (2, 3, 4))]
-    if mode == "fp8-unpipelined":
-        caps = [{}, {"maxnreg": 128}]
-        return [{**c, **cap} for cap in caps for c in launch_grid((64, 128), (4, 8), (1,))]
+    if mode in FP8_CAPPED_GRIDS:  # each launch point uncapped, then under the 128 cap
+        grid = launch_grid(*FP8_CAPPED_GRIDS[mode])
+        return [{**c, **cap} for cap in ({}, {"maxnreg": 128}) for c in grid]
     if mode == "occupancy":
         default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
         uncapped = {k: v for k, v in default.items() if k != "maxnreg"}
@@ -99,9 +101,9 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
 
 
 def splits_for(mode: str, ctx: int, auto: int) -> tuple[int, ...]:
-    wanted = {"focus": (1, 8, 32), "occupancy": (auto,), "fp8-tiles": (auto,), "latency": (auto,),
-              "fp8-unpipelined": (auto,)}
-    wanted = wanted.get(mode, SPLITS)
+    """Split counts a mode sweeps: all of SPLITS for the launch-config grids, a few for
+    --focus, and only the auto count for modes that vary one thing at the shipped split."""
+    wanted = SPLITS if mode in ("full", "quick") else (1, 8, 32) if mode == "focus" else (auto,)
     return tuple(ns for ns in wanted if ns <= ctx // 16)
 
 
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             else "occupancy" if args.occupancy else "fp8-tiles" if args.fp8_tiles
             else "latency" if args.latency
             else "fp8-unpipelined" if args.fp8_unpipelined else "full")
-    fp8_only = mode in ("focus", "fp8-tiles", "fp8-unpipelined")
+    fp8_only = mode == "focus" or mode in FP8_CAPPED_GRIDS
     cases = [c for c in CASES if c[3] == "fp8"] if fp8_only else list(CASES)
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count

@@ -334,9 +334,16 @@ def bench_host(
     return _result(samples, "bench_host", "cold", dev)
 
 
-def host_floor(device: object = None, *, repeat: int | None = None) -> TimingResult:
+def host_floor(
+    device: object = None,
+    *,
+    repeat: int | None = None,
+    reset: Callable[[], object] | None = None,
+) -> TimingResult:
     """bench_host() of a no-op: the cost of the timer itself (perf_counter + synchronize).
 
     Print it beside bench_host rows: a row within a few times of it measures the floor.
+    reset: the reset of the row it is compared with; the timer then reads what is left of
+    that reset's after-effects with nothing of the row in the window (a "reset floor").
     """
-    return bench_host(_noop, repeat=repeat, device=device)
+    return bench_host(_noop, reset, repeat=repeat, device=device)
