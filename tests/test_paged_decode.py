@@ -83,7 +83,7 @@ def test_fp8_with_bf16_query(device):
 # ---- fp8 dequant paths (FP8_DEQUANT "bits" vs "cvt") -------------------------------------
 
 _FINITE_CODES = torch.tensor([c for c in range(256) if c not in (0x7F, 0xFF)], dtype=torch.uint8)
-_MODES = ["bits", "cvt"]
+_MODES = ["bits", "cvt", "words"]
 _Q_DT = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -187,7 +187,7 @@ def test_fp8_dequant_bad_mode(device, monkeypatch):
     pool, q = _inputs(device, "fp8")
     monkeypatch.setattr(pd, "FP8_DEQUANT", "lut")
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    with pytest.raises(ValueError, match=r"FP8_DEQUANT must be one of \('bits', 'cvt'\)"):
+    with pytest.raises(ValueError, match=r"FP8_DEQUANT must be one of \('bits', 'cvt', 'words'\)"):
         SINGLE(*args, k_scale=pool.k_scale, v_scale=pool.v_scale)
 
 
@@ -496,7 +496,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
     aligned = {"stride_qb", "stride_qh", "stride_kp", "stride_ks", "stride_kh",
                "stride_vp", "stride_vs", "stride_vh"}
 
-    def compile_one(qdt, kvdt, split, bits=False):
+    def compile_one(qdt, kvdt, split, mode="cvt"):
         fp8 = kvdt == "u8"
         cfg = pd.CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")]
         part = "*fp32" if split else f"*{qdt}"
@@ -507,8 +507,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
                     "v_scale": "*fp32", "qk_scale": "fp32", "stride_kp": "i64"})
         const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 128, "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
-                 "DOT_F32": False, "FP8_BITS": bits,
-                 "P_SCALED": bits and qdt == "bf16", "PDL": split}
+                 "DOT_F32": False, "FP8_BITS": fp8 and mode == "bits",
+                 "FP8_WORDS": fp8 and mode == "words", "WORDS_ASM": True,
+                 "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split}
         for k in const:
             sig[k] = "constexpr"
         # What a real launch specializes: 16-byte aligned pointers and strides.
@@ -521,13 +522,13 @@ _COMPILE_SCRIPT = textwrap.dedent(
         return triton.compile(src, target=target, options=opts), cfg.get("maxnreg")
 
     # fp16 single pass; fp8 bytes with fp16 q (single pass) and bf16 q (split epilogue), each
-    # through both FP8_DEQUANT paths. Float-convert counts per path: PTX cvt with a float type
+    # through every FP8_DEQUANT path. Float-convert counts per path: PTX cvt with a float type
     # (not the integer/address cvts) and SASS F2F / F2FP (conversion-unit instructions).
-    cases = [("fp16", "fp16", False, False)] + [
-        (qdt, "u8", split, bits) for qdt, split in (("fp16", False), ("bf16", True))
-        for bits in (False, True)]
-    for qdt, kvdt, split, bits in cases:
-        k, cap = compile_one(qdt, kvdt, split, bits)
+    cases = [("fp16", "fp16", False, "-")] + [
+        (qdt, "u8", split, mode) for qdt, split in (("fp16", False), ("bf16", True))
+        for mode in ("cvt", "bits", "words")]
+    for qdt, kvdt, split, mode in cases:
+        k, cap = compile_one(qdt, kvdt, split, mode)
         ptx = k.asm["ptx"]
         assert "cp.async" in ptx or "cp.async.bulk" in ptx, "KV loads not async"
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -540,7 +541,6 @@ _COMPILE_SCRIPT = textwrap.dedent(
         fcvt = collections.Counter(re.findall(r"\\bcvt\\.[\\w.]*(?:e4m3|f16|bf16|f32)[\\w.]*", ptx))
         ops = collections.Counter(re.findall(r"^\\s+/\\*[0-9a-f]{4}\\*/\\s+(?:@!?U?P\\w+\\s+)?([A-Z0-9]+)",
                                              sass, re.M))
-        mode = ("bits" if bits else "cvt") if kvdt == "u8" else "-"
         print(f"{qdt} kv={kvdt} split={split} dequant={mode} {line.strip()}")
         print(f"  ptx float cvt: {dict(fcvt)}")
         # How dot operands leave shared memory: ldmatrix (16-bit tiles, .trans for V) versus
@@ -556,8 +556,12 @@ _COMPILE_SCRIPT = textwrap.dedent(
         widen = sum(n for c, n in fcvt.items() if "e4m3" in c or c.startswith("cvt.bf16.f16"))
         if kvdt == "u8":
             # The point of "bits": no float conversion of KV elements; "cvt" must have them
-            # (else this count would not measure anything).
-            assert (widen == 0) if bits else (widen > 0), (mode, dict(fcvt))
+            # (else this count would not measure anything). "words" widens in inline asm.
+            assert (widen == 0) if mode == "bits" else (widen > 0), (mode, dict(fcvt))
+        if mode == "words":
+            # The point of "words": the widened tiles reach the MMA through ldmatrix, with no
+            # element-wise byte reads of shared memory left (what "cvt" does, experiment 10).
+            assert "ld.shared.b8" not in ptx and smem["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"]
     rsig = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*fp16",
             "num_splits": "i32", "HEAD_DIM": "constexpr", "SPLIT_BLOCK": "constexpr",
             "PDL": "constexpr"}

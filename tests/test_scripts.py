@@ -52,6 +52,13 @@ def test_fp8_points_carry_the_dequant_mode(sweep):
     assert all("FP8_DEQUANT" not in p for p in sweep.points_for(fp8=False, mode="quick"))
 
 
+def test_fp8_words_grid_sets_the_words_mode_on_every_point(sweep):
+    points = sweep.points_for(fp8=True, mode="fp8-words")
+    assert len(points) == 16 and all(p["FP8_DEQUANT"] == "words" for p in points)
+    assert {p.get("maxnreg") for p in points} == {None, 128}
+    assert all("FP8_DEQUANT" not in p for p in sweep.points_for(fp8=True, mode="fp8-tiles"))
+
+
 def test_apply_sets_decode_configs_reduce_and_switches(sweep):
     sweep.apply({"BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "maxnreg": 168,
                  "FP8_DEQUANT": "bits", "REDUCE_SPLIT_BLOCK": 64})
