@@ -1,4 +1,4 @@
-"""Paged decode kernels under Nsight Compute: one profiled call per case, run by ncu.
+"""Decode-step kernels (paged decode, KV write) under Nsight Compute: one profiled call per case.
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section WarpStateStats --section Occupancy --csv --page details \
@@ -8,6 +8,10 @@
     ncu --profile-from-start off --clock-control none --metrics sass__inst_executed_per_opcode \
         --print-metric-instances details --csv --page raw \
         python scripts/ncu_decode.py --case b64_c8k:fp16 --case b64_c8k:fp8 > opcodes.csv
+
+    # a kernel's own device time below the event timer's floor (kv_write at decode size)
+    ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv \
+        python scripts/ncu_decode.py --case write_decode_64:fp16 --case write_decode_64:fp8
 
 Why: bench() gives a case's whole time (kernels plus the gaps between them, against a
 ~4.7 µs event floor); ncu gives each kernel's own duration and where its warps stall, which
@@ -24,10 +28,14 @@ import sys
 
 import torch
 
-from kvbench.checks import make_decode_query
+from kvbench import ops
+from kvbench.checks import make_decode_query, make_write_inputs
 from kvbench.kernels import paged_decode as pd
 from kvbench.pool import paged_pool
 
+#: kv_write cases: (label, new tokens); the table's decode-size rows (kvbench.table).
+WRITE_CASES = (("write_decode_64", 64), ("write_decode_1", 1))
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": "fp8"}
 #: (label, batch, context, kv dtype)
 CASES = (
     ("b1_c4k", 1, 4096, "fp16"),
@@ -37,35 +45,68 @@ CASES = (
 )
 
 
+def profile_once(label: str, call) -> None:
+    """Run ``call`` once unprofiled (compile, allocate), then once inside the profiled range."""
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(label)
+    torch.cuda.profiler.start()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    torch.cuda.nvtx.range_pop()
+    print(f"profiled {label}", file=sys.stderr)
+
+
+def fp8_config(text: str) -> dict[str, int]:
+    """'BLOCK_N,warps,stages[,maxnreg]' -> a paged_decode CONFIG entry."""
+    parts = [int(x) for x in text.split(",")]
+    if len(parts) not in (3, 4):
+        raise argparse.ArgumentTypeError(f"want BLOCK_N,warps,stages[,maxnreg], got {text!r}")
+    return dict(zip(("BLOCK_N", "num_warps", "num_stages", "maxnreg"), parts))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", default=None, metavar="LABEL:DTYPE",
                         help="profile only these cases (e.g. b64_c8k:fp8); default: all")
+    parser.add_argument("--fp8-dequant", choices=pd._FP8_DEQUANT_MODES, default=None,
+                        help="paged_decode FP8_DEQUANT for the fp8 decode cases")
+    parser.add_argument("--fp8-config", type=fp8_config, default=None,
+                        metavar="BLOCK_N,WARPS,STAGES[,MAXNREG]",
+                        help="launch config of the fp8 decode kernels (single pass and split)")
     args_ns = parser.parse_args(argv)
     known = {f"{label}:{dtype}" for label, _, _, dtype in CASES}
+    known |= {f"{label}:{dtype}" for label, _ in WRITE_CASES for dtype in _DTYPES}
     for want in args_ns.case or ():
         if want not in known:
             parser.error(f"--case {want!r}: accepted cases are {', '.join(sorted(known))}")
+    if args_ns.fp8_dequant:
+        pd.FP8_DEQUANT = args_ns.fp8_dequant
+    if args_ns.fp8_config:
+        pd.CONFIG["single_pass_fp8"] = pd.CONFIG["split_kv_fp8"] = args_ns.fp8_config
+    wanted = set(args_ns.case or known)
     dev = torch.device("cuda")
     for label, batch, ctx, dtype in CASES:
-        if args_ns.case and f"{label}:{dtype}" not in args_ns.case:
+        if f"{label}:{dtype}" not in wanted:
             continue
-        pool = paged_pool(batch, ctx, dtype={"fp16": torch.float16, "fp8": "fp8"}[dtype],
-                          device=dev)
+        pool = paged_pool(batch, ctx, dtype=_DTYPES[dtype], device=dev)
         q = make_decode_query(pool, 32)
         args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
         kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-        pd.paged_decode_split_kv(*args, **kwargs)  # compile, allocate
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_push(f"{label}_{dtype}")
-        torch.cuda.profiler.start()
-        pd.paged_decode_split_kv(*args, **kwargs)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-        torch.cuda.nvtx.range_pop()
-        print(f"profiled {label} {dtype}", file=sys.stderr)
+        profile_once(f"{label}_{dtype}", lambda: pd.paged_decode_split_kv(*args, **kwargs))  # noqa: B023
         del q, args
         pool.free()
+    for label, n in WRITE_CASES:
+        for dtype in _DTYPES:
+            if f"{label}:{dtype}" not in wanted:
+                continue
+            pool = paged_pool(1, 4096, dtype=_DTYPES[dtype], device=dev)
+            k, v, slots = make_write_inputs(pool, n)
+            args = (k, v, pool.k_cache, pool.v_cache, slots)
+            kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+            profile_once(f"{label}_{dtype}", lambda: ops.kv_write(*args, **kwargs))  # noqa: B023
+            pool.free()
     return 0
 
 

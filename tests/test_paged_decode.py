@@ -508,7 +508,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
         const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 128, "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
                  "DOT_F32": False, "FP8_BITS": fp8 and mode == "bits",
-                 "FP8_WORDS": fp8 and mode == "words", "WORDS_ASM": True,
+                 "K_WORDS": fp8 and mode == "words", "V_WORDS": fp8 and mode == "words",
+                 "WORDS_ASM": True,
                  "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split}
         for k in const:
             sig[k] = "constexpr"

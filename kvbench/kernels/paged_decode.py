@@ -134,7 +134,7 @@ _INTERPRETER_SM_COUNT = 4
 # otherwise: sm_90 SASS shows "cvt" already uses one packed F2FP per 2 elements for fp16 q,
 # while "bits" removes 256 F2F for bf16 q (docs/perf-notes.md, experiment 3).
 FP8_DEQUANT = "cvt"
-_FP8_DEQUANT_MODES = ("bits", "cvt", "words")
+_FP8_DEQUANT_MODES = ("bits", "cvt", "words", "words_v")
 # Host-side fold of the "bits" widening factor into the score scale, by q's dtype.
 _BITS_K_FOLD = {torch.float16: 2.0**8, torch.bfloat16: 2.0**120}
 # Left shift of (b & 0x7F) into each target's exponent field (mirrored by the CPU exactness test).
@@ -265,7 +265,8 @@ def _decode_kernel(
     SPLIT: tl.constexpr,
     DOT_F32: tl.constexpr,
     FP8_BITS: tl.constexpr,
-    FP8_WORDS: tl.constexpr,
+    K_WORDS: tl.constexpr,
+    V_WORDS: tl.constexpr,
     WORDS_ASM: tl.constexpr,
     P_SCALED: tl.constexpr,
     PDL: tl.constexpr,
@@ -320,7 +321,7 @@ def _decode_kernel(
         mask_n = tok < hi
         page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
         slot = tok % PAGE_SIZE
-        if FP8_WORDS:
+        if K_WORDS:
             k = _load_e4m3_words(
                 k_head + page * stride_kp + slot * stride_ks, mask_n, q, HEAD_DIM, BLOCK_N,
                 WORDS_ASM,
@@ -348,7 +349,7 @@ def _decode_kernel(
         else:
             p = tl.exp2(scores - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-        if FP8_WORDS:
+        if V_WORDS:
             v = _load_e4m3_words(
                 v_head + page * stride_vp + slot * stride_vs, mask_n, q, HEAD_DIM, BLOCK_N,
                 WORDS_ASM,
@@ -640,7 +641,8 @@ def _launch(
     if FP8_DEQUANT not in _FP8_DEQUANT_MODES:
         raise ValueError(f"FP8_DEQUANT must be one of {_FP8_DEQUANT_MODES}, got {FP8_DEQUANT!r}")
     fp8_bits = p.fp8 and FP8_DEQUANT == "bits"
-    fp8_words = p.fp8 and FP8_DEQUANT == "words" and _words_aligned(k_cache, v_cache)
+    k_words = p.fp8 and FP8_DEQUANT == "words" and _words_aligned(k_cache)
+    v_words = p.fp8 and FP8_DEQUANT in ("words", "words_v") and _words_aligned(v_cache)
     pdl = split and REDUCE_PDL and _pdl_supported(q.device)
     qk_scale = p.sm_scale * _LOG2E * (_BITS_K_FOLD[q.dtype] if fp8_bits else 1.0)
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
@@ -688,7 +690,8 @@ def _launch(
         SPLIT=split,
         DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
         FP8_BITS=fp8_bits,
-        FP8_WORDS=fp8_words,
+        K_WORDS=k_words,
+        V_WORDS=v_words,
         WORDS_ASM=not _INTERPRET,
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         PDL=pdl,
