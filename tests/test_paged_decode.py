@@ -83,7 +83,7 @@ def test_fp8_with_bf16_query(device):
 # ---- fp8 dequant paths (FP8_DEQUANT "bits" vs "cvt") -------------------------------------
 
 _FINITE_CODES = torch.tensor([c for c in range(256) if c not in (0x7F, 0xFF)], dtype=torch.uint8)
-_MODES = ["bits", "cvt", "words"]
+_MODES = ["bits", "cvt", "words", "words_v"]
 _Q_DT = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -187,7 +187,7 @@ def test_fp8_dequant_bad_mode(device, monkeypatch):
     pool, q = _inputs(device, "fp8")
     monkeypatch.setattr(pd, "FP8_DEQUANT", "lut")
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    with pytest.raises(ValueError, match=r"FP8_DEQUANT must be one of \('bits', 'cvt', 'words'\)"):
+    with pytest.raises(ValueError, match=r"FP8_DEQUANT must be one of \('bits', 'cvt', 'words', 'words_v'\)"):
         SINGLE(*args, k_scale=pool.k_scale, v_scale=pool.v_scale)
 
 
