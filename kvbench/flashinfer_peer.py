@@ -177,8 +177,8 @@ def make_flashinfer_decode(
     """
     if buffer is None:
         raise PeerUnavailable(
-            "FlashInfer peer: needs the pool's combined K/V buffer (storage='combined'); "
-            "split K/V storage has none"
+            "FlashInfer peer: needs the pool's combined token-major K/V buffer "
+            "(storage='combined'); split and head_major storage have none"
         )
     if buffer.dtype not in _DTYPE_TAG:
         raise PeerUnavailable(f"FlashInfer peer: KV dtype {buffer.dtype}; fp16 or bf16 only")

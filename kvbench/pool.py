@@ -15,6 +15,13 @@ are to be re-measured there (an ablation row per property) before anyone relies 
   passes them. A10: the split allocation (``storage="split"``) never won (equal at 3 of 4
   shapes, 8% slower at one); both rows stay as a guard for small geometries (MQA, 64-dim heads)
   where a page row approaches one cache line and the stride could matter.
+* ``storage="head_major"`` is an ablation of the engine's token-major page layout, not an
+  engine layout kvbench tests kernels in: one ``[num_pages, 2, kv_heads, page_size, head_dim]``
+  buffer (FlashInfer calls it HND), K and V still passed as ``[num_pages, page_size, kv_heads,
+  head_dim]`` strided views, so one (page, kv head) is a contiguous page_size x head_dim block
+  instead of page_size rows one token apart. It tests whether a kernel is limited by the
+  access pattern of token-major rows (128 B per row at fp8, head_dim 128) rather than by
+  its own code.
 * Capacity >= ``min_l2_multiple`` x L2 (default 8): not because a smaller pool would be served
   from L2 (the timer flushes L2 and decode reads each row once) but so the attended working set
   is large enough for the kernel to be bandwidth-bound rather than launch-bound. A10: capacity
@@ -40,7 +47,8 @@ from kvbench.quant import quantize_fp8
 
 # Reasons for each property: module docstring (A10 figures, to re-measure on the H200).
 LAYOUTS = ("fragmented", "contiguous")  # fragmented: 2-4% on A10; contiguous: its ablation row
-STORAGES = ("combined", "split")  # combined: the engine's layout; split: small-geometry guard
+# combined: the engine's layout; split: small-geometry guard; head_major: access-pattern ablation
+STORAGES = ("combined", "split", "head_major")
 _DTYPES: dict[object, str] = {
     torch.float16: "fp16",
     "fp16": "fp16",
@@ -311,6 +319,11 @@ def _fill_kv(
             (num_pages, 2, page_size, kv_heads, head_dim), dtype=store_dtype, device=dev
         )
         k, v = buf[:, 0], buf[:, 1]
+    elif storage == "head_major":
+        buf = torch.empty(
+            (num_pages, 2, kv_heads, page_size, head_dim), dtype=store_dtype, device=dev
+        )
+        k, v = buf[:, 0].transpose(1, 2), buf[:, 1].transpose(1, 2)
     else:
         buf = None
         k = torch.empty(page_shape, dtype=store_dtype, device=dev)

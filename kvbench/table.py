@@ -214,7 +214,9 @@ def _flashinfer_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[..., tor
     for name, tensor_cores in (("decode", False), ("decode_tc", True)):
         try:
             run = make_flashinfer_decode(
-                pool.buffer, pool.block_table, pool.seq_lens, q_heads=q.shape[1],
+                # FlashInfer's NHD layout is the combined token-major buffer only.
+                pool.buffer if pool.storage == "combined" else None,
+                pool.block_table, pool.seq_lens, q_heads=q.shape[1],
                 use_tensor_cores=tensor_cores,
             )
         except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal

@@ -1,7 +1,8 @@
 """Sweep the Triton paged-decode launch config, kernel variants and split count on a GPU.
 
     python scripts/sweep_paged_decode.py [--json PATH] [--quick | --focus | --occupancy |
-                                          --fp8-tiles | --fp8-words]
+                                          --fp8-tiles | --fp8-words | --points FILE]
+                                         [--case LABEL:DTYPE ...] [--storage S]
 
 For each case (Llama-3-8B decode geometry on the fragmented >= 8x L2 pool) and each point
 (module overrides of kvbench.kernels.paged_decode: CONFIG launch config, FP8_DEQUANT; x split
@@ -28,6 +29,10 @@ decision (docs/perf-notes.md).
   --fp8-words  fp8 cases only, FP8_DEQUANT "words" (int32-word loads widened in registers, the
             tile reaching the MMA as fp16 through ldmatrix) x BLOCK_N 64/128 x warps 4/8 x
             stages 2/3 x cap none/128, against the shipped "cvt" default of the same run
+  --points FILE  the points listed in a JSON file: a list of override dicts as above, each
+            with an optional "splits" list (default: the auto split count)
+  --case    only these cases (e.g. b64_c8k:fp8), any mode
+  --storage the pool's K/V storage (kvbench.pool.STORAGES; default combined, the engine's)
 
 The kernel-variant ablation of docs/perf-notes.md experiments 5-6 (MMA_ROWS, SPLIT_COMBINE:
 refuted, removed) ran as `--ablate` of this script at commit fd26675.
@@ -45,7 +50,7 @@ import torch
 from kvbench.checks import make_decode_query
 from kvbench.harness import bench, verify
 from kvbench.kernels import paged_decode as pd
-from kvbench.pool import paged_pool
+from kvbench.pool import STORAGES, paged_pool
 from kvbench.reference import paged_decode_ref
 from kvbench.theory import paged_decode_work
 
@@ -114,6 +119,20 @@ def splits_for(mode: str, ctx: int, auto: int) -> tuple[int, ...]:
     return tuple(ns for ns in wanted if ns <= ctx // 16)
 
 
+def load_points(path: str) -> list[dict]:
+    """--points FILE: a JSON list of override dicts (launch keys, _SWITCHES, reduce keys), each
+    with an optional "splits" list of split counts."""
+    with open(path) as fh:
+        entries = json.load(fh)
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"{path}: want a JSON list of objects, got {type(entries).__name__}")
+    for entry in entries:
+        splits = entry.get("splits", [])
+        if not isinstance(splits, list) or not all(isinstance(n, int) and n >= 1 for n in splits):
+            raise ValueError(f"{path}: 'splits' must be a list of ints >= 1, got {splits!r}")
+    return entries
+
+
 def apply(point: dict) -> None:
     """Set one point's overrides on the kernel module (both split and single-pass configs)."""
     launch = {k: v for k, v in point.items() if k not in _SWITCHES and k not in _REDUCE_KEYS}
@@ -145,14 +164,27 @@ def main(argv: list[str] | None = None) -> int:
                        help="fp8 only: BLOCK_N x warps x stages x register cap (see the docstring)")
     group.add_argument("--fp8-words", action="store_true",
                        help="fp8 only: FP8_DEQUANT words x launch grid (see the docstring)")
+    group.add_argument("--points", default=None, metavar="FILE",
+                       help="JSON list of override dicts, each with optional 'splits'")
+    parser.add_argument("--case", action="append", default=None, metavar="LABEL:DTYPE",
+                        help="only these cases (default: the mode's cases)")
+    parser.add_argument("--storage", choices=STORAGES, default="combined",
+                        help="the pool's K/V storage (head_major: the access-pattern ablation)")
     args = parser.parse_args(argv)
+    known = {f"{c[0]}:{c[3]}" for c in CASES}
+    for want in args.case or ():
+        if want not in known:
+            parser.error(f"--case {want!r}: accepted cases are {', '.join(sorted(known))}")
     mode = ("quick" if args.quick else "focus" if args.focus
             else "occupancy" if args.occupancy else "fp8-tiles" if args.fp8_tiles
-            else "fp8-words" if args.fp8_words
+            else "fp8-words" if args.fp8_words else "points" if args.points
             else "latency" if args.latency
             else "fp8-unpipelined" if args.fp8_unpipelined else "full")
     fp8_only = mode == "focus" or mode in FP8_CAPPED_GRIDS
     cases = [c for c in CASES if c[3] == "fp8"] if fp8_only else list(CASES)
+    if args.case:
+        cases = [c for c in CASES if f"{c[0]}:{c[3]}" in args.case]
+    listed = load_points(args.points) if args.points else None
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     defaults = {k: dict(v) for k, v in pd.CONFIG.items()}
@@ -161,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: list[tuple] = []
     for label, batch, ctx, dtype in cases:
         torch_dtype = {"fp16": torch.float16, "fp8": "fp8"}[dtype]
-        pool = paged_pool(batch, ctx, dtype=torch_dtype, device=dev)
+        pool = paged_pool(batch, ctx, dtype=torch_dtype, storage=args.storage, device=dev)
         q = make_decode_query(pool, 32)
         a = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
         kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
@@ -176,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         default_us = bench(lambda a=a, kw=kw: pd.paged_decode_split_kv(*a, **kw)).median_us
         chosen = pd.choose_num_splits(batch, 8, ctx, sms, 16)
         best = (float("inf"), None, None)
-        for point in points_for(dtype == "fp8", mode):
+        for entry in listed if listed is not None else points_for(dtype == "fp8", mode):
+            point = {k: v for k, v in entry.items() if k != "splits"}
             apply(point)
-            for ns in splits_for(mode, ctx, chosen):
+            for ns in entry.get("splits") or splits_for(mode, ctx, chosen):
 
                 def call(ns=ns, a=a, kw=kw):
                     return pd.paged_decode_split_kv(*a, **kw, num_splits=ns)
@@ -213,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(
                 {
                     "mode": mode,
+                    "storage": args.storage,
                     "points": points,
                     "summary": [
                         {

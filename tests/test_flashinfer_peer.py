@@ -59,7 +59,7 @@ def test_table_lists_the_peers_with_their_reason_on_cpu():
 @pytest.mark.parametrize(
     ("storage", "dtype", "match"),
     [
-        ("split", torch.float16, "combined K/V buffer"),
+        ("split", torch.float16, "combined token-major K/V buffer"),
         ("combined", "fp8", "fp16 or bf16 only"),
         ("combined", torch.float16, "CUDA only"),
     ],

@@ -57,6 +57,8 @@ _MATRIX = [
     ("bf16", "contiguous", "combined"),
     ("fp8", "fragmented", "combined"),
     ("fp8", "contiguous", "split"),
+    ("fp16", "fragmented", "head_major"),
+    ("fp8", "fragmented", "head_major"),
 ]
 
 

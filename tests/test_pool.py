@@ -61,6 +61,15 @@ def test_combined_storage_is_one_buffer_with_strided_views():
     assert float(p.v_cache[3, 2, 1, 5]) == 7.0 and float(p.k_cache[3, 2, 1, 5]) != 7.0
 
 
+def test_head_major_storage_puts_one_page_of_one_head_together():
+    p = paged_pool(2, 8, storage="head_major", num_pages=10, **SMALL)
+    assert p.buffer.shape == (10, 2, 2, 4, 16)  # [pages, K/V, kv_heads, page_size, head_dim]
+    assert p.k_cache.shape == (10, 4, 2, 16) == p.v_cache.shape
+    assert p.k_cache.stride() == (2 * 2 * 4 * 16, 16, 4 * 16, 1)
+    p.buffer[3, 1, 1, 2, 5] = 7.0  # V, page 3, head 1, slot 2
+    assert float(p.v_cache[3, 2, 1, 5]) == 7.0 and float(p.k_cache[3, 2, 1, 5]) != 7.0
+
+
 def test_split_storage_is_two_contiguous_tensors():
     p = paged_pool(2, 8, storage="split", num_pages=10, **SMALL)
     assert p.buffer is None
