@@ -321,3 +321,15 @@ def test_gpu_fp8_write_soft_and_hard_paths_agree(in_dtype):
                             v_scale=pool.v_scale)
     assert torch.equal(results[0][0][slots // 16, slots % 16], ref_k)
     pool.free()
+
+
+def test_small_grids_shrink_the_tile_to_one_program_per_sm():
+    """Decode-size writes get >= one program per SM (tokens split first, then heads), on fewer
+    warps for small tiles; prefill keeps the 4096-element bandwidth tile on 4 warps."""
+    from kvbench.kernels.kv_write import _tiles
+
+    assert _tiles(16384, 8, 128, 132) == (4, 8, 128, 4)  # 4096 programs already
+    assert _tiles(64, 8, 128, 132) == (1, 2, 128, 1)  # 64 x 4 = 256 programs >= 132
+    assert _tiles(1, 8, 128, 132) == (1, 1, 128, 1)  # as small as it gets: 8 programs
+    assert _tiles(64, 8, 128, 4) == (4, 8, 128, 4)  # 16 programs cover 4 SMs
+    assert _tiles(3, 2, 64, 64) == (1, 1, 64, 1)

@@ -26,6 +26,8 @@ Rows: ``kv_write_triton`` (one Triton kernel for prefill and decode shapes) and
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -54,11 +56,18 @@ _TORCH_NAME = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.uint8: "fp8"
 
 # Elements one program moves per tensor (K or V). 4096 fp16 elements = 8 KiB in and out per
 # tensor: large enough to amortize the slot loads, small enough that a 16k-token prefill at
-# 8x128 still launches thousands of programs. Decode (N <= 64) is launch-bound whatever the
-# tile (seed 000: 4-5 us for 1 or 64 rows), so no separate decode tile is kept.
+# 8x128 still launches thousands of programs.
 _TILE_ELEMS = 4096
 _HEAD_TILE_ELEMS = 1024
 _NUM_WARPS = 4
+# Decode shapes (N <= 64) would get only N / 4 programs from the tile above, each thread
+# running a serial chain of 64 fp8 quantizations (an IEEE division each). Nsight Compute on
+# the H200 (docs/perf-notes.md, experiment 11): decode-64 kernels took 2.9 us (fp16) and
+# 5.0 us (fp8) on 16 programs. So a small grid shrinks its tile (tokens first, then heads)
+# until it has one program per SM, and a small tile runs on fewer warps so that each thread
+# still moves a 16-byte vector (8 fp16) instead of idling.
+_ELEMS_PER_WARP = 32 * 8
+_INTERPRETER_SM_COUNT = 4  # a nominal count, so the CPU tests take the small-grid path too
 
 
 def _dtype_name(dtype: torch.dtype | str) -> str:
@@ -187,18 +196,36 @@ def _kv_write_kernel(
         tl.store(vc_ptr + dst_v, vx, mask=mask)
 
 
-def _tiles(n: int, heads: int, dim: int) -> tuple[int, int, int]:
+def _tiles(n: int, heads: int, dim: int, min_programs: int) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps): the bandwidth tile, shrunk for small grids."""
     block_d = triton.next_power_of_2(dim)
     block_h = min(triton.next_power_of_2(heads), max(1, _HEAD_TILE_ELEMS // block_d))
     block_t = max(1, min(triton.next_power_of_2(max(n, 1)), _TILE_ELEMS // (block_h * block_d)))
-    return block_t, block_h, block_d
+
+    def programs() -> int:
+        return triton.cdiv(n, block_t) * triton.cdiv(heads, block_h)
+
+    while programs() < min_programs and block_t > 1:
+        block_t //= 2
+    while programs() < min_programs and block_h > 1:
+        block_h //= 2
+    elems = block_t * block_h * block_d
+    num_warps = max(1, min(_NUM_WARPS, elems // _ELEMS_PER_WARP))
+    return block_t, block_h, block_d, num_warps
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return _INTERPRETER_SM_COUNT
 
 
 def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp8: bool):
     n, heads, dim = k.shape
     if n == 0:
         return
-    block_t, block_h, block_d = _tiles(n, heads, dim)
+    block_t, block_h, block_d, num_warps = _tiles(n, heads, dim, _sm_count(k.device))
     if is_fp8:
         # store bytes through uint8 views: the kernel writes codes, never fp8 arithmetic
         kc, vc = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
@@ -214,7 +241,7 @@ def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp
         PAGE_SIZE=k_cache.shape[1],
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
         FP8=is_fp8, SOFT_FP8=soft_fp8, IN_BF16=k.dtype == torch.bfloat16,
-        num_warps=_NUM_WARPS,
+        num_warps=num_warps,
     )
 
 
