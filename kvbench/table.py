@@ -301,7 +301,9 @@ def table_paged_decode(*, grid: bool = False, ablations: bool = True) -> Table:
             decode_case(table, label, b, c, dtype=dtype, with_peers=False)
     if ablations:
         label, b, c = cases[-1]
-        for layout, storage in (("contiguous", "combined"), ("fragmented", "split")):
+        for layout, storage in (
+            ("contiguous", "combined"), ("fragmented", "split"), ("fragmented", "head_major")
+        ):
             decode_case(table, label, b, c, layout=layout, storage=storage, with_peers=False)
         if on_gpu:
             decode_case(table, label, b, c, min_l2_multiple=32, with_peers=False)

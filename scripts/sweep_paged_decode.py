@@ -1,7 +1,7 @@
 """Sweep the Triton paged-decode launch config, kernel variants and split count on a GPU.
 
     python scripts/sweep_paged_decode.py [--json PATH] [--quick | --focus | --occupancy |
-                                          --fp8-tiles | --fp8-words | --points FILE]
+                                          --fp8-tiles | --points FILE]
                                          [--case LABEL:DTYPE ...] [--storage S]
 
 For each case (Llama-3-8B decode geometry on the fragmented >= 8x L2 pool) and each point
@@ -26,16 +26,14 @@ decision (docs/perf-notes.md).
   --fp8-tiles  fp8 cases only: tile size (BLOCK_N 64/128/256) x warps (4/8) x stages (2-4) x
             register cap (none / 128) at the auto split count: does a smaller tile, or more
             warps per tile, buy the issue-bound fp8 kernel more CTAs per SM without spills?
-  --fp8-words  fp8 cases only, FP8_DEQUANT "words" (int32-word loads widened in registers, the
-            tile reaching the MMA as fp16 through ldmatrix) x BLOCK_N 64/128 x warps 4/8 x
-            stages 2/3 x cap none/128, against the shipped "cvt" default of the same run
   --points FILE  the points listed in a JSON file: a list of override dicts as above, each
             with an optional "splits" list (default: the auto split count)
   --case    only these cases (e.g. b64_c8k:fp8), any mode
   --storage the pool's K/V storage (kvbench.pool.STORAGES; default combined, the engine's)
 
 The kernel-variant ablation of docs/perf-notes.md experiments 5-6 (MMA_ROWS, SPLIT_COMBINE:
-refuted, removed) ran as `--ablate` of this script at commit fd26675.
+refuted, removed) ran as `--ablate` of this script at commit fd26675; experiment 11's
+FP8_DEQUANT "words" grid (removed with the mode) as `--fp8-words` at 3a4c2da.
 """
 
 from __future__ import annotations
@@ -70,10 +68,7 @@ FP8_DEQUANT_MODES = ("cvt", "bits")
 FP8_CAPPED_GRIDS = {
     "fp8-tiles": ((64, 128, 256), (4, 8), (2, 3, 4)),
     "fp8-unpipelined": ((64, 128), (4, 8), (1,)),
-    "fp8-words": ((64, 128), (4, 8), (2, 3)),
 }
-#: Switches a capped-grid mode sets on every one of its points.
-FP8_GRID_SWITCHES = {"fp8-words": {"FP8_DEQUANT": "words"}}
 #: Module attributes a point may override besides CONFIG (restored after each case).
 _SWITCHES = ("FP8_DEQUANT", "REDUCE_PDL")
 #: Point keys that set the reduce kernel's config rather than the decode kernel's.
@@ -93,8 +88,7 @@ def points_for(fp8: bool, mode: str) -> list[dict]:
         return [{"REDUCE_PDL": pdl} for pdl in (False, True)]
     if mode in FP8_CAPPED_GRIDS:  # each launch point uncapped, then under the 128 cap
         grid = launch_grid(*FP8_CAPPED_GRIDS[mode])
-        switches = FP8_GRID_SWITCHES.get(mode, {})
-        return [{**c, **cap, **switches} for cap in ({}, {"maxnreg": 128}) for c in grid]
+        return [{**c, **cap} for cap in ({}, {"maxnreg": 128}) for c in grid]
     if mode == "occupancy":
         default = pd.CONFIG["single_pass_fp8" if fp8 else "single_pass"]
         uncapped = {k: v for k, v in default.items() if k != "maxnreg"}
@@ -162,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
                        help="fp8 only: num_stages 1 (see the docstring)")
     group.add_argument("--fp8-tiles", action="store_true",
                        help="fp8 only: BLOCK_N x warps x stages x register cap (see the docstring)")
-    group.add_argument("--fp8-words", action="store_true",
-                       help="fp8 only: FP8_DEQUANT words x launch grid (see the docstring)")
     group.add_argument("--points", default=None, metavar="FILE",
                        help="JSON list of override dicts, each with optional 'splits'")
     parser.add_argument("--case", action="append", default=None, metavar="LABEL:DTYPE",
@@ -177,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--case {want!r}: accepted cases are {', '.join(sorted(known))}")
     mode = ("quick" if args.quick else "focus" if args.focus
             else "occupancy" if args.occupancy else "fp8-tiles" if args.fp8_tiles
-            else "fp8-words" if args.fp8_words else "points" if args.points
+            else "points" if args.points
             else "latency" if args.latency
             else "fp8-unpipelined" if args.fp8_unpipelined else "full")
     fp8_only = mode == "focus" or mode in FP8_CAPPED_GRIDS

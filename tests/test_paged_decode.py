@@ -85,7 +85,7 @@ def test_fp8_with_bf16_query(device):
 # ---- fp8 dequant paths (FP8_DEQUANT "bits" vs "cvt") -------------------------------------
 
 _FINITE_CODES = torch.tensor([c for c in range(256) if c not in (0x7F, 0xFF)], dtype=torch.uint8)
-_MODES = ["bits", "cvt", "words", "words_v"]
+_MODES = ["bits", "cvt"]
 _Q_DT = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -189,7 +189,7 @@ def test_fp8_dequant_bad_mode(device, monkeypatch):
     pool, q = _inputs(device, "fp8")
     monkeypatch.setattr(pd, "FP8_DEQUANT", "lut")
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    with pytest.raises(ValueError, match=r"FP8_DEQUANT must be one of \('bits', 'cvt', 'words', 'words_v'\)"):
+    with pytest.raises(ValueError, match=r"FP8_DEQUANT must be one of \('bits', 'cvt'\)"):
         SINGLE(*args, k_scale=pool.k_scale, v_scale=pool.v_scale)
 
 
@@ -510,8 +510,6 @@ _COMPILE_SCRIPT = textwrap.dedent(
         const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 128, "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
                  "DOT_F32": False, "FP8_BITS": fp8 and mode == "bits",
-                 "K_WORDS": fp8 and mode == "words", "V_WORDS": fp8 and mode == "words",
-                 "WORDS_ASM": True,
                  "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split}
         for k in const:
             sig[k] = "constexpr"
@@ -529,7 +527,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
     # (not the integer/address cvts) and SASS F2F / F2FP (conversion-unit instructions).
     cases = [("fp16", "fp16", False, "-")] + [
         (qdt, "u8", split, mode) for qdt, split in (("fp16", False), ("bf16", True))
-        for mode in ("cvt", "bits", "words")]
+        for mode in ("cvt", "bits")]
     for qdt, kvdt, split, mode in cases:
         k, cap = compile_one(qdt, kvdt, split, mode)
         ptx = k.asm["ptx"]
@@ -559,12 +557,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
         widen = sum(n for c, n in fcvt.items() if "e4m3" in c or c.startswith("cvt.bf16.f16"))
         if kvdt == "u8":
             # The point of "bits": no float conversion of KV elements; "cvt" must have them
-            # (else this count would not measure anything). "words" widens in inline asm.
+            # (else this count would not measure anything).
             assert (widen == 0) if mode == "bits" else (widen > 0), (mode, dict(fcvt))
-        if mode == "words":
-            # The point of "words": the widened tiles reach the MMA through ldmatrix, with no
-            # element-wise byte reads of shared memory left (what "cvt" does, experiment 10).
-            assert "ld.shared.b8" not in ptx and smem["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"]
     rsig = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*fp16",
             "num_splits": "i32", "HEAD_DIM": "constexpr", "SPLIT_BLOCK": "constexpr",
             "PDL": "constexpr"}

@@ -52,11 +52,17 @@ def test_fp8_points_carry_the_dequant_mode(sweep):
     assert all("FP8_DEQUANT" not in p for p in sweep.points_for(fp8=False, mode="quick"))
 
 
-def test_fp8_words_grid_sets_the_words_mode_on_every_point(sweep):
-    points = sweep.points_for(fp8=True, mode="fp8-words")
-    assert len(points) == 16 and all(p["FP8_DEQUANT"] == "words" for p in points)
-    assert {p.get("maxnreg") for p in points} == {None, 128}
-    assert all("FP8_DEQUANT" not in p for p in sweep.points_for(fp8=True, mode="fp8-tiles"))
+def test_points_file_is_validated_and_listed_points_carry_their_splits(sweep, tmp_path):
+    good = tmp_path / "points.json"
+    good.write_text('[{"BLOCK_N": 64, "splits": [1, 3]}, {"FP8_DEQUANT": "bits"}]')
+    assert sweep.load_points(str(good)) == [{"BLOCK_N": 64, "splits": [1, 3]},
+                                             {"FP8_DEQUANT": "bits"}]
+    for text, match in (('{"BLOCK_N": 64}', "want a JSON list of objects"),
+                        ('[{"splits": [0]}]', "'splits' must be a list of ints >= 1")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            sweep.load_points(str(bad))
 
 
 def test_apply_sets_decode_configs_reduce_and_switches(sweep):

@@ -62,7 +62,7 @@ _HEAD_TILE_ELEMS = 1024
 _NUM_WARPS = 4
 # Decode shapes (N <= 64) would get only N / 4 programs from the tile above, each thread
 # running a serial chain of 64 fp8 quantizations (an IEEE division each). Nsight Compute on
-# the H200 (docs/perf-notes.md, experiment 11): decode-64 kernels took 2.9 us (fp16) and
+# the H200 (docs/perf-notes.md, experiment 12): decode-64 kernels took 2.9 us (fp16) and
 # 5.0 us (fp8) on 16 programs. So a small grid shrinks its tile (tokens first, then heads)
 # until it has one program per SM, and a small tile runs on fewer warps so that each thread
 # still moves a 16-byte vector (8 fp16) instead of idling.

@@ -117,24 +117,17 @@ _INTERPRETER_SM_COUNT = 4
 #           scales the row sums back, leaving the accumulator at the fp16 path's x 2^-8.
 #           Codes 0x7f / 0xff (NaN in e4m3fn) map to finite values (+-480 x 2^-8 in fp16) in
 #           this path; kvbench.quant never produces them (it clamps to +-448).
-#   "words": where the tile enters shared memory, not how an element converts. With "cvt" or
-#           "bits" Triton moves the widening past the shared-memory tile (it converts in the
-#           MMA operand layout), so every fp8 tile is read from shared memory element by
-#           element (ld.shared.b8: the LDS and integer excess of docs/perf-notes.md, experiment
-#           10). "words" loads the bytes as int32 words (4 e4m3 each; still cp.async-pipelined)
-#           and widens each word with two packed cvt.rn.f16x2.e4m3x2 in an inline-asm block,
-#           which Triton cannot move; the fp16 results are joined back into the
-#           [BLOCK_N, HEAD_DIM] tile, which reaches the MMA as an fp16 tile does (ldmatrix).
-#           Exact like "cvt" (same instruction). bf16 q widens fp16 -> bf16 after (exact: e4m3
-#           values fit both). Needs 4-byte aligned rows (cache data pointer and strides
-#           multiples of 4 bytes): other layouts run "cvt" (_words_aligned). The interpreter
-#           has no inline asm and widens each byte with torch-exact casts instead.
-# All are exact for all 254 finite codes (tests/test_paged_decode.py checks every code).
+# Both are exact for all 254 finite codes (tests/test_paged_decode.py checks every code).
+# A third mode, "words" (bytes loaded as int32 words and widened in an inline-asm block so the
+# tile reaches the MMA as fp16 through ldmatrix, no element-wise byte reads), cut the executed
+# instructions at batch 64 x 8k by 31% and was slower at every launch config and split count
+# (best 377-382 us vs 369-375 us): measured and removed, code at 3a4c2da (docs/perf-notes.md,
+# experiment 11).
 # The default stays "cvt" until the H200 sweep (scripts/sweep_paged_decode.py --focus) says
 # otherwise: sm_90 SASS shows "cvt" already uses one packed F2FP per 2 elements for fp16 q,
 # while "bits" removes 256 F2F for bf16 q (docs/perf-notes.md, experiment 3).
 FP8_DEQUANT = "cvt"
-_FP8_DEQUANT_MODES = ("bits", "cvt", "words", "words_v")
+_FP8_DEQUANT_MODES = ("bits", "cvt")
 # Host-side fold of the "bits" widening factor into the score scale, by q's dtype.
 _BITS_K_FOLD = {torch.float16: 2.0**8, torch.bfloat16: 2.0**120}
 # Left shift of (b & 0x7F) into each target's exponent field (mirrored by the CPU exactness test).
@@ -178,44 +171,6 @@ def _widen_e4m3(x, q, FP8_BITS: tl.constexpr):
     else:
         out = x.to(tl.float8e4nv, bitcast=True).to(q.dtype)
     return out
-
-
-@triton.jit
-def _load_e4m3_words(rows, mask_n, q, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-                     ASM: tl.constexpr):
-    """FP8_DEQUANT "words": a [BLOCK_N, HEAD_DIM] tile of q's dtype from e4m3 bytes.
-
-    ``rows`` are the tile's row start pointers (uint8, 4-byte aligned). Byte 4j + i of a row is
-    byte i of word j (little-endian); the four widened bytes of each word are interleaved back
-    into place by two levels of joins and a reshape.
-    """
-    words = tl.load(
-        rows.to(tl.pointer_type(tl.int32))[:, None] + tl.arange(0, HEAD_DIM // 4)[None, :],
-        mask=mask_n[:, None],
-        other=0,
-    )
-    if ASM:
-        # One word -> four fp16: each 16-bit half is two e4m3 codes, widened by one packed cvt
-        # (low byte -> low half); opaque to Triton, so the widening stays in registers here.
-        b0, b1, b2, b3 = tl.inline_asm_elementwise(
-            asm="{ .reg .b16 lo, hi; .reg .b32 t0, t1; mov.b32 {lo, hi}, $4; "
-            "cvt.rn.f16x2.e4m3x2 t0, lo; cvt.rn.f16x2.e4m3x2 t1, hi; "
-            "mov.b32 {$0, $1}, t0; mov.b32 {$2, $3}, t1; }",
-            constraints="=h,=h,=h,=h,r",
-            args=[words],
-            dtype=(tl.float16, tl.float16, tl.float16, tl.float16),
-            is_pure=True,
-            pack=1,
-        )
-    else:
-        b0 = (words & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
-        b1 = ((words >> 8) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
-        b2 = ((words >> 16) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
-        b3 = ((words >> 24) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float16)
-    # join(x, y) stacks along a new last axis, so [..., i, j] = (b0 b2 | b1 b3)[j][i]: flat
-    # index 2i + j = byte 0, 1, 2, 3.
-    tile = tl.reshape(tl.join(tl.join(b0, b2), tl.join(b1, b3)), [BLOCK_N, HEAD_DIM])
-    return tile.to(q.dtype)
 
 
 @triton.jit
@@ -265,9 +220,6 @@ def _decode_kernel(
     SPLIT: tl.constexpr,
     DOT_F32: tl.constexpr,
     FP8_BITS: tl.constexpr,
-    K_WORDS: tl.constexpr,
-    V_WORDS: tl.constexpr,
-    WORDS_ASM: tl.constexpr,
     P_SCALED: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -321,19 +273,13 @@ def _decode_kernel(
         mask_n = tok < hi
         page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
         slot = tok % PAGE_SIZE
-        if K_WORDS:
-            k = _load_e4m3_words(
-                k_head + page * stride_kp + slot * stride_ks, mask_n, q, HEAD_DIM, BLOCK_N,
-                WORDS_ASM,
-            )
-        else:
-            k = tl.load(
-                k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
-                mask=mask_n[:, None],
-                other=0,
-            )
-            if FP8:
-                k = _widen_e4m3(k, q, FP8_BITS)
+        k = tl.load(
+            k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0,
+        )
+        if FP8:
+            k = _widen_e4m3(k, q, FP8_BITS)
         if DOT_F32:
             scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
         else:
@@ -349,19 +295,13 @@ def _decode_kernel(
         else:
             p = tl.exp2(scores - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
-        if V_WORDS:
-            v = _load_e4m3_words(
-                v_head + page * stride_vp + slot * stride_vs, mask_n, q, HEAD_DIM, BLOCK_N,
-                WORDS_ASM,
-            )
-        else:
-            v = tl.load(
-                v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
-                mask=mask_n[:, None],
-                other=0,
-            )
-            if FP8:
-                v = _widen_e4m3(v, q, FP8_BITS)
+        v = tl.load(
+            v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0,
+        )
+        if FP8:
+            v = _widen_e4m3(v, q, FP8_BITS)
         if DOT_F32:
             pv = tl.dot(_to_f32(p.to(q.dtype)), _to_f32(v))
         else:
@@ -606,14 +546,6 @@ def _pdl_supported(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (9, 0)
 
 
-def _words_aligned(*caches: torch.Tensor) -> bool:
-    """FP8_DEQUANT "words" reads rows as int32 words: every row start must be 4-byte aligned
-    (data pointer and the page / slot / head strides, in bytes = elements for uint8)."""
-    return all(
-        c.data_ptr() % 4 == 0 and all(st % 4 == 0 for st in c.stride()[:3]) for c in caches
-    )
-
-
 def _register_cap(cfg: dict[str, int]) -> dict[str, int]:
     """Launch kwargs for a CONFIG entry's optional register cap (none under the interpreter,
     which has no registers to cap)."""
@@ -641,8 +573,6 @@ def _launch(
     if FP8_DEQUANT not in _FP8_DEQUANT_MODES:
         raise ValueError(f"FP8_DEQUANT must be one of {_FP8_DEQUANT_MODES}, got {FP8_DEQUANT!r}")
     fp8_bits = p.fp8 and FP8_DEQUANT == "bits"
-    k_words = p.fp8 and FP8_DEQUANT == "words" and _words_aligned(k_cache)
-    v_words = p.fp8 and FP8_DEQUANT in ("words", "words_v") and _words_aligned(v_cache)
     pdl = split and REDUCE_PDL and _pdl_supported(q.device)
     qk_scale = p.sm_scale * _LOG2E * (_BITS_K_FOLD[q.dtype] if fp8_bits else 1.0)
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
@@ -690,9 +620,6 @@ def _launch(
         SPLIT=split,
         DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
         FP8_BITS=fp8_bits,
-        K_WORDS=k_words,
-        V_WORDS=v_words,
-        WORDS_ASM=not _INTERPRET,
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         PDL=pdl,
         num_warps=cfg["num_warps"],
