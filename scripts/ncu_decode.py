@@ -98,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         del q, args
         pool.free()
     for label, n in WRITE_CASES:
-        for dtype in _DTYPES:
+        for dtype, torch_dtype in _DTYPES.items():
             if f"{label}:{dtype}" not in wanted:
                 continue
-            pool = paged_pool(1, 4096, dtype=_DTYPES[dtype], device=dev)
+            pool = paged_pool(1, 4096, dtype=torch_dtype, device=dev)
             k, v, slots = make_write_inputs(pool, n)
             args = (k, v, pool.k_cache, pool.v_cache, slots)
             kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}

@@ -26,12 +26,11 @@ Rows: ``kv_write_triton`` (one Triton kernel for prefill and decode shapes) and
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
+from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_interpreted
 from kvbench.kernels._validate import (
     check_dtype,
@@ -64,10 +63,9 @@ _NUM_WARPS = 4
 # running a serial chain of 64 fp8 quantizations (an IEEE division each). Nsight Compute on
 # the H200 (docs/perf-notes.md, experiment 12): decode-64 kernels took 2.9 us (fp16) and
 # 5.0 us (fp8) on 16 programs. So a small grid shrinks its tile (tokens first, then heads)
-# until it has one program per SM, and a small tile runs on fewer warps so that each thread
-# still moves a 16-byte vector (8 fp16) instead of idling.
+# until it has one program per SM, and a small tile runs on fewer warps (one warp per 256
+# elements, 8 fp16 = one 16-byte vector per thread) instead of leaving threads idle.
 _ELEMS_PER_WARP = 32 * 8
-_INTERPRETER_SM_COUNT = 4  # a nominal count, so the CPU tests take the small-grid path too
 
 
 def _dtype_name(dtype: torch.dtype | str) -> str:
@@ -212,13 +210,6 @@ def _tiles(n: int, heads: int, dim: int, min_programs: int) -> tuple[int, int, i
     elems = block_t * block_h * block_d
     num_warps = max(1, min(_NUM_WARPS, elems // _ELEMS_PER_WARP))
     return block_t, block_h, block_d, num_warps
-
-
-@functools.lru_cache(maxsize=16)
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return _INTERPRETER_SM_COUNT
 
 
 def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp8: bool):

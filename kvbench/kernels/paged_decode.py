@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from kvbench.kernels import _validate as V
+from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import bf16_bits_to_f32
 
 # Tolerances (|out - ref| <= atol + rtol * |ref|) against kvbench.reference (fp64 math, rounded
@@ -91,8 +92,6 @@ SPLIT_POLICY: dict[str, float] = {
     "MIN_TOKENS_PER_SPLIT": 128,
     "MAX_SPLITS": 256,
 }
-# The interpreter has no SMs; a nominal count makes the default CPU path split (and so tests it).
-_INTERPRETER_SM_COUNT = 4
 # Triton 3.9's interpreter multiplies bf16 dot operands as their raw uint16 bit patterns
 # (interpreter.create_dot; a 16x16 product came out 2.7e10 off), so under the interpreter only,
 # bf16 operands are widened to fp32 (after the same bf16 rounding of p) before tl.dot. The
@@ -499,13 +498,6 @@ def _check_values(
             f"block_table entries used by seq_lens must lie in [0, {num_pages}) (num_pages), "
             f"got [{int(pages.min())}, {int(pages.max())}]"
         )
-
-
-@functools.lru_cache(maxsize=16)
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return _INTERPRETER_SM_COUNT
 
 
 def choose_num_splits(
