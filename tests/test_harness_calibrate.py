@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from kvbench.harness import Ceilings, calibrate, load_ceilings
 from kvbench.harness.calibrate import cache_dir
@@ -75,3 +76,38 @@ def test_bad_size_is_a_value_error(cache, size):
 def test_bad_device_name_is_a_value_error(cache):
     with pytest.raises(ValueError, match="device_name"):
         load_ceilings("")
+
+
+def test_stream_read_visits_every_word_once():
+    """The read-ceiling kernel's per-program XORs fold to the XOR of the whole buffer: every
+    word read exactly once, including a ragged tail (interpreter on CPU, compiled on CUDA)."""
+    import numpy as np
+
+    from kvbench.harness.stream_read import stream_read_fn
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (4 * 10_007,), dtype=torch.uint8, generator=gen).to(dev)
+    want = np.bitwise_xor.reduce(x.view(torch.int32).cpu().numpy())
+    for cfg in ({"BLOCK": 64, "num_warps": 4, "num_stages": 1, "programs_per_sm": 2},
+                {"BLOCK": 256, "num_warps": 4, "num_stages": 3, "programs_per_sm": 1}):
+        out = stream_read_fn(x, 4, cfg)().cpu().numpy()
+        assert np.bitwise_xor.reduce(out) == want
+
+
+def test_stream_read_rejects_what_it_cannot_read_as_words():
+    from kvbench.harness.stream_read import stream_read_fn
+
+    with pytest.raises(ValueError, match="contiguous buffer of whole 4-byte words"):
+        stream_read_fn(torch.zeros(6, dtype=torch.uint8), 4)
+    with pytest.raises(ValueError, match="contiguous buffer of whole 4-byte words"):
+        stream_read_fn(torch.zeros(8, 8, dtype=torch.int32)[:, ::2], 4)
+
+
+def test_every_table_op_names_its_ceiling():
+    from kvbench.harness.report import CEILING_KINDS
+    from kvbench.table import BUILDERS, CEILING_FOR_OP
+
+    assert set(CEILING_FOR_OP) == set(BUILDERS)
+    assert set(CEILING_FOR_OP.values()) <= set(CEILING_KINDS)
+    assert CEILING_FOR_OP["paged_decode"] == "read"

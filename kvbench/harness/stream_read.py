@@ -17,7 +17,7 @@ import triton.language as tl
 
 #: Launch configuration (H200 sweep, docs/perf-notes.md experiment 13): int32 words per
 #: program per iteration, warps, loop pipelining stages, and persistent programs per SM.
-CONFIG = {"BLOCK": 4096, "num_warps": 8, "num_stages": 3, "programs_per_sm": 4}
+CONFIG = {"BLOCK": 4096, "num_warps": 8, "num_stages": 1, "programs_per_sm": 8}
 
 
 @triton.jit
