@@ -15,8 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
-#: Launch configuration (H200 sweep, docs/perf-notes.md experiment 13): int32 words per
-#: program per iteration, warps, loop pipelining stages, and persistent programs per SM.
+#: Launch configuration: int32 words per program per iteration, warps, loop pipelining stages,
+#: persistent programs per SM. H200 sweep (docs/perf-notes.md, experiment 13): 4508-4519 GB/s,
+#: within 0.3% of the best point, against 4257-4263 GB/s for a bf16 torch.sum.
 CONFIG = {"BLOCK": 4096, "num_warps": 8, "num_stages": 1, "programs_per_sm": 8}
 
 
