@@ -3,7 +3,7 @@
 The spec peak (clock x bus) is never reached; an H200 copies at ~4.27 TB/s of its 4.81. A
 decode kernel at 3.9 TB/s is at 81% of spec but 91% of what the memory system delivers, and
 that second number is the one that says whether there is anything left to win. calibrate()
-measures three simple torch ops with the same cold-L2 timer the benchmarks use:
+measures three streams with the same cold-L2 timer the benchmarks use:
 
 - copy  dst.copy_(src):   bytes = read + write  (the ceiling of a scatter/gather)
 - read  the faster of torch.sum(x) and, on CUDA, kvbench's streaming read kernel

@@ -1,6 +1,6 @@
 """A streaming read kernel for the read ceiling: every byte of a buffer read once, nothing written.
 
-Why not only ``torch.sum``: on the H200 a bf16 ``torch.sum`` read 2 GiB at 4315 GB/s while
+Why not only ``torch.sum``: on the H200 a bf16 ``torch.sum`` read 2 GiB at 4257-4315 GB/s while
 decode kernels read their KV at 4340-4540 GB/s in the same tables (docs/perf.md), so %ceil of
 decode came out above 100% and the "read ceiling" was a property of torch's reduction, not of
 the memory system. This kernel does nothing but load: 16-byte vectors, a grid-stride loop
@@ -10,6 +10,8 @@ torch's reduction and keeps the faster of the two.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import triton
@@ -33,7 +35,9 @@ def _stream_read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr):
     tl.store(out_ptr + pid, tl.xor_sum(acc, 0))
 
 
-def stream_read_fn(x: torch.Tensor, sm_count: int, config: dict[str, int] | None = None):
+def stream_read_fn(
+    x: torch.Tensor, sm_count: int, config: dict[str, int] | None = None
+) -> Callable[[], torch.Tensor]:
     """A no-argument callable that reads all of ``x`` (a contiguous buffer of whole int32
     words) once per call with the streaming kernel; its output is a per-program XOR."""
     cfg = dict(CONFIG if config is None else config)
