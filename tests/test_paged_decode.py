@@ -62,18 +62,6 @@ _MATRIX = [
 ]
 
 
-@pytest.mark.parametrize("prefetch", [True, False], ids=["bt_prefetch", "no_prefetch"])
-@pytest.mark.parametrize("num_splits", [1, 3, 7])
-def test_block_table_prefetch_both_ways(device, monkeypatch, prefetch, num_splits):
-    """BT_PREFETCH's guessed first tile (from table capacity) is used where a split starts at
-    the guess and ignored elsewhere: ragged lengths (23 / 80 / 5 of an 80-token table) put
-    some splits' starts off the guess, and a sequence at full capacity puts them on it."""
-    monkeypatch.setattr(pd, "BT_PREFETCH", prefetch)
-    pool = _pool(device, 3, [23, 80, 5], dtype="fp16", layout="fragmented", num_pages=40)
-    q = make_decode_query(pool, 8, seed=4)
-    check_paged_decode(functools.partial(SPLIT, num_splits=num_splits), pool, q)
-
-
 @pytest.mark.parametrize("fn", TRITON, ids=_name)
 @pytest.mark.parametrize(("dtype", "layout", "storage"), _MATRIX)
 def test_kernel_matrix(device, fn, dtype, layout, storage):
@@ -522,8 +510,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
         const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 128, "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
                  "DOT_F32": False, "FP8_BITS": fp8 and mode == "bits",
-                 "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split,
-                 "BT_PREFETCH": pd.BT_PREFETCH}
+                 "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split}
         for k in const:
             sig[k] = "constexpr"
         # What a real launch specializes: 16-byte aligned pointers and strides.

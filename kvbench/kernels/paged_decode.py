@@ -141,12 +141,6 @@ _BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
 # 9, which also measured, and dropped, loading V before QK^T and the reduce's loads first).
 REDUCE_PDL = True
 
-# Load the first tile's block-table entries beside seq_len rather than after it (see the
-# kernel): at small batch each split program runs one or two tiles, so its time is a chain of
-# dependent memory latencies (seq_len -> block table -> K/V -> partials -> reduce) and this
-# takes one link out for full-length batches. Measured in docs/perf-notes.md, experiment 14.
-BT_PREFETCH = True
-
 # Opt-in value validation on CUDA (costs a device sync per call; never set it while timing).
 CHECK_VALUES_ON_DEVICE = False
 
@@ -227,7 +221,6 @@ def _decode_kernel(
     FP8_BITS: tl.constexpr,
     P_SCALED: tl.constexpr,
     PDL: tl.constexpr,
-    BT_PREFETCH: tl.constexpr,
 ):
     """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
     if PDL:
@@ -235,23 +228,9 @@ def _decode_kernel(
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    offs_n = tl.arange(0, BLOCK_N)
-    bt_row = bt_ptr + b.to(tl.int64) * stride_btb
-    cap = max_pages * PAGE_SIZE
-    if BT_PREFETCH:
-        # The first tile's block-table entries, guessed from the table's capacity (no seq_len:
-        # issued beside the seq_len load instead of after it). Right whenever this split's
-        # range starts where a full-capacity sequence's would (every full-length batch); the
-        # loop uses it for the tile that starts there and loads the table for all others.
-        if SPLIT:
-            lo_spec = s * (tl.cdiv(tl.cdiv(cap, num_splits), BLOCK_N) * BLOCK_N)
-        else:
-            lo_spec = 0
-        tok_spec = lo_spec + offs_n
-        page_spec = tl.load(bt_row + tok_spec // PAGE_SIZE, mask=tok_spec < cap, other=0)
     # Table capacity bounds the walk: a seq_len beyond it (invalid input, checked on the host
     # where the values are visible) must not read past the block-table row.
-    seq_len = tl.minimum(tl.load(seq_lens_ptr + b), cap)
+    seq_len = tl.minimum(tl.load(seq_lens_ptr + b), max_pages * PAGE_SIZE)
     if SPLIT:
         chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
         lo = s * chunk
@@ -262,6 +241,7 @@ def _decode_kernel(
 
     offs_g = tl.arange(0, GROUP_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
     mask_g = offs_g < GROUP
     heads = h * GROUP + offs_g
     q = tl.load(
@@ -284,19 +264,13 @@ def _decode_kernel(
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    bt_row = bt_ptr + b.to(tl.int64) * stride_btb
     k_head = k_ptr + h * stride_kh
     v_head = v_ptr + h * stride_vh
     for start in range(lo, hi, BLOCK_N):
         tok = start + offs_n
         mask_n = tok < hi
-        if BT_PREFETCH:
-            # (tok == tok_spec) everywhere iff start == lo_spec; compared per element because
-            # the interpreter rejects a scalar condition in a load mask.
-            guessed = tok == tok_spec
-            page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n & ~guessed, other=0)
-            page = tl.where(guessed, page_spec, page).to(tl.int64)
-        else:
-            page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
+        page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
         slot = tok % PAGE_SIZE
         k = tl.load(
             k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
@@ -640,7 +614,6 @@ def _launch(
         FP8_BITS=fp8_bits,
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         PDL=pdl,
-        BT_PREFETCH=BT_PREFETCH,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
