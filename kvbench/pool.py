@@ -84,6 +84,9 @@ class KVPool:
     uint8 e4m3 bytes for fp8 with ``k_scale`` / ``v_scale`` fp32 0-dim tensors).
     ``block_table``: ``[num_seqs, max_pages]`` int32; ``seq_lens``: ``[num_seqs]`` int32.
     ``nbytes``: bytes of K+V storage (the whole pool, not the attended part).
+    ``buffer``: the one allocation K and V are views of, laid out as ``storage`` says
+    (combined: ``[num_pages, 2, page_size, kv_heads, head_dim]``; head_major: ``[num_pages,
+    2, kv_heads, page_size, head_dim]``); None for split storage.
     """
 
     k_cache: torch.Tensor | None

@@ -35,7 +35,8 @@ from kvbench.pool import paged_pool
 
 #: kv_write cases: (label, new tokens); the table's decode-size rows (kvbench.table).
 WRITE_CASES = (("write_decode_64", 64), ("write_decode_1", 1))
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": "fp8"}
+#: KV dtypes by the names paged_pool accepts.
+_DTYPES = ("fp16", "bf16", "fp8")
 #: (label, batch, context, kv dtype)
 CASES = (
     ("b1_c4k", 1, 4096, "fp16"),
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, batch, ctx, dtype in CASES:
         if f"{label}:{dtype}" not in wanted:
             continue
-        pool = paged_pool(batch, ctx, dtype=_DTYPES[dtype], device=dev)
+        pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
         q = make_decode_query(pool, 32)
         args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
         kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
@@ -98,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         del q, args
         pool.free()
     for label, n in WRITE_CASES:
-        for dtype, torch_dtype in _DTYPES.items():
+        for dtype in _DTYPES:
             if f"{label}:{dtype}" not in wanted:
                 continue
-            pool = paged_pool(1, 4096, dtype=torch_dtype, device=dev)
+            pool = paged_pool(1, 4096, dtype=dtype, device=dev)
             k, v, slots = make_write_inputs(pool, n)
             args = (k, v, pool.k_cache, pool.v_cache, slots)
             kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}

@@ -30,7 +30,6 @@ import platformdirs
 import torch
 
 from kvbench.harness.peaks import device_peaks, resolve_device
-from kvbench.harness.stream_read import stream_read_fn
 from kvbench.harness.timers import bench
 
 CUDA_SIZE_BYTES = 2 << 30  # 2 GiB: >30x the H200's 60 MiB L2, long enough to amortise launch
@@ -127,6 +126,10 @@ def _measure(dev: torch.device, size_bytes: int) -> tuple[float, float, float]:
     x = dst.view(read_dtype)
     reads = [lambda: torch.sum(x)]
     if dev.type == "cuda":  # (the interpreter would take minutes over 256 MiB on a CPU)
+        # Imported here: Triton costs ~0.4 s to import, which nothing else in kvbench.harness
+        # needs (kvbench env, the CPU calibrate and the allocator report never load it).
+        from kvbench.harness.stream_read import stream_read_fn
+
         reads.append(stream_read_fn(src, device_peaks(dev).sm_count))
     read_us = min(bench(read, device=dev).median_us for read in reads)
     return copy_us, read_us, write_us

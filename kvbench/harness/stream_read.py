@@ -40,7 +40,7 @@ def stream_read_fn(
 ) -> Callable[[], torch.Tensor]:
     """A no-argument callable that reads all of ``x`` (a contiguous buffer of whole int32
     words) once per call with the streaming kernel; its output is a per-program XOR."""
-    cfg = dict(CONFIG if config is None else config)
+    cfg = CONFIG if config is None else config
     if not x.is_contiguous() or x.numel() * x.element_size() % 4:
         raise ValueError(
             f"stream_read_fn needs a contiguous buffer of whole 4-byte words, got "
