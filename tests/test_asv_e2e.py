@@ -15,8 +15,10 @@ benchmark selected:
    `asv compare c1 c2` must flag the host/freelist rows as significantly slower.
 2. A flat stretch (c2..c5: c3, c4, c5 carry the same code): `asv find` still names a commit -
    it always does, it bisects toward the largest difference even when that is noise - and
-   `asv compare` between that commit and its parent must flag nothing. That is the check a
-   user makes before believing `asv find` (docs/history.md).
+   `asv compare` between that commit and its parent must flag none of the rows find bisected
+   on. That is the check a user makes before believing `asv find` (docs/history.md). The
+   other rows are not held to it: the ~10 us torch/legacy rows of one commit's run read
+   1.8-3.1x slower than its identical parent's on the 2-core runner (CI on 179787c).
 
 Takes a few minutes on 2 cores; marked e2e (CI runs it).
 """
@@ -39,10 +41,10 @@ MACHINE = "e2e-cpu"
 PLANT_US = 400
 #: asv find / compare select the production allocator's rows by params (repr'd strings).
 FREELIST_ROWS = r"kv_alloc\.KVAlloc\.track_us\('host/freelist'"
-#: A step this large is the plant; the flat history must show none. The plant is ~40x
-#: (400 us on a ~10 us call); noise on the 2-core runner is not "well below 2x" for the
-#: ~10 us rows: torch/legacy bump n=64 read 9.35 -> 19.1 us (2.04x, flagged) between two
-#: identical commits in one CI run, so the threshold is 3x.
+#: A step this large is the plant; the flat history must show none in the bisected rows.
+#: The plant is ~40x (400 us on a ~10 us call); noise on the 2-core runner is not "well
+#: below 2x" for ~10 us rows: torch/legacy bump n=64 read 9.35 -> 19.1 us (2.04x) between
+#: two identical commits in one CI run, so the threshold is 3x.
 FACTOR = "3.0"
 
 PLANT = textwrap.dedent(
@@ -191,5 +193,5 @@ def test_asv_find_names_the_planted_slowdown(tmp_path):
     assert named in flat, f"find over c2..c5 named {named}, outside the range:\n{out[-3000:]}"
     parent = _git(hist.repo, "rev-parse", f"{flat[named]}^")
     cmp = hist.asv("compare", "--machine", MACHINE, "--factor", FACTOR, parent, flat[named])
-    assert flagged_rows(cmp, r"KVAlloc\.track_us") == [], (
-        f"no change between {parent[:8]} and {named}, yet compare flags a step:\n{cmp}")
+    assert flagged_rows(cmp, FREELIST_ROWS) == [], (
+        f"no change between {parent[:8]} and {named}, yet compare flags a bisected row:\n{cmp}")
