@@ -122,6 +122,14 @@ class KVPool:
         """K+V bytes a decode step must read once: sum(seq_lens) x bytes_per_token."""
         return sum(self.seq_lens_list) * self.bytes_per_token
 
+    def attended_page_ids(self) -> torch.Tensor:
+        """The pages a decode step reads, in block-table order: ``block_table[i, :ceil(len_i /
+        page_size)]`` of every sequence, concatenated (int32, on the pool's device)."""
+        if self.block_table is None:
+            raise ValueError("attended_page_ids: this pool was freed")
+        rows = [self.block_table[i, : -(-n // self.page_size)] for i, n in enumerate(self.seq_lens_list)]
+        return torch.cat(rows).contiguous()
+
     def free(self) -> None:
         """Drop every tensor and return cached blocks to the device.
 

@@ -285,7 +285,32 @@ def decode_case(
             _skip(table, f"{name} @ {case}", exc)
             continue
         table.rows.append(Row.from_timing(name, case, timing, work))
+    if dev.type == "cuda":
+        _page_read_row(table, case, pool, l2)
     _free(pool)  # the caller's next case starts with empty_cache(), after these locals die
+
+
+def _page_read_row(table: Table, case: str, pool: Any, l2: str) -> None:
+    """``bound:page_read``: the case's pages read through their index and nothing else, under
+    the same timer. The read ceiling is measured on 2 GiB; at a small case no kernel reaches
+    it, and this row is what reading the bytes alone costs at that size (docs/harness.md).
+    GPU only (a Triton kernel; the interpreter is not timed)."""
+    from kvbench.harness.stream_read import page_read_fn
+    from kvbench.kernels._device import sm_count
+
+    name = f"bound:page_read @ {case}"
+    work = theory.page_read_work(
+        pool.seq_lens_list, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
+        kv_dtype=pool.kv_dtype_name, page_size=pool.page_size,
+    )
+    try:
+        read = page_read_fn(pool.k_cache, pool.v_cache, pool.attended_page_ids(), sm_count(pool.device))
+        table.checks[name] = checks.check_page_read(read, pool)
+        timing = bench(read, l2=l2)
+    except Exception as exc:  # noqa: BLE001 - reported like any row that cannot run
+        _skip(table, name, exc)
+        return
+    table.rows.append(Row.from_timing("bound:page_read", case, timing, work))
 
 
 def table_paged_decode(*, grid: bool = False, ablations: bool = True) -> Table:

@@ -52,6 +52,18 @@ def paged_decode_work(
     return Work(flops=flops, moved=float(kv + q_and_out + table))
 
 
+def page_read_work(
+    seq_lens: Sequence[int], *, kv_heads: int, head_dim: int, kv_dtype: str, page_size: int = 16
+) -> Work:
+    """The read bound of a decode case (``bound:page_read``): every attended page's K and V
+    read whole (a partial last page too) and one int32 page index per page; no q, no output,
+    no FLOPs. Equal to the decode's KV bytes when every length is a multiple of page_size."""
+    if kv_dtype not in KV_BYTES:
+        raise ValueError(f"kv_dtype {kv_dtype!r}: accepted {sorted(KV_BYTES)}")
+    pages = sum(-(-int(n) // page_size) for n in seq_lens)
+    return Work(moved=float(pages * (2 * page_size * kv_heads * head_dim * KV_BYTES[kv_dtype] + 4)))
+
+
 def kv_write_work(n_tokens: int, *, kv_heads: int, head_dim: int, in_bytes: int, cache_dtype: str) -> Work:
     """Scatter N new K and V rows: read them once (input dtype), write them once (cache dtype).
 

@@ -1,4 +1,12 @@
-"""A streaming read kernel for the read ceiling: every byte of a buffer read once, nothing written.
+"""Load-only read kernels: the read ceiling, and the read bound of a paged decode case.
+
+``stream_read_fn``: every byte of a contiguous buffer read once, nothing written (the read
+ceiling ``calibrate()`` measures).
+``page_read_fn``: every byte of a list of KV pages read once, the pages found through an index
+as a paged decode finds them through its block table. It is the bytes-only bound of a decode
+case at that case's size: the ceiling is measured on 2 GiB, where launch and ramp-up are
+amortised; a 16 MiB decode (batch 1 x 4k) cannot read at that rate, and this row says what
+reading its pages alone costs under the same timer.
 
 Why not only ``torch.sum``: on the H200 a bf16 ``torch.sum`` read 2 GiB at 4257-4315 GB/s while
 decode kernels read their KV at 4340-4540 GB/s in the same tables (docs/perf.md), so %ceil of
@@ -55,6 +63,100 @@ def stream_read_fn(
         _stream_read_kernel[(programs,)](
             words, out, n_words, BLOCK=cfg["BLOCK"],
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+        return out
+
+    return read
+
+
+#: page_read_fn's launch configuration: int32 words per (page, chunk) item, warps, loop
+#: stages, persistent programs per SM. See docs/perf-notes.md, experiment 15.
+PAGE_READ_CONFIG = {"CHUNK": 2048, "num_warps": 4, "num_stages": 2, "programs_per_sm": 8}
+
+
+@triton.jit
+def _page_read_kernel(
+    k_ptr, v_ptr, ids_ptr, out_ptr, n_items, k_page_stride, v_page_stride,
+    CHUNKS: tl.constexpr, CHUNK: tl.constexpr,
+):
+    """XOR of the K and V words of every (page, chunk) item this program visits (grid-stride);
+    the page comes from ids_ptr, one dependent load per item, as a block-table lookup."""
+    pid = tl.program_id(0)
+    acc = tl.zeros([CHUNK], tl.int32)
+    for item in range(pid, n_items, tl.num_programs(0)):
+        page = tl.load(ids_ptr + item // CHUNKS).to(tl.int64)
+        offs = (item % CHUNKS) * CHUNK + tl.arange(0, CHUNK)
+        acc ^= tl.load(k_ptr + page * k_page_stride + offs)
+        acc ^= tl.load(v_ptr + page * v_page_stride + offs)
+    tl.store(out_ptr + pid, tl.xor_sum(acc, 0))
+
+
+def page_words(cache: torch.Tensor) -> torch.Tensor:
+    """``cache`` ([num_pages, ...], each page one dense block of memory in any dim order) as an
+    int32 ``[num_pages, words_per_page]`` view of the same memory.
+
+    Accepts every pool storage (combined, split, head_major: the K or V half of a page is
+    dense in all of them); raises ValueError for a page that is not one dense block or whose
+    bytes are not whole 4-byte words.
+    """
+    inner = sorted((st, n) for st, n in zip(cache.stride()[1:], cache.shape[1:]) if n > 1)
+    expect = 1
+    for st, n in inner:
+        if st != expect:
+            raise ValueError(
+                f"page_words needs each page of the cache to be one dense block; got shape "
+                f"{tuple(cache.shape)} strides {cache.stride()}"
+            )
+        expect *= n
+    elems, size = expect, cache.element_size()
+    if (elems * size) % 4 or (cache.stride(0) * size) % 4 or (cache.storage_offset() * size) % 4:
+        raise ValueError(
+            f"page_words needs pages of whole 4-byte words at word-aligned offsets; got "
+            f"{elems} x {size}-byte elements per page, page stride {cache.stride(0)}, "
+            f"offset {cache.storage_offset()} elements"
+        )
+    flat = cache.as_strided((cache.shape[0], elems), (cache.stride(0), 1), cache.storage_offset())
+    return flat.view(torch.int32)
+
+
+def page_read_fn(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    page_ids: torch.Tensor,
+    sm_count: int,
+    config: dict[str, int] | None = None,
+) -> Callable[[], torch.Tensor]:
+    """A no-argument callable that reads the K and V pages named by ``page_ids`` (1-D int32,
+    on the caches' device) once per call; its output is a per-program XOR of the words read.
+
+    The chunk is the config's CHUNK words, or the whole page if the page is smaller; a page
+    that is not a whole number of chunks is refused (ValueError), as is an empty or non-int32
+    ``page_ids``.
+    """
+    cfg = PAGE_READ_CONFIG if config is None else config
+    k_words, v_words = page_words(k_cache), page_words(v_cache)
+    if k_words.shape != v_words.shape:
+        raise ValueError(f"K pages {tuple(k_words.shape)} and V pages {tuple(v_words.shape)} differ")
+    if page_ids.dtype != torch.int32 or page_ids.dim() != 1 or page_ids.numel() == 0:
+        raise ValueError(
+            f"page_ids must be a non-empty 1-D int32 tensor, got {tuple(page_ids.shape)} {page_ids.dtype}"
+        )
+    words_per_page = k_words.shape[1]
+    chunk = min(cfg["CHUNK"], words_per_page)
+    if words_per_page % chunk or chunk & (chunk - 1):
+        raise ValueError(
+            f"a page of {words_per_page} words is not a whole number of power-of-two chunks "
+            f"of {chunk}; pass a CHUNK that divides it"
+        )
+    chunks = words_per_page // chunk
+    n_items = page_ids.numel() * chunks
+    programs = max(1, min(sm_count * cfg["programs_per_sm"], n_items))
+    out = torch.empty(programs, dtype=torch.int32, device=k_cache.device)
+
+    def read() -> torch.Tensor:
+        _page_read_kernel[(programs,)](
+            k_words, v_words, page_ids, out, n_items, k_words.stride(0), v_words.stride(0),
+            CHUNKS=chunks, CHUNK=chunk, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
         return out
 

@@ -1,0 +1,133 @@
+"""What does reading a decode case's bytes cost, at that case's size? (GPU)
+
+    python scripts/sweep_page_read.py [--json PATH] [--case LABEL:DTYPE ...] [--rounds N]
+
+For each decode case of sweep_paged_decode.py (Llama-3-8B geometry, fragmented >= 8x L2 pool,
+cold L2, the harness's bench()), per round and in this order:
+  - decode: the shipped paged decode (auto split count), verified against the fp64 reference;
+  - page_read: harness/stream_read.page_read_fn over the case's attended pages at every point
+    of GRID (chunk x warps x stages x programs per SM), each verified by check_page_read;
+  - contiguous: stream_read_fn over a contiguous buffer of the same bytes (no page index, no
+    fragmentation), at programs per SM 4..32;
+  - empty: page_read of a single page of 64 words, the timer's floor for a trivial kernel.
+Prints per case the decode, the shipped page_read point, the best page_read point and the
+best contiguous read, so the bytes-only bound of each case is a measured number
+(docs/perf-notes.md, experiment 15), and the shipped PAGE_READ_CONFIG a measured choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+
+import torch
+from sweep_paged_decode import CASES
+
+from kvbench import checks
+from kvbench.harness import bench, verify
+from kvbench.harness.stream_read import CONFIG as STREAM_READ_CONFIG
+from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn, stream_read_fn
+from kvbench.kernels import paged_decode as pd
+from kvbench.pool import paged_pool
+from kvbench.reference import paged_decode_ref
+from kvbench.theory import page_read_work
+
+#: page_read_fn points: CHUNK (int32 words per item) x warps x stages x programs per SM.
+GRID = [
+    {"CHUNK": c, "num_warps": w, "num_stages": s, "programs_per_sm": p}
+    for c, w, s, p in itertools.product((1024, 2048, 4096), (4, 8), (1, 2), (4, 8, 16))
+]
+CONTIGUOUS_PROGRAMS_PER_SM = (4, 8, 16, 32)
+
+
+def sweep_case(label: str, batch: int, ctx: int, dtype: str, sms: int) -> dict:
+    """One case, one round: every point verified, then timed; microseconds."""
+    dev = torch.device("cuda")
+    torch.cuda.empty_cache()
+    pool = paged_pool(batch, ctx, dtype={"fp16": torch.float16, "fp8": "fp8"}[dtype], device=dev)
+    q = checks.make_decode_query(pool, 32)
+    a = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+
+    def decode() -> torch.Tensor:
+        return pd.paged_decode_split_kv(*a, **kw)
+
+    verify(f"{label} {dtype}", decode(), paged_decode_ref(*a, **kw),
+           rtol=pd._RTOL[dtype], atol=pd._ATOL[dtype])
+    out = {"decode": bench(decode).median_us}
+    ids = pool.attended_page_ids()
+    want = checks.page_read_xor(pool)
+    out["page_read"] = []
+    for cfg in GRID:
+        read = page_read_fn(pool.k_cache, pool.v_cache, ids, sms, cfg)
+        checks.check_page_read(read, pool, want)
+        out["page_read"].append({"cfg": cfg, "us": bench(read).median_us})
+    shipped = page_read_fn(pool.k_cache, pool.v_cache, ids, sms)
+    checks.check_page_read(shipped, pool, want)
+    out["shipped"] = bench(shipped).median_us
+    nbytes = int(page_read_work(pool.seq_lens_list, kv_heads=8, head_dim=128, kv_dtype=dtype).moved)
+    flat = torch.empty(nbytes // 4 * 4, dtype=torch.uint8, device=dev).random_(0, 256)
+    out["contiguous"] = []
+    for pps in CONTIGUOUS_PROGRAMS_PER_SM:
+        cfg = {**STREAM_READ_CONFIG, "programs_per_sm": pps}
+        out["contiguous"].append({"cfg": cfg, "us": bench(stream_read_fn(flat, sms, cfg)).median_us})
+    tiny = page_read_fn(pool.k_cache[:, :1, :1, :], pool.v_cache[:, :1, :1, :], ids[:1], sms,
+                        {**PAGE_READ_CONFIG, "CHUNK": 64})
+    out["empty"] = bench(tiny).median_us
+    out["bytes"] = nbytes
+    pool.free()  # this case's tensors die on return; the next case starts from empty_cache
+    return out
+
+
+def summary_line(key: str, rounds: list[dict]) -> str:
+    """One case's line: means over rounds of decode, the shipped and the best page_read point
+    (best by its mean), the best contiguous read and the trivial kernel."""
+
+    def mean(values) -> float:
+        return statistics.mean(values)
+
+    best = min(range(len(GRID)), key=lambda i: mean(r["page_read"][i]["us"] for r in rounds))
+    return (
+        f"{key:12s} {rounds[0]['bytes'] / 1e6:6.1f} {mean(r['decode'] for r in rounds):8.2f} "
+        f"{mean(r['shipped'] for r in rounds):8.2f} "
+        f"{mean(r['page_read'][best]['us'] for r in rounds):8.2f} "
+        f"{mean(min(c['us'] for c in r['contiguous']) for r in rounds):8.2f} "
+        f"{mean(r['empty'] for r in rounds):6.2f}  {GRID[best]}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--case", action="append", default=None, metavar="LABEL:DTYPE")
+    args = parser.parse_args(argv)
+    known = {f"{c[0]}:{c[3]}": c for c in CASES}
+    for want in args.case or ():
+        if want not in known:
+            parser.error(f"--case {want!r}: accepted cases are {', '.join(sorted(known))}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    cases = [known[c] for c in args.case] if args.case else list(CASES)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    results: dict[str, list[dict]] = {}
+    for rnd in range(args.rounds):
+        for label, batch, ctx, dtype in cases:
+            key = f"{label}:{dtype}"
+            results.setdefault(key, []).append(sweep_case(label, batch, ctx, dtype, sms))
+            print(f"round {rnd} {key} done", flush=True)
+            if args.json:  # each case as it finishes: an interrupted sweep keeps what it had
+                with open(args.json, "w") as fh:
+                    json.dump({"grid": GRID, "shipped": PAGE_READ_CONFIG, "results": results}, fh, indent=1)
+    print(f"\n{'case':12s} {'MB':>6s} {'decode':>8s} {'shipped':>8s} {'best pr':>8s} "
+          f"{'contig':>8s} {'empty':>6s}  best page_read point (us: means over rounds)")
+    for key, rounds in results.items():
+        print(summary_line(key, rounds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

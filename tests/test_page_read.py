@@ -1,0 +1,97 @@
+"""The bytes-only read bound of a decode case (harness/stream_read.page_read_fn, the table's
+``bound:page_read`` row): it reads exactly the attended pages, in every storage and KV dtype.
+
+CPU: the Triton kernel through the interpreter at small shapes; compiled on CUDA.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from kvbench import checks, theory
+from kvbench.harness.stream_read import page_read_fn, page_words
+from kvbench.harness.verify import VerificationError
+from kvbench.pool import STORAGES, paged_pool
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+SMALL = {"kv_heads": 2, "head_dim": 16, "page_size": 4, "min_l2_multiple": 0, "device": DEV}
+#: 64-word fp16 pages (32-word fp8 pages) in chunks of 16: several items per page and per program.
+CFG = {"CHUNK": 16, "num_warps": 1, "num_stages": 1, "programs_per_sm": 2}
+
+
+def _pool(dtype: str, storage: str):
+    # Ragged lengths, two of them mid-page: the partial last page is read whole.
+    return paged_pool(3, [5, 12, 9], dtype=dtype, storage=storage, num_pages=40, **SMALL)
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
+def test_page_read_reads_exactly_the_attended_pages(dtype, storage):
+    pool = _pool(dtype, storage)
+    ids = pool.attended_page_ids()
+    assert ids.tolist() == [p for row, n in zip(pool.block_table.tolist(), pool.seq_lens_list)
+                            for p in row[: -(-n // 4)]]
+    for cfg in (CFG, {**CFG, "CHUNK": 64, "programs_per_sm": 1}):
+        read = page_read_fn(pool.k_cache, pool.v_cache, ids, 4, cfg)
+        assert checks.check_page_read(read, pool) == 0.0
+    # The reference, independently of page_words: numpy XOR over the gathered cache pages.
+    want = np.bitwise_xor.reduce(np.concatenate([
+        c[ids.long()].contiguous().view(torch.uint8).cpu().numpy().reshape(-1).view(np.int32)
+        for c in (pool.k_cache, pool.v_cache)
+    ]))
+    got = np.bitwise_xor.reduce(page_read_fn(pool.k_cache, pool.v_cache, ids, 4, CFG)().cpu().numpy())
+    assert got == want
+
+
+def test_check_page_read_fails_a_read_of_the_wrong_pages():
+    pool = _pool("fp16", "combined")
+    ids = pool.attended_page_ids()
+    wrong = page_read_fn(pool.k_cache, pool.v_cache, ids[:-1].contiguous(), 4, CFG)
+    with pytest.raises(VerificationError, match="page_read"):
+        checks.check_page_read(wrong, pool)
+
+
+def test_page_words_views_each_page_and_refuses_a_page_that_is_not_dense():
+    pool = _pool("fp16", "head_major")
+    words = page_words(pool.k_cache)
+    assert words.shape == (40, 4 * 2 * 16 // 2) and words.dtype == torch.int32
+    assert torch.equal(words[7].view(torch.float16).reshape(2, 4, 16), pool.k_cache[7].transpose(0, 1))
+    with pytest.raises(ValueError, match="dense block"):
+        page_words(pool.k_cache[:, :, :, ::2])
+
+
+def test_page_read_refuses_bad_ids_and_chunks():
+    pool = _pool("fp16", "combined")
+    ids = pool.attended_page_ids()
+    with pytest.raises(ValueError, match="non-empty 1-D int32"):
+        page_read_fn(pool.k_cache, pool.v_cache, ids.long(), 4, CFG)
+    with pytest.raises(ValueError, match="non-empty 1-D int32"):
+        page_read_fn(pool.k_cache, pool.v_cache, ids[:0], 4, CFG)
+    with pytest.raises(ValueError, match="power-of-two chunks"):
+        page_read_fn(pool.k_cache, pool.v_cache, ids, 4, {**CFG, "CHUNK": 24})
+
+
+def test_page_read_work_counts_whole_pages_and_their_indices():
+    work = theory.page_read_work([5, 12, 9], kv_heads=2, head_dim=16, kv_dtype="fp16", page_size=4)
+    pages = 2 + 3 + 3
+    assert work.moved == pages * (2 * 4 * 2 * 16 * 2 + 4) and work.flops == 0
+    decode = theory.paged_decode_work([4096], q_heads=32, kv_heads=8, head_dim=128, kv_dtype="fp8")
+    bound = theory.page_read_work([4096], kv_heads=8, head_dim=128, kv_dtype="fp8")
+    # Whole pages: the bound's bytes are the decode's minus q, out and seq_lens.
+    assert decode.moved - bound.moved == 2 * 32 * 128 * 2 + 4
+    with pytest.raises(ValueError, match="kv_dtype"):
+        theory.page_read_work([4], kv_heads=1, head_dim=4, kv_dtype="fp32")
+
+
+@pytest.mark.gpu
+def test_table_bound_row_is_checked_and_below_the_decode_it_bounds():
+    """On the GPU every decode case of the table carries bound:page_read, checked first; a
+    bound slower than the decode that reads the same pages and does the math is no bound."""
+    from kvbench.table import Table, decode_case
+
+    table = Table("paged_decode")
+    decode_case(table, "b1_c4k", 1, 4096, rows=["triton/split_kv"], with_peers=False)
+    assert not table.skipped, table.skipped
+    us = {r.impl: r.us for r in table.rows}
+    assert table.checks["bound:page_read @ b1_c4k fp16"] == 0.0
+    assert us["bound:page_read"] < us["triton/split_kv"], us
