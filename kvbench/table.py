@@ -10,6 +10,8 @@ of its own. Per case it
   4. times it with the op's timer (bench, or bench_host for the allocator),
 and prints report() (throughput first), the dispatch explain() of `auto`, the host floor where
 rows approach it, and the metadata header. `--json PATH` writes the same rows for tools.
+On a GPU every decode case also carries `bound:page_read`: the case's pages read and nothing
+else, under the same timer (the bytes-only bound at that size; docs/harness.md).
 """
 
 from __future__ import annotations

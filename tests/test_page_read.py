@@ -4,6 +4,13 @@
 CPU: the Triton kernel through the interpreter at small shapes; compiled on CUDA.
 """
 
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -95,3 +102,74 @@ def test_table_bound_row_is_checked_and_below_the_decode_it_bounds():
     us = {r.impl: r.us for r in table.rows}
     assert table.checks["bound:page_read @ b1_c4k fp16"] == 0.0
     assert us["bound:page_read"] < us["triton/split_kv"], us
+
+
+_COMPILE_READ_KERNELS = textwrap.dedent(
+    """
+    import re, subprocess, sys, tempfile
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from kvbench.harness import stream_read as sr
+
+    target = GPUTarget("cuda", 90, 32)  # H200 = sm_90
+
+    def compile_one(kern, sig, const, cfg, aligned):
+        names = kern.arg_names
+        sig = {**sig, **{k: "constexpr" for k in const}}
+        attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+        src = ASTSource(fn=kern, signature=sig, constexprs=const, attrs=attrs)
+        return triton.compile(src, target=target, options={
+            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+
+    cfg = sr.PAGE_READ_CONFIG
+    page = compile_one(
+        sr._page_read_kernel,
+        {"k_ptr": "*i32", "v_ptr": "*i32", "ids_ptr": "*i32", "out_ptr": "*i32", "n_items": "i32",
+         "k_page_stride": "i32", "v_page_stride": "i32"},
+        # fp16 decode geometry: 16 tokens x 8 heads x 128 dims = 8192 words per K page
+        {"CHUNK": cfg["CHUNK"], "CHUNKS": 8192 // cfg["CHUNK"]}, cfg,
+        # what a launch on the pool specializes: aligned pointers, page strides of 16384 words
+        ("k_ptr", "v_ptr", "ids_ptr", "out_ptr", "k_page_stride", "v_page_stride"))
+    stream = compile_one(
+        sr._stream_read_kernel, {"x_ptr": "*i32", "out_ptr": "*i32", "n_words": "i32"},
+        {"BLOCK": sr.CONFIG["BLOCK"]}, sr.CONFIG, ("x_ptr", "out_ptr", "n_words"))
+    for name, k in (("page_read", page), ("stream_read", stream)):
+        ptx = k.asm["ptx"]
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(k.asm["cubin"]); f.flush()
+            usage = subprocess.run([sys.argv[1], "--dump-resource-usage", f.name],
+                                   capture_output=True, text=True, check=True).stdout
+        line = next(l for l in usage.splitlines() if "REG:" in l)
+        vector = len(re.findall(r"ld\\.global(?:\\.\\w+)*\\.v4\\.b32", ptx))
+        scalar = len(re.findall(r"ld\\.global(?:\\.\\w+)*\\.b32\\b", ptx)) - vector
+        print(name, line.strip(), f"16-byte loads {vector}, 4-byte loads {scalar}")
+        assert "STACK:0 " in line, f"{name} spills: {line}"
+        # 16-byte loads for the data (a read bound made of narrower loads bounds nothing); the
+        # page read's only 4-byte loads are its page ids, at most one per pipeline stage.
+        assert vector > 0, (name, vector)
+        assert scalar <= (cfg["num_stages"] if name == "page_read" else 0), (name, scalar)
+    print("ok")
+    """
+)
+
+
+def test_read_kernels_compile_for_sm90_with_16_byte_loads():
+    """Compile (not run) the read-bound and read-ceiling kernels for sm_90 with the bundled
+    ptxas: no spills, and the KV words leave memory as 16-byte vectors."""
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU the kernels are compiled and run by the tests above")
+    import triton
+
+    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    cuobjdump = shutil.which("cuobjdump", path=str(bindir))
+    if not (bindir / "ptxas").exists() or cuobjdump is None:
+        pytest.skip("triton's bundled ptxas/cuobjdump not present")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    res = subprocess.run([sys.executable, "-c", _COMPILE_READ_KERNELS, cuobjdump], check=False,
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    print(res.stdout)
+    assert res.stdout.strip().endswith("ok")

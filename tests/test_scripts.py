@@ -97,3 +97,30 @@ def test_profile_suite_knows_every_suite_class():
     profile = _load("profile_suite")
     grouped = {(m, f, c) for entries in _common.GROUPS.values() for m, f, c in entries}
     assert {(m, f, c) for c, (m, f) in profile.CLASSES.items()} == grouped
+
+
+def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
+    """Every point of sweep_page_read's grid (and the shipped config) is accepted by
+    page_read_fn on fp16 and fp8 pages of the decode geometry and reads the right words
+    (interpreter): a refused point would end the device run it was part of."""
+    from kvbench import checks
+    from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn
+    from kvbench.pool import paged_pool
+
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # it imports sweep_paged_decode's CASES
+    mod = _load("sweep_page_read")
+    assert PAGE_READ_CONFIG in mod.GRID, "the shipped config must be one of the swept points"
+    for dtype in ("fp16", "fp8"):
+        pool = paged_pool(1, 20, kv_heads=8, head_dim=128, page_size=16, dtype=dtype,
+                          num_pages=6, min_l2_multiple=0, device="cpu")
+        want = checks.page_read_xor(pool)
+        ids = pool.attended_page_ids()
+        for cfg in mod.GRID:
+            read = page_read_fn(pool.k_cache, pool.v_cache, ids, 1, cfg)
+            if cfg["num_warps"] == 4 and cfg["num_stages"] == 1 and cfg["programs_per_sm"] == 4:
+                checks.check_page_read(read, pool, want)  # one run per chunk size: interpreter time
+    rounds = [{"bytes": 16_781_312, "decode": 15.5, "shipped": 9.0, "empty": 4.7,
+               "page_read": [{"us": 10.0 + i} for i in range(len(mod.GRID))],
+               "contiguous": [{"us": 8.0}, {"us": 7.5}]}]
+    line = mod.summary_line("b1_c4k:fp16", rounds)
+    assert line.split()[:7] == ["b1_c4k:fp16", "16.8", "15.50", "9.00", "10.00", "7.50", "4.70"]

@@ -70,7 +70,9 @@ def stream_read_fn(
 
 
 #: page_read_fn's launch configuration: int32 words per (page, chunk) item, warps, loop
-#: stages, persistent programs per SM. See docs/perf-notes.md, experiment 15.
+#: stages, persistent programs per SM. Not swept yet (docs/perf-notes.md, experiment 15, is
+#: the sweep): chosen by analogy with CONFIG's sweep, 8 programs per SM, each item 16 KiB of
+#: K+V, so batch 1 x 4k's 1024 items run as one item per program (the shortest chain).
 PAGE_READ_CONFIG = {"CHUNK": 2048, "num_warps": 4, "num_stages": 2, "programs_per_sm": 8}
 
 
