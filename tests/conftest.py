@@ -6,6 +6,10 @@ CUDA the Triton kernels run through the interpreter on CPU tensors at small shap
 """
 
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
@@ -29,3 +33,37 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(pytest.mark.skip(reason="needs CUDA: run `pytest -m gpu` on the device"))
+
+
+@pytest.fixture
+def sm90_compile():
+    """Compile (not run) kernels for sm_90 on a machine without a GPU: ``run(script)`` runs
+    ``script`` in a fresh interpreter (no TRITON_INTERPRET, this checkout importable) with the
+    path of triton's bundled cuobjdump as argv[1]; the script must print "ok" last. Catches
+    what the interpreter cannot: type errors, layouts, spills, the loads the code becomes.
+    Skips on a GPU machine (the gpu tests compile and run the kernels there) and where the
+    triton wheel ships no ptxas / cuobjdump. Returns the script's stdout (`pytest -s` shows it).
+    """
+    if HAS_CUDA:
+        pytest.skip("on a GPU the gpu tests compile and run the kernels for real")
+    import triton
+
+    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    cuobjdump = shutil.which("cuobjdump", path=str(bindir))
+    if not (bindir / "ptxas").exists() or cuobjdump is None:
+        pytest.skip("triton's bundled ptxas/cuobjdump not present")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"  # silence triton 3.9's default-change warning
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+
+    def run(script: str) -> str:
+        res = subprocess.run([sys.executable, "-c", script, cuobjdump], check=False,
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+        print(res.stdout)
+        assert res.stdout.strip().endswith("ok"), res.stdout
+        return res.stdout
+
+    return run
+

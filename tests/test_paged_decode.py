@@ -7,12 +7,7 @@ TRITON_INTERPRET). GPU (`pytest -m gpu` on the H200): the same checks at decode 
 
 import functools
 import itertools
-import os
-import shutil
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -571,31 +566,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
 )
 
 
-def test_kernels_compile_for_sm90_without_spills():
-    """Compile (not run) for sm_90 with the bundled ptxas: catches what the interpreter can't."""
-    if torch.cuda.is_available():
-        pytest.skip("on a GPU the gpu tests compile and run the kernels for real")
-    import triton
-
-    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    cuobjdump = shutil.which("cuobjdump", path=str(bindir))
-    if not (bindir / "ptxas").exists() or cuobjdump is None:
-        pytest.skip("triton's bundled ptxas/cuobjdump not present")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"  # silence triton 3.9's default-change warning
-    root = Path(__file__).resolve().parents[1]
-    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
-    res = subprocess.run(
-        [sys.executable, "-c", _COMPILE_SCRIPT, cuobjdump],
-        check=False,  # the assert below shows stdout/stderr on failure
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    print(res.stdout)  # registers and per-path conversion counts (pytest -s shows them)
-    assert res.stdout.strip().endswith("ok")
+def test_kernels_compile_for_sm90_without_spills(sm90_compile):
+    """Registers and per-path conversion counts of every decode path compiled for sm_90."""
+    sm90_compile(_COMPILE_SCRIPT)
 
 
 # ---- GPU: decode geometry ---------------------------------------------------------------------
