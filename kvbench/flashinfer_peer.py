@@ -35,6 +35,8 @@ from types import ModuleType
 
 import torch
 
+from kvbench.pool import attended_pages
+
 #: The carried FlashInfer's import root, unless $KVBENCH_FLASHINFER_SITE names another.
 DEFAULT_SITE: Path = Path(__file__).resolve().parents[1] / ".flashinfer" / "site"
 #: The version the carry and its pre-compiled modules were built for.
@@ -134,19 +136,13 @@ def plan_inputs(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """kvbench's (block_table, seq_lens) -> FlashInfer's (kv_indptr, kv_indices, last_page_len).
 
-    Sequence b owns pages ``block_table[b, :ceil(seq_lens[b] / page_size)]`` in order; its
-    last page holds ``seq_lens[b] - (pages - 1) * page_size`` tokens. A boolean mask over the
-    row-major table keeps each sequence's pages contiguous and in order.
+    Sequence b owns pages ``block_table[b, :ceil(seq_lens[b] / page_size)]`` in order
+    (``kvbench.pool.attended_pages``); its last page holds ``seq_lens[b] - (pages - 1) *
+    page_size`` tokens.
     """
+    indices = attended_pages(block_table, seq_lens, page_size)
     lens = seq_lens.to(torch.int64)
     pages = (lens + page_size - 1) // page_size
-    max_pages = block_table.shape[1]
-    if int(pages.max()) > max_pages:
-        raise ValueError(
-            f"seq_lens need up to {int(pages.max())} pages but block_table has {max_pages}"
-        )
-    cols = torch.arange(max_pages, device=block_table.device)
-    indices = block_table[cols[None, :] < pages[:, None]].to(torch.int32).contiguous()
     indptr = torch.zeros(len(lens) + 1, dtype=torch.int32, device=block_table.device)
     indptr[1:] = torch.cumsum(pages, 0).to(torch.int32)
     last_page_len = (lens - (pages - 1) * page_size).to(torch.int32)

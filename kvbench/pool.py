@@ -123,12 +123,10 @@ class KVPool:
         return sum(self.seq_lens_list) * self.bytes_per_token
 
     def attended_page_ids(self) -> torch.Tensor:
-        """The pages a decode step reads, in block-table order: ``block_table[i, :ceil(len_i /
-        page_size)]`` of every sequence, concatenated (int32, on the pool's device)."""
+        """The pages a decode step reads (``attended_pages`` of this pool's table)."""
         if self.block_table is None:
             raise ValueError("attended_page_ids: this pool was freed")
-        rows = [self.block_table[i, : -(-n // self.page_size)] for i, n in enumerate(self.seq_lens_list)]
-        return torch.cat(rows).contiguous()
+        return attended_pages(self.block_table, self.seq_lens, self.page_size)
 
     def free(self) -> None:
         """Drop every tensor and return cached blocks to the device.
@@ -142,6 +140,21 @@ class KVPool:
         self.k_scale = self.v_scale = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def attended_pages(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+    """Sequence b's pages ``block_table[b, :ceil(seq_lens[b] / page_size)]``, concatenated in
+    sequence order (int32, contiguous, on the table's device): the pages a decode step reads.
+    A boolean mask over the row-major table keeps each sequence's pages together and in order.
+    Raises ValueError when a length needs more pages than the table has columns."""
+    pages = (seq_lens.to(torch.int64) + page_size - 1) // page_size
+    max_pages = block_table.shape[1]
+    if int(pages.max()) > max_pages:
+        raise ValueError(
+            f"seq_lens need up to {int(pages.max())} pages but block_table has {max_pages}"
+        )
+    cols = torch.arange(max_pages, device=block_table.device)
+    return block_table[cols[None, :] < pages[:, None]].to(torch.int32).contiguous()
 
 
 def _dtype_name(dtype: object) -> str:

@@ -25,6 +25,11 @@ GATHER_ROW_IN_BYTES = 656
 GATHER_ROW_OUT_BYTES = 576
 
 
+def _pages(seq_lens: Sequence[int], page_size: int) -> int:
+    """Pages the sequences occupy: ceil(length / page_size) each (a partial last page counts)."""
+    return sum(-(-int(n) // page_size) for n in seq_lens)
+
+
 def paged_decode_work(
     seq_lens: Sequence[int],
     *,
@@ -43,7 +48,7 @@ def paged_decode_work(
     if kv_dtype not in KV_BYTES:
         raise ValueError(f"kv_dtype {kv_dtype!r}: accepted {sorted(KV_BYTES)}")
     tokens = sum(int(n) for n in seq_lens)
-    pages = sum(-(-int(n) // page_size) for n in seq_lens)
+    pages = _pages(seq_lens, page_size)
     batch = len(seq_lens)
     kv = 2 * tokens * kv_heads * head_dim * KV_BYTES[kv_dtype]
     q_and_out = 2 * batch * q_heads * head_dim * q_bytes
@@ -57,10 +62,11 @@ def page_read_work(
 ) -> Work:
     """The read bound of a decode case (``bound:page_read``): every attended page's K and V
     read whole (a partial last page too) and one int32 page index per page; no q, no output,
-    no FLOPs. Equal to the decode's KV bytes when every length is a multiple of page_size."""
+    no FLOPs. Equal to the decode's KV and block-table bytes when every length is a multiple
+    of page_size."""
     if kv_dtype not in KV_BYTES:
         raise ValueError(f"kv_dtype {kv_dtype!r}: accepted {sorted(KV_BYTES)}")
-    pages = sum(-(-int(n) // page_size) for n in seq_lens)
+    pages = _pages(seq_lens, page_size)
     return Work(moved=float(pages * (2 * page_size * kv_heads * head_dim * KV_BYTES[kv_dtype] + 4)))
 
 

@@ -4,7 +4,8 @@
 #   bash scripts/gpu_session.sh tests harness tables
 # Stages: env, tests (pytest -m gpu), alloc (allocator GPU tests + alloc_report), harness
 # (validate_gpu + calibrate), tables (kvbench table for every op), grid (issue-3 decode grid),
-# sweep (decode config x splits), sweep-fp8, profile (where
+# sweep (decode config x splits), sweep-fp8, sweep-page-read (the read bound of each decode
+# case, docs/perf-notes.md experiment 15), profile (where
 # the asv suite's per-commit time goes), tune (kvbench tune + table after).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +50,9 @@ for stage in "$@"; do
         ;;
     sweep)
         python3 scripts/sweep_paged_decode.py --quick --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -12
+        ;;
+    sweep-page-read)
+        python3 scripts/sweep_page_read.py --json "$OUT/sweep_page_read.json" 2>&1 | tee "$OUT/sweep_page_read.log" | tail -9
         ;;
     sweep-fp8)
         python3 scripts/sweep_paged_decode.py --focus --json "$OUT/sweep_fp8.json" 2>&1 | tee "$OUT/sweep_fp8.log" | tail -6

@@ -1,15 +1,17 @@
 """What does reading a decode case's bytes cost, at that case's size? (GPU)
 
     python scripts/sweep_page_read.py [--json PATH] [--case LABEL:DTYPE ...] [--rounds N]
+    bash scripts/gpu_session.sh sweep-page-read     # on a bare device machine (installs first)
 
 For each decode case of sweep_paged_decode.py (Llama-3-8B geometry, fragmented >= 8x L2 pool,
 cold L2, the harness's bench()), per round and in this order:
   - decode: the shipped paged decode (auto split count), verified against the fp64 reference;
   - page_read: harness/stream_read.page_read_fn over the case's attended pages at every point
-    of GRID (chunk x warps x stages x programs per SM), each verified by check_page_read;
+    of GRID (chunk x warps x programs per SM), each verified by check_page_read;
   - contiguous: stream_read_fn over a contiguous buffer of the same bytes (no page index, no
     fragmentation), at programs per SM 4..32;
-  - empty: page_read of a single page of 64 words, the timer's floor for a trivial kernel.
+  - empty: page_read of one token-head row per page (256 bytes of K and of V) of one page,
+    unchecked: the timer's floor for a trivial kernel.
 Prints per case the decode, the shipped page_read point, the best page_read point and the
 best contiguous read, so the bytes-only bound of each case is a measured number
 (docs/perf-notes.md, experiment 15), and the shipped PAGE_READ_CONFIG a measured choice.
@@ -31,14 +33,16 @@ from kvbench.harness import bench, verify
 from kvbench.harness.stream_read import CONFIG as STREAM_READ_CONFIG
 from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn, stream_read_fn
 from kvbench.kernels import paged_decode as pd
+from kvbench.kernels._device import sm_count
 from kvbench.pool import paged_pool
 from kvbench.reference import paged_decode_ref
 from kvbench.theory import page_read_work
 
-#: page_read_fn points: CHUNK (int32 words per item) x warps x stages x programs per SM.
+#: page_read_fn points: CHUNK (int32 words per item) x warps x programs per SM. One stage:
+#: the loop's sm_90 code does not change with num_stages (stream_read.PAGE_READ_CONFIG).
 GRID = [
-    {"CHUNK": c, "num_warps": w, "num_stages": s, "programs_per_sm": p}
-    for c, w, s, p in itertools.product((1024, 2048, 4096), (4, 8), (1, 2), (4, 8, 16))
+    {"CHUNK": c, "num_warps": w, "num_stages": 1, "programs_per_sm": p}
+    for c, w, p in itertools.product((1024, 2048, 4096), (4, 8), (4, 8, 16, 32))
 ]
 CONTIGUOUS_PROGRAMS_PER_SM = (4, 8, 16, 32)
 
@@ -68,7 +72,8 @@ def sweep_case(label: str, batch: int, ctx: int, dtype: str, sms: int) -> dict:
     shipped = page_read_fn(pool.k_cache, pool.v_cache, ids, sms)
     checks.check_page_read(shipped, pool, want)
     out["shipped"] = bench(shipped).median_us
-    nbytes = int(page_read_work(pool.seq_lens_list, kv_heads=8, head_dim=128, kv_dtype=dtype).moved)
+    nbytes = int(page_read_work(pool.seq_lens_list, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
+                                kv_dtype=dtype, page_size=pool.page_size).moved)
     flat = torch.empty(nbytes // 4 * 4, dtype=torch.uint8, device=dev).random_(0, 256)
     out["contiguous"] = []
     for pps in CONTIGUOUS_PROGRAMS_PER_SM:
@@ -112,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     cases = [known[c] for c in args.case] if args.case else list(CASES)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sms = sm_count(torch.device("cuda"))
     results: dict[str, list[dict]] = {}
     for rnd in range(args.rounds):
         for label, batch, ctx, dtype in cases:

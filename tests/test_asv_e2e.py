@@ -193,5 +193,6 @@ def test_asv_find_names_the_planted_slowdown(tmp_path):
     assert named in flat, f"find over c2..c5 named {named}, outside the range:\n{out[-3000:]}"
     parent = _git(hist.repo, "rev-parse", f"{flat[named]}^")
     cmp = hist.asv("compare", "--machine", MACHINE, "--factor", FACTOR, parent, flat[named])
+    assert len(re.findall(FREELIST_ROWS, cmp)) == 6, f"compare lost the bisected rows:\n{cmp}"
     assert flagged_rows(cmp, FREELIST_ROWS) == [], (
         f"no change between {parent[:8]} and {named}, yet compare flags a bisected row:\n{cmp}")

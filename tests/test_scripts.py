@@ -101,8 +101,9 @@ def test_profile_suite_knows_every_suite_class():
 
 def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
     """Every point of sweep_page_read's grid (and the shipped config) is accepted by
-    page_read_fn on fp16 and fp8 pages of the decode geometry and reads the right words
-    (interpreter): a refused point would end the device run it was part of."""
+    page_read_fn on fp16 and fp8 pages of the decode geometry (a refused point would end the
+    device run it was part of); one point per chunk size also runs and is checked in the
+    interpreter, which ignores warps and stages."""
     from kvbench import checks
     from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn
     from kvbench.pool import paged_pool

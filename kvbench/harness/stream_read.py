@@ -72,8 +72,10 @@ def stream_read_fn(
 #: page_read_fn's launch configuration: int32 words per (page, chunk) item, warps, loop
 #: stages, persistent programs per SM. Not swept yet (docs/perf-notes.md, experiment 15, is
 #: the sweep): chosen by analogy with CONFIG's sweep, 8 programs per SM, each item 16 KiB of
-#: K+V, so batch 1 x 4k's 1024 items run as one item per program (the shortest chain).
-PAGE_READ_CONFIG = {"CHUNK": 2048, "num_warps": 4, "num_stages": 2, "programs_per_sm": 8}
+#: K+V, so batch 1 x 4k's 1024 items run as one item per program (the shortest chain). One
+#: stage: the loop has no dot for the pipeliner to feed, and its sm_90 code is the same at 1,
+#: 2 and 3 stages (triton 3.9), as the streaming read's stages 1 and 3 measured the same.
+PAGE_READ_CONFIG = {"CHUNK": 2048, "num_warps": 4, "num_stages": 1, "programs_per_sm": 8}
 
 
 @triton.jit
@@ -128,27 +130,35 @@ def page_read_fn(
     sm_count: int,
     config: dict[str, int] | None = None,
 ) -> Callable[[], torch.Tensor]:
-    """A no-argument callable that reads the K and V pages named by ``page_ids`` (1-D int32,
-    on the caches' device) once per call; its output is a per-program XOR of the words read.
+    """A no-argument callable that reads the K and V pages named by ``page_ids`` (1-D,
+    contiguous, int32, on the caches' device, each id < num_pages) once per call; its output
+    is a per-program XOR of the words read.
 
-    The chunk is the config's CHUNK words, or the whole page if the page is smaller; a page
-    that is not a whole number of chunks is refused (ValueError), as is an empty or non-int32
-    ``page_ids``.
+    The chunk is the config's CHUNK words, or the whole page if the page is smaller; it must
+    be a power of two that divides the page. Anything else is refused with a ValueError that
+    names it (an id out of range would be a read out of bounds, so the ids are checked once,
+    here, outside the timed call).
     """
     cfg = PAGE_READ_CONFIG if config is None else config
     k_words, v_words = page_words(k_cache), page_words(v_cache)
     if k_words.shape != v_words.shape:
         raise ValueError(f"K pages {tuple(k_words.shape)} and V pages {tuple(v_words.shape)} differ")
-    if page_ids.dtype != torch.int32 or page_ids.dim() != 1 or page_ids.numel() == 0:
+    if (page_ids.dtype != torch.int32 or page_ids.dim() != 1 or page_ids.numel() == 0
+            or not page_ids.is_contiguous() or page_ids.device != k_cache.device):
         raise ValueError(
-            f"page_ids must be a non-empty 1-D int32 tensor, got {tuple(page_ids.shape)} {page_ids.dtype}"
+            f"page_ids must be a non-empty, contiguous 1-D int32 tensor on {k_cache.device}; got "
+            f"{tuple(page_ids.shape)} {page_ids.dtype} on {page_ids.device} "
+            f"(contiguous={page_ids.is_contiguous()})"
         )
+    low, high = int(page_ids.min()), int(page_ids.max())
+    if low < 0 or high >= k_words.shape[0]:
+        raise ValueError(f"page_ids span [{low}, {high}]; the caches have pages [0, {k_words.shape[0] - 1}]")
     words_per_page = k_words.shape[1]
     chunk = min(cfg["CHUNK"], words_per_page)
     if words_per_page % chunk or chunk & (chunk - 1):
         raise ValueError(
-            f"a page of {words_per_page} words is not a whole number of power-of-two chunks "
-            f"of {chunk}; pass a CHUNK that divides it"
+            f"CHUNK must be a power of two that divides the page's {words_per_page} words; got "
+            f"CHUNK={cfg['CHUNK']}"
         )
     chunks = words_per_page // chunk
     n_items = page_ids.numel() * chunks
