@@ -10,8 +10,8 @@ cold L2, the harness's bench()), per round and in this order:
     of GRID (chunk x warps x programs per SM), each verified by check_page_read;
   - contiguous: stream_read_fn over a contiguous buffer of the same bytes (no page index, no
     fragmentation), at programs per SM 4..32;
-  - empty: page_read of one token-head row per page (256 bytes of K and of V) of one page,
-    unchecked: the timer's floor for a trivial kernel.
+  - empty: page_read of one page's first token-head row (256 bytes of K and of V in fp16,
+    128 in fp8), unchecked: the timer's floor for a trivial kernel.
 Prints per case the decode, the shipped page_read point, the best page_read point and the
 best contiguous read, so the bytes-only bound of each case is a measured number
 (docs/perf-notes.md, experiment 15), and the shipped PAGE_READ_CONFIG a measured choice.
