@@ -10,6 +10,8 @@ of its own. Per case it
   4. times it with the op's timer (bench, or bench_host for the allocator),
 and prints report() (throughput first), the dispatch explain() of `auto`, the host floor where
 rows approach it, and the metadata header. `--json PATH` writes the same rows for tools.
+Exit status: 0; 1 when no row could be measured; 2 when a row is above a spec peak (a
+measurement bug, listed under "violations" in the JSON).
 On a GPU every decode case also carries `bound:page_read`: the case's pages read and nothing
 else, under the same timer (the bytes-only bound at that size; docs/harness.md).
 """
@@ -37,9 +39,11 @@ from kvbench.harness import (
     bench,
     bench_host,
     device_peaks,
+    event_floor,
     host_floor,
     metadata,
     report,
+    violations,
 )
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
@@ -84,7 +88,10 @@ class Table:
     explains: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     checks: dict[str, float] = field(default_factory=dict)
+    #: The floors of the timers its rows used (measure_floors): host_floor() for bench_host
+    #: rows, event_floor() for bench / bench_stateful rows; None where no row used that timer.
     floor_us: float | None = None
+    event_floor_us: float | None = None
 
     def as_json(self, meta: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -97,6 +104,8 @@ class Table:
             "skipped": self.skipped,
             "explain": self.explains,
             "host_floor_us": self.floor_us,
+            "event_floor_us": self.event_floor_us,
+            "violations": violations(self.rows, device_peaks()),
         }
 
 
@@ -493,17 +502,26 @@ CEILING_FOR_OP = {"paged_decode": "read", "kv_write": "copy", "kv_gather_fp8": "
                   "kv_alloc": "copy"}
 
 
+def measure_floors(table: Table) -> None:
+    """Measure, once, the floor of each timer the table's rows used (its host floor may be
+    set already, by the allocator table), so the report and the JSON show the same floors."""
+    timers = {r.timer for r in table.rows}
+    if table.floor_us is None and "bench_host" in timers:
+        table.floor_us = host_floor().median_us
+    if table.event_floor_us is None and timers & {"bench", "bench_stateful"}:
+        table.event_floor_us = event_floor().median_us
+
+
 def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
     """Metadata header, the report (throughput first), auto's explain(), skipped rows."""
     file = sys.stdout if file is None else file  # resolved per call (redirections, capture)
     peaks = device_peaks()
     print(format_metadata(meta), file=file)
-    floor = table.floor_us
-    if floor is None and any(r.us < 20 for r in table.rows):
-        floor = host_floor().median_us
+    measure_floors(table)
     report(
-        table.rows, peaks=peaks, ceilings=load_ceilings(peaks.name), floor_us=floor,
-        ceiling=CEILING_FOR_OP[table.op], title=f"kvbench table {table.op}", file=file,
+        table.rows, peaks=peaks, ceilings=load_ceilings(peaks.name), floor_us=table.floor_us,
+        event_floor_us=table.event_floor_us, ceiling=CEILING_FOR_OP[table.op],
+        title=f"kvbench table {table.op}", file=file,
     )
     if table.explains:
         first = next(iter(table.explains))
@@ -530,7 +548,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json_path:
         with open(args.json_path, "w") as fh:
             json.dump(table.as_json(meta), fh, indent=2, default=str)
-    return 0 if table.rows else 1
+    if not table.rows:
+        return 1
+    # A row above a spec peak is a measurement bug: the run says so in its status too.
+    return 2 if violations(table.rows, device_peaks()) else 0
 
 
 def run_all(json_dir: str | None = None) -> int:

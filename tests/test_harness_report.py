@@ -73,15 +73,45 @@ def test_warm_rows_are_labelled_as_the_optimistic_bound():
     assert "optimistic bound" in text
     cold = report([Row("a", "c", 10.0, Work(moved=1e6))], peaks=H200, file=None)
     assert "optimistic bound" not in cold
+    host = report([Row("alloc", "c", 4.0, Work(), l2="warm", timer="bench_host")], peaks=CPU,
+                  file=None)
+    assert "caches not flushed on purpose" in host and "optimistic bound" not in host
 
 
 def test_floor_row_only_when_a_row_is_near_the_floor():
-    rows = [Row("slow", "c", 1000.0, Work()), Row("fast", "c", 25.0, Work(), timer="bench_host")]
+    rows = [Row("slow", "c", 1000.0, Work(), timer="bench_host"),
+            Row("fast", "c", 25.0, Work(), timer="bench_host")]
     text = report(rows, peaks=CPU, floor_us=10.0, file=None)
-    assert "host floor 10.0 us: rows near it measure the floor" in text
+    assert "host floor 10.0 us: bench_host rows near it measure the floor" in text
     assert "~floor" in _row_line(text, "fast") and "~floor" not in _row_line(text, "slow")
     far = report(rows[:1], peaks=CPU, floor_us=10.0, file=None)
     assert "host floor" not in far
+
+
+def test_each_floor_marks_only_rows_of_its_own_timer():
+    """A 15 us event-timed kernel is not at the host floor (10 us, a synchronize and a clock
+    read), and a 12 us host-timed call is not at the event floor: each timer has its own."""
+    rows = [Row("kernel", "c", 15.0, Work()),  # timer "bench"
+            Row("stateful", "c", 9.0, Work(), timer="bench_stateful"),
+            Row("host", "c", 12.0, Work(), timer="bench_host")]
+    text = report(rows, peaks=CPU, floor_us=10.0, event_floor_us=4.7, file=None)
+    assert "~floor" not in _row_line(text, "kernel")
+    assert "~floor" in _row_line(text, "stateful") and "~floor" in _row_line(text, "host")
+    assert "event-timer floor 4.70 us" in text and "host floor 10.0 us" in text
+    only_kernel = report(rows[:1], peaks=CPU, floor_us=10.0, event_floor_us=4.7, file=None)
+    assert "~floor" not in only_kernel and "floor 4.70" not in only_kernel
+    at_event_floor = report(rows[:1], peaks=CPU, floor_us=10.0, event_floor_us=6.0, file=None)
+    assert "~floor" in _row_line(at_event_floor, "kernel") and "host floor" not in at_event_floor
+
+
+def test_violation_lines_do_not_round_an_excess_away():
+    from kvbench.harness import violations
+
+    just_over = Row("k", "c", 1000.0, Work(moved=4.8048e9))  # 4804.8 GB/s: 100.1% of 4800
+    assert violations([just_over], H200) == [
+        "VIOLATION k | c: 4805 GB/s is 100.1% of the 4800 GB/s spec peak"]
+    assert violations([Row("k", "c", 1000.0, Work(moved=4.8e9))], H200) == []
+    assert violations([just_over], CPU) == []
 
 
 def test_ceiling_column_uses_the_chosen_measured_ceiling():
@@ -127,3 +157,5 @@ def test_bad_arguments():
         report([], peaks=CPU, ceiling="l2", file=None)
     with pytest.raises(ValueError, match="floor_us"):
         report([], peaks=CPU, floor_us=0, file=None)
+    with pytest.raises(ValueError, match="event_floor_us must be None or a positive number"):
+        report([], peaks=CPU, event_floor_us=-1.0, file=None)

@@ -44,6 +44,14 @@ def test_result_shape_and_asv_form():
     assert asv["samples"] == pytest.approx([s * 1e-6 for s in r.samples_us])
 
 
+def test_event_floor_is_the_bench_timer_around_a_trivial_call():
+    from kvbench.harness import event_floor
+
+    floor = event_floor("cpu", repeat=20)
+    assert (floor.timer, floor.l2, len(floor.samples_us)) == ("bench", "cold", 20)
+    assert 0 < floor.median_us < 500
+
+
 def test_host_floor_is_small_on_cpu():
     floor = host_floor("cpu", repeat=20)
     assert floor.timer == "bench_host"
@@ -115,8 +123,8 @@ def test_cold_flushes_before_every_timed_call_and_warm_never(monkeypatch):
 
 def test_bench_host_keeps_cpu_caches_warm(monkeypatch):
     count = _count_flushes(monkeypatch)
-    bench_host(lambda: None, repeat=5, device="cpu")
-    assert count["n"] == 0
+    r = bench_host(lambda: None, repeat=5, device="cpu")
+    assert count["n"] == 0 and r.l2 == "warm"  # labelled as measured, not "cold"
 
 
 def test_default_repeat_follows_the_time_budget(monkeypatch):

@@ -21,6 +21,8 @@ def test_kv_alloc_table_checks_every_state_and_writes_json(tmp_path, capsys):
                 assert f"{impl} @ {state} n={n}" in data["max_abs_diff"]
     assert ("dispatch/cached", "kv_alloc n=1") in rows
     assert data["host_floor_us"] > 0
+    assert data["event_floor_us"] is None  # no event-timed row, no event floor measured
+    assert data["violations"] == []
     assert all(r["timer"] == "bench_host" for r in data["rows"])
     printed = capsys.readouterr().out
     assert "# command: kvbench table kv_alloc" in printed and "dispatch/cached" in printed
@@ -50,3 +52,27 @@ def test_gather_pool_tokens_cpu_is_twice_kv_len_in_whole_pages():
     assert gather_pool_tokens(0, "cpu") == 64
     with pytest.raises(ValueError, match="kv_len"):
         gather_pool_tokens(-1, "cpu")
+
+
+def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, monkeypatch, capsys):
+    """A number above a spec peak is a measurement bug: printed, written, and the run fails."""
+    from kvbench import table as table_mod
+    from kvbench.harness import Row, Work
+    from kvbench.harness.peaks import DevicePeaks
+
+    peaks = DevicePeaks("NVIDIA H200", 4800.0, 989.5, 60 << 20, 132, True)
+    monkeypatch.setattr(table_mod, "device_peaks", lambda *a, **k: peaks)
+
+    def impossible() -> table_mod.Table:
+        t = table_mod.Table("kv_write")
+        t.rows.append(Row("triton/scatter", "c", 1.0, Work(moved=6e6)))  # 6000 GB/s, event timer
+        t.event_floor_us = 4.7
+        return t
+
+    monkeypatch.setitem(table_mod.BUILDERS, "kv_write", impossible)
+    out = tmp_path / "w.json"
+    assert main(["kv_write", "--json", str(out)]) == 2
+    data = json.loads(out.read_text())
+    assert data["violations"] == ["VIOLATION triton/scatter | c: 6000 GB/s is 125.0% of the 4800 GB/s spec peak"]
+    assert data["event_floor_us"] == 4.7
+    assert "VIOLATION triton/scatter | c" in capsys.readouterr().out

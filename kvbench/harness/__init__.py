@@ -1,6 +1,6 @@
 """kvbench.harness: measurement only (imports no kernel code).
 
-Timers (bench, bench_stateful, bench_host, host_floor) report microseconds; Work/Row turn them
+Timers (bench, bench_stateful, bench_host; event_floor and host_floor, their floors) report microseconds; Work/Row turn them
 into GB/s and TFLOP/s; report() prints throughput first and flags impossible rows; verify()
 gates correctness before any timing; metadata() records what a number needs to be reproduced;
 calibrate() measures the bandwidth a streaming kernel can actually reach. Units and signatures:
@@ -11,8 +11,15 @@ from kvbench.harness.calibrate import Ceilings, calibrate, load_ceilings
 from kvbench.harness.flush import flush_bytes, l2_flush
 from kvbench.harness.meta import format_metadata, metadata
 from kvbench.harness.peaks import DevicePeaks, device_peaks
-from kvbench.harness.report import report
-from kvbench.harness.timers import TimingResult, bench, bench_host, bench_stateful, host_floor
+from kvbench.harness.report import report, violations
+from kvbench.harness.timers import (
+    TimingResult,
+    bench,
+    bench_host,
+    bench_stateful,
+    event_floor,
+    host_floor,
+)
 from kvbench.harness.verify import VerificationError, verify
 from kvbench.harness.work import Row, Work
 
@@ -29,6 +36,7 @@ __all__ = [
     "calibrate",
     "device_peaks",
     "flush_bytes",
+    "event_floor",
     "format_metadata",
     "host_floor",
     "l2_flush",
@@ -36,4 +44,5 @@ __all__ = [
     "metadata",
     "report",
     "verify",
+    "violations",
 ]

@@ -331,7 +331,18 @@ def bench_host(
             per_iter_s = _wall_per_iteration(iteration, sync)
             repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
         samples = [iteration() for _ in range(repeat)]
-    return _result(samples, "bench_host", "cold", dev)
+    # Labelled as measured: the GPU's L2 flushed, the CPU's caches deliberately not.
+    return _result(samples, "bench_host", "cold" if is_cuda else "warm", dev)
+
+
+def event_floor(device: object = None, *, repeat: int | None = None) -> TimingResult:
+    """bench() of a trivial kernel (one int32 zeroed), cold like every bench() row: the event
+    timer's own floor (launch, event resolution, the head start's after-effects). Print it
+    beside bench / bench_stateful rows: a row within a few times of it measures the timer,
+    not the op. On a CPU, the wall timer's floor around the same call."""
+    dev = resolve_device(device)
+    one = torch.zeros(1, dtype=torch.int32, device=dev)
+    return bench(one.zero_, repeat=repeat, device=dev)
 
 
 def host_floor(
