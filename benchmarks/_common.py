@@ -133,7 +133,18 @@ def free_device_memory() -> None:
 
 def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_diff: float | None,
              explain: str = "", shared: bool = False) -> dict:
-    """The cache entry of a measured case: plain builtins (asv pickles it across processes)."""
+    """The cache entry of a measured case: plain builtins (asv pickles it across processes).
+
+    A case above a spec peak of this device is a measurement bug, not a point of the series:
+    it raises (run_cases records it as this case's error) instead of entering the history.
+    A commit whose kvbench predates harness.violations is not checked.
+    """
+    harness = importlib.import_module("kvbench.harness")
+    if moved_bytes and hasattr(harness, "violations"):
+        row = harness.Row(selected, "asv case", float(timing.median_us), harness.Work(moved=moved_bytes))
+        bad = harness.violations([row], harness.device_peaks())
+        if bad:
+            raise RuntimeError(f"{bad[0]}: a measurement bug, not recorded (docs/harness.md)")
     samples_s = list(timing.as_asv()["samples"])  # the harness's one µs -> s conversion
     timer = f"{timing.timer}/{timing.l2}" + (", timing shared with the same row" if shared else "")
     return {

@@ -87,25 +87,13 @@ def check_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = No
     return verify(name, out, ref, rtol=rtol, atol=atol)
 
 
-def _xor_fold(words: torch.Tensor) -> torch.Tensor:
-    """XOR of every element of an integer tensor, by halving in torch (1 element, same dtype)."""
-    x = words.reshape(-1)
-    while x.numel() > 1:
-        half = x.numel() // 2
-        folded = x[:half] ^ x[half : 2 * half]
-        if x.numel() % 2:
-            folded[0] ^= x[-1]
-        x = folded
-    return x
-
-
 def page_read_xor(pool) -> torch.Tensor:
     """The XOR of every K and V word of the pool's attended pages, gathered by torch (the
     reference of ``check_page_read``; a sweep computes it once per pool)."""
-    from kvbench.harness.stream_read import page_words
+    from kvbench.harness.stream_read import page_words, xor_fold
 
     ids = pool.attended_page_ids().long()
-    return _xor_fold(page_words(pool.k_cache)[ids]) ^ _xor_fold(page_words(pool.v_cache)[ids])
+    return xor_fold(page_words(pool.k_cache)[ids]) ^ xor_fold(page_words(pool.v_cache)[ids])
 
 
 def check_page_read(fn, pool, want: torch.Tensor | None = None) -> float:
@@ -113,8 +101,10 @@ def check_page_read(fn, pool, want: torch.Tensor | None = None) -> float:
     the XOR of its per-program outputs equals ``page_read_xor(pool)`` (or ``want``). XOR cannot
     see a page read an even number of extra times; a page missed or a wrong page changes it
     (short of a 2^-32 collision). Returns 0.0 or raises VerificationError."""
+    from kvbench.harness.stream_read import xor_fold
+
     want = page_read_xor(pool) if want is None else want
-    got = _xor_fold(fn())
+    got = xor_fold(fn())
     return verify(f"page_read[kv={pool.kv_dtype_name}, {pool.storage}]", got, want, rtol=0, atol=0)
 
 

@@ -248,6 +248,25 @@ def test_entry_turns_skips_and_errors_into_asv_outcomes():
     assert suite.track_us(shared, "c") == {"samples": [1e-6], "number": 1}
 
 
+def test_a_case_above_the_spec_peak_is_an_error_not_a_point(monkeypatch):
+    from kvbench import harness
+    from kvbench.harness import TimingResult
+    from kvbench.harness.peaks import DevicePeaks
+
+    peaks = DevicePeaks("NVIDIA H200", 4800.0, 989.5, 60 << 20, 132, True)
+    monkeypatch.setattr(harness, "device_peaks", lambda *a, **k: peaks)
+    timing = TimingResult(10.0, (9.0, 10.0, 11.0), "bench", "cold", "cuda:0")
+    ok = _common.measured(timing, 4.0e7, selected="triton/scatter", max_abs_diff=0.0)  # 4000 GB/s
+    assert ok["gbps"] == pytest.approx(4000.0) and ok["timer"] == "bench/cold"
+    results: dict = {}
+    _common.run_cases([("c",)], lambda key: _common.measured(
+        timing, 5.0e7, selected="triton/scatter", max_abs_diff=0.0), results)  # 5000 GB/s
+    assert "VIOLATION triton/scatter | asv case: 5000 GB/s is 104.2% of the 4800 GB/s spec peak" \
+        in results[("c",)]["error"]
+    with pytest.raises(RuntimeError, match="measurement bug, not recorded"):
+        _common.entry(results, ("c",))
+
+
 def test_timed_once_shares_one_measurement_per_row():
     calls = []
     timings: dict = {}

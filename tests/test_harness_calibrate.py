@@ -95,6 +95,20 @@ def test_stream_read_visits_every_word_once():
         assert np.bitwise_xor.reduce(out) == want
 
 
+def test_check_stream_read_passes_a_whole_read_and_fails_a_short_one():
+    from kvbench.harness.stream_read import check_stream_read, stream_read_fn
+    from kvbench.harness.verify import VerificationError
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 256, (4 * 1000,), dtype=torch.uint8, generator=gen).to(dev)
+    cfg = {"BLOCK": 64, "num_warps": 4, "num_stages": 1, "programs_per_sm": 2}
+    assert check_stream_read(stream_read_fn(x, 4, cfg), x) == 0.0
+    short = stream_read_fn(x[: 4 * 999], 4, cfg)  # the last word never read
+    with pytest.raises(VerificationError, match="stream_read"):
+        check_stream_read(short, x)
+
+
 def test_stream_read_rejects_what_it_cannot_read_as_words():
     from kvbench.harness.stream_read import stream_read_fn
 

@@ -128,9 +128,11 @@ def _measure(dev: torch.device, size_bytes: int) -> tuple[float, float, float]:
     if dev.type == "cuda":  # (the interpreter would take minutes over 256 MiB on a CPU)
         # Imported here: Triton costs ~0.4 s to import, which nothing else in kvbench.harness
         # needs (kvbench env, the CPU calibrate and the allocator report never load it).
-        from kvbench.harness.stream_read import stream_read_fn
+        from kvbench.harness.stream_read import check_stream_read, stream_read_fn
 
-        reads.append(stream_read_fn(src, device_peaks(dev).sm_count))
+        stream = stream_read_fn(src, device_peaks(dev).sm_count)
+        check_stream_read(stream, src)  # a short read would inflate the ceiling: check first
+        reads.append(stream)
     read_us = min(bench(read, device=dev).median_us for read in reads)
     return copy_us, read_us, write_us
 

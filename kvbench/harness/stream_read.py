@@ -25,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kvbench.harness.verify import verify
+
 #: Launch configuration: int32 words per program per iteration, warps, loop pipelining stages,
 #: persistent programs per SM. H200 sweep (docs/perf-notes.md, experiment 13): 4508-4519 GB/s,
 #: within 0.3% of the best point, against 4257-4263 GB/s for a bf16 torch.sum.
@@ -41,6 +43,27 @@ def _stream_read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr):
         offs = start + tl.arange(0, BLOCK)
         acc ^= tl.load(x_ptr + offs, mask=offs < n_words, other=0)
     tl.store(out_ptr + pid, tl.xor_sum(acc, 0))
+
+
+def xor_fold(words: torch.Tensor) -> torch.Tensor:
+    """XOR of every element of an integer tensor, by halving in torch (1 element, same dtype):
+    the reference the read kernels' XOR folds are checked against, independent of Triton."""
+    x = words.reshape(-1)
+    while x.numel() > 1:
+        half = x.numel() // 2
+        folded = x[:half] ^ x[half : 2 * half]
+        if x.numel() % 2:
+            folded[0] ^= x[-1]
+        x = folded
+    return x
+
+
+def check_stream_read(read: Callable[[], torch.Tensor], x: torch.Tensor) -> float:
+    """``read()`` (a ``stream_read_fn`` of ``x``) must have read every word of ``x`` once: the
+    XOR of its outputs equals torch's XOR of ``x``. calibrate() runs it before timing the
+    kernel, so a short read cannot inflate the read ceiling. Returns 0.0 or raises
+    VerificationError."""
+    return verify("stream_read", xor_fold(read()), xor_fold(x.view(torch.int32)), rtol=0, atol=0)
 
 
 def stream_read_fn(
