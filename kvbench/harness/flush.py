@@ -99,7 +99,12 @@ def _cuda_flush(index: int, mode: str = "read") -> Callable[[], None]:
 
 
 def read_flush(buf: torch.Tensor) -> Callable[[], None]:
-    """A closure that reads all of 1-D `buf` (an int sum into a preallocated scalar)."""
+    """A closure that reads all of 1-D `buf` (an int sum into a preallocated scalar).
+
+    Not a pure read: torch casts an int32 `buf` to the int64 of `out` before reducing (its
+    reductions skip the cast only for half/bf16 into fp32), so the flush also writes and
+    re-reads a 2x temporary. Known since session 4 and left until a device ablation measures
+    a pure read against it (docs/harness.md, "The read flush also writes")."""
     out = torch.zeros((), dtype=torch.int64, device=buf.device)
 
     def flush() -> None:
