@@ -16,6 +16,17 @@ from collections.abc import Sequence
 OPS = ("paged_decode", "kv_write", "kv_gather_fp8", "kv_alloc")
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of a count that must be >= 1 (the error names the value it got)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def _cmd_env(args: argparse.Namespace) -> int:
     """What this machine is: device, peaks, L2, versions, and the selector variables."""
     from kvbench.harness import device_peaks, metadata
@@ -54,16 +65,22 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_machine(args: argparse.Namespace) -> int:
+def _run_machine(rest: list[str]) -> int:
     from kvbench.machine import main as machine_main
 
-    return machine_main(args.rest)
+    return machine_main(rest)
 
 
-def _cmd_publish(args: argparse.Namespace) -> int:
+def _run_publish(rest: list[str]) -> int:
     from kvbench.publish import main as publish_main
 
-    return publish_main(args.rest)
+    return publish_main(rest)
+
+
+#: Subcommands whose own parser takes every argument after the name. They are handed over
+#: before `kvbench`'s parser runs: argparse.REMAINDER as a subparser's only positional does
+#: not capture options that come first (`kvbench machine --name x` was an error).
+PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish}
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -97,16 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_env)
 
     p = sub.add_parser("calibrate", help="measure and store copy/read/write ceilings")
-    p.add_argument("--size-mib", type=int, default=None, help="buffer size (default per device)")
+    p.add_argument("--size-mib", type=_positive_int, default=None,
+                   help="buffer size in MiB (default per device: 2048 on CUDA, 256 on a CPU)")
     p.set_defaults(func=_cmd_calibrate)
 
-    for name, func, text in (
-        ("machine", _cmd_machine, "write the asv machine record from code"),
-        ("publish", _cmd_publish, "asv publish + local dashboard assets (renders offline)"),
+    for name, text in (
+        ("machine", "write the asv machine record from code ([--name NAME] [--file PATH])"),
+        ("publish", "asv publish + local dashboard assets (renders offline)"),
     ):
-        p = sub.add_parser(name, help=text, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=func)
+        sub.add_parser(name, help=text, add_help=False)  # listed in --help; see PASSTHROUGH
 
     for name, func, text in (
         ("tune", _cmd_tune, "measure every verified row and store the perf table dispatch ranks on"),
@@ -124,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASSTHROUGH:
+        return int(PASSTHROUGH[argv[0]](argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 

@@ -1,0 +1,55 @@
+"""The `kvbench` command line: every documented invocation parses, bad values are named."""
+
+import json
+
+import pytest
+
+from kvbench.cli import main
+
+
+def test_machine_takes_its_own_flags(tmp_path, capsys):
+    """`kvbench machine --name NAME --file PATH` (docs/history.md): the flags reach its parser."""
+    target = tmp_path / "machines.json"
+    assert main(["machine", "--name", "e2e-cli", "--file", str(target)]) == 0
+    data = json.loads(target.read_text())
+    assert "e2e-cli" in data
+    assert json.loads(capsys.readouterr().out)["machine"] == "e2e-cli"
+
+
+def test_machine_and_publish_help_are_their_own(capsys):
+    for sub, flag in (("machine", "--file"), ("publish", "--vendor-only")):
+        with pytest.raises(SystemExit) as exc:
+            main([sub, "--help"])
+        assert exc.value.code == 0
+        assert flag in capsys.readouterr().out
+
+
+def test_machine_name_error_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["machine", "--name", "bad name!", "--file", str(tmp_path / "m.json")])
+    assert exc.value.code == 2
+    assert "name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "big"])
+def test_calibrate_size_must_be_a_positive_count(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--size-mib", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--size-mib" in err and "expected an integer >= 1" in err
+
+
+def test_top_level_help_lists_every_subcommand(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for sub in ("env", "calibrate", "machine", "publish", "tune", "table", "main"):
+        assert sub in out
+
+
+def test_unknown_op_is_refused_with_the_choices(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["table", "paged_attention"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'paged_attention'" in capsys.readouterr().err
