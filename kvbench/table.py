@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -47,6 +46,7 @@ from kvbench.harness import (
 )
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
+from kvbench.jsonfile import check_writable, write_json_atomic
 from kvbench.pool import paged_pool
 
 #: Llama-3-8B decode geometry (issue 6): 32 query heads over 8 KV heads, head_dim 128.
@@ -539,15 +539,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grid", action="store_true", help="paged_decode: full batch x context grid")
     parser.add_argument("--no-ablations", action="store_true", help="paged_decode: skip ablation rows")
     args = parser.parse_args(argv)
+    if args.json_path:  # before minutes of measuring, not after
+        try:
+            check_writable(args.json_path)
+        except ValueError as exc:
+            parser.error(f"--json {exc}")
     kwargs: dict[str, Any] = {}
     if args.op == "paged_decode":
         kwargs = {"grid": args.grid, "ablations": not args.no_ablations}
     table = BUILDERS[args.op](**kwargs)
     meta = metadata(command="kvbench table " + " ".join(argv or sys.argv[1:]))
     render(table, meta)
-    if args.json_path:
-        with open(args.json_path, "w") as fh:
-            json.dump(table.as_json(meta), fh, indent=2, default=str)
+    if args.json_path:  # atomically: a failed write leaves the previous file as it was
+        write_json_atomic(args.json_path, table.as_json(meta), indent=2, default=str)
     if not table.rows:
         return 1
     # A row above a spec peak is a measurement bug: the run says so in its status too.
@@ -555,12 +559,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_all(json_dir: str | None = None) -> int:
-    """The main job: every op's table on this device (CPU: torch rows, allocator, floor)."""
+    """The main job: every op's table on this device (CPU: torch rows, allocator, floor).
+
+    An op that fails is reported and the others still run (exit status non-zero); the JSON
+    directory is created and checked before anything is measured.
+    """
+    if json_dir is not None:
+        try:
+            os.makedirs(json_dir, exist_ok=True)
+            check_writable(os.path.join(json_dir, "probe.json"))
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"kvbench main: --json-dir {json_dir}: {exc}") from None
     status = 0
     for op in BUILDERS:
         argv = [op] + ([] if json_dir is None else ["--json", os.path.join(json_dir, f"{op}.json")])
-        if json_dir is not None:
-            os.makedirs(json_dir, exist_ok=True)
-        status |= main(argv)
+        try:
+            status |= main(argv)
+        except Exception as exc:  # noqa: BLE001 - one op's failure must not cost the others
+            print(f"kvbench table {op} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            status |= 1
         print()
     return status

@@ -553,9 +553,39 @@ def test_perf_table_for_another_device_is_ignored():
     assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A") == pytest.approx(0.25)
     assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU B") is None
     assert tune.load_perf_table("GPU B")(OP, "any", "a/x", "GPU B") is None
-    # Same file name (slug) but a different recorded device name: not used.
+    # Same file name (slug) but a different recorded device name: not used, and said so.
     _write_table("GPU_A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0}], file_device="GPU A")
-    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A") is None
+    with pytest.warns(UserWarning, match="measured on 'GPU_A', not 'GPU A'"):
+        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A") is None
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("[1, 2]", "a JSON object was expected, got list"),
+        ('{"schema": 1, "device_name": "GPU A", "entries": null}', "'entries' must be a list"),
+        ('{"schema": 1, "device_name": "GPU A", "entries": [{"spec": "a/x", "us": 2.0}]}',
+         r"entries\[0\] must be an object with string 'bucket'"),
+        ('{"schema": 1, "device_name": "GPU A", "entries": ["a/x"]}', r"entries\[0\]"),
+        (('{"schema": 1, "device_name": "GPU A", "entries": '
+          '[{"bucket": "any", "spec": "a/x", "us": true}]}'), r"entries\[0\]"),
+        ('{"schema": 99, "device_name": "GPU A", "entries": []}', "schema 99"),
+        ('{"schema": 1, "device_name": "GPU A", "op": "kv_write", "entries": []}',
+         "holds op 'kv_write'"),
+        ('{"schema": 1, "device_', "Unterminated string"),
+    ],
+)
+def test_a_malformed_perf_table_is_skipped_with_a_warning_not_a_crash(content, why):
+    """One bad file must not break dispatch of every op; the warning names the file, the
+    problem and the command that rewrites it. The other ops' tables still load."""
+    _write_table("GPU A", "kv_write", [{"bucket": "decode", "spec": "w/x", "us": 5.0}])
+    bad = tune.table_path("GPU A", OP)
+    bad.write_text(content)
+    with pytest.warns(UserWarning, match=why) as record:
+        provider = tune.load_perf_table("GPU A")
+    assert str(bad) in str(record[0].message) and f"kvbench tune {OP}" in str(record[0].message)
+    assert provider(OP, "any", "a/x", "GPU A") is None
+    assert provider("kv_write", "decode", "w/x", "GPU A") == pytest.approx(0.005)
 
 
 def test_default_provider_reads_stored_table(checks):

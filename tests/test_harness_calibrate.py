@@ -67,6 +67,19 @@ def test_stale_schema_is_ignored(cache):
         assert load_ceilings("gpu") is None
 
 
+@pytest.mark.parametrize(("field", "value"), [("copy_gbps", "fast"), ("read_gbps", None),
+                                              ("write_gbps", True), ("copy_gbps", -1.0),
+                                              ("torch", 2.11)])
+def test_a_wrong_typed_cached_value_is_ignored_with_a_warning(cache, field, value):
+    """Not a crash after a whole table was measured (the header formats these numbers)."""
+    entry = {"device_name": "gpu", "copy_gbps": 4270.0, "read_gbps": 4190.0,
+             "write_gbps": 3370.0, "measured_at": "2026-11-29T00:00:00+00:00", "torch": "2.11",
+             "triton": "3.6", field: value}
+    (cache / "ceilings.json").write_text(json.dumps({"gpu": entry}))
+    with pytest.warns(UserWarning, match=f"'{field}'.*re-run `kvbench calibrate`"):
+        assert load_ceilings("gpu") is None
+
+
 @pytest.mark.parametrize("size", [0, 1024, 2.5, True])
 def test_bad_size_is_a_value_error(cache, size):
     with pytest.raises(ValueError, match="size_bytes"):

@@ -76,3 +76,46 @@ def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, 
     assert data["violations"] == ["VIOLATION triton/scatter | c: 6000 GB/s is 125.0% of the 4800 GB/s spec peak"]
     assert data["event_floor_us"] == 4.7
     assert "VIOLATION triton/scatter | c" in capsys.readouterr().out
+
+
+def test_a_bad_json_path_is_refused_before_anything_is_measured(tmp_path, monkeypatch, capsys):
+    from kvbench import table as table_mod
+
+    def never():
+        raise AssertionError("measured although the output path was unusable")
+
+    monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", never)
+    for bad, why in ((tmp_path, "is a directory"), (tmp_path / "no" / "t.json", "does not exist")):
+        with pytest.raises(SystemExit) as exc:
+            main(["kv_alloc", "--json", str(bad)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--json {bad}: " in err and why in err
+
+
+def test_main_job_reports_a_failing_op_and_runs_the_others(tmp_path, monkeypatch, capsys):
+    from kvbench import table as table_mod
+    from kvbench.harness import Row, Work
+
+    ran = []
+
+    def fine(op):
+        def build(**_):
+            ran.append(op)
+            t = table_mod.Table(op)
+            t.rows.append(Row("x/y", "c", 100.0, Work(moved=1e6)))
+            t.event_floor_us = 1.0
+            return t
+        return build
+
+    def broken():
+        raise RuntimeError("kernel exploded")
+
+    for op in table_mod.BUILDERS:
+        monkeypatch.setitem(table_mod.BUILDERS, op, fine(op))
+    monkeypatch.setitem(table_mod.BUILDERS, "kv_write", broken)
+    assert table_mod.run_all(json_dir=str(tmp_path / "out")) == 1
+    assert ran == [op for op in table_mod.BUILDERS if op != "kv_write"]
+    assert "kvbench table kv_write failed: RuntimeError: kernel exploded" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        f"{op}.json" for op in table_mod.BUILDERS if op != "kv_write")

@@ -28,9 +28,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
-import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,6 +41,7 @@ import torch
 from kvbench.dispatch import core
 from kvbench.dispatch.golden import record_golden
 from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, check_op
+from kvbench.jsonfile import write_json_atomic
 
 SCHEMA = 1
 
@@ -257,32 +257,59 @@ def table_path(device_name: str, op: str) -> Path:
 
 def _write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new table
+    write_json_atomic(path, data, indent=2, default=str)  # a reader sees old or new, never torn
+
+
+def _table_entries(data: object, device_name: str, op: str) -> list[tuple[str, str, float]]:
+    """(bucket, spec, us) of a stored table of `op`, or ValueError saying what is wrong."""
+    if not isinstance(data, dict):
+        # ValueError, like json's own: the caller handles every unusable file the same way.
+        raise ValueError(f"a JSON object was expected, got {type(data).__name__}")  # noqa: TRY004
+    if data.get("op", op) != op:
+        raise ValueError(f"it holds op {data.get('op')!r}, its file name says {op!r}")
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"schema {data.get('schema')!r}, this kvbench reads schema {SCHEMA}")
+    if data.get("device_name") != device_name:
+        raise ValueError(f"it was measured on {data.get('device_name')!r}, not {device_name!r}")
+    entries = data.get("entries")
+    if not isinstance(entries, list):
+        raise ValueError(f"'entries' must be a list, got {type(entries).__name__}")  # noqa: TRY004
+    found = []
+    for i, e in enumerate(entries):
+        value = e.get("us") if isinstance(e, dict) else None
+        if not (isinstance(e, dict) and isinstance(e.get("bucket"), str)
+                and isinstance(e.get("spec"), str) and isinstance(value, (int, float))
+                and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+            raise ValueError(
+                f"entries[{i}] must be an object with string 'bucket' and 'spec' and a positive "
+                f"finite number 'us', got {e!r}"
+            )
+        found.append((e["bucket"], e["spec"], float(value)))
+    return found
 
 
 def load_perf_table(device_name: str) -> Callable[[str, str, str, str], float | None]:
     """A perf provider over the tables stored for `device_name` (ms, or None if unmeasured).
 
-    Files whose recorded device_name differs (a slug collision, a copied file) are skipped,
-    and the provider answers None for any other device name.
+    A file that cannot be used (unreadable, another schema or device, a malformed entry) is
+    skipped with a warning that names it, what is wrong, and the command that rewrites it:
+    one bad file must not break dispatch of every op. The provider answers None for any
+    other device name.
     """
     us: dict[tuple[str, str, str], float] = {}
     directory = tables_dir()
     for op in BUCKETS:
         path = directory / f"{_slug(device_name)}__{op}.json"
+        if not path.exists():
+            continue
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            entries = _table_entries(json.loads(path.read_text()), device_name, op)
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"ignoring perf table {path}: {exc}; re-run `kvbench tune {op}`",
+                          stacklevel=2)
             continue
-        if data.get("schema") != SCHEMA or data.get("device_name") != device_name:
-            continue
-        for e in data.get("entries", ()):
-            value = e.get("us")
-            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
-                us[(data.get("op", op), e["bucket"], e["spec"])] = float(value)
+        for bucket_name, spec_name, value in entries:
+            us[(op, bucket_name, spec_name)] = value
 
     def provider(op: str, bucket_name: str, spec_name: str, dev_name: str) -> float | None:
         if dev_name != device_name:

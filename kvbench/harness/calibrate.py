@@ -19,8 +19,8 @@ KVBENCH_CACHE_DIR), keyed by device name, so report() can print %ceil without re
 from __future__ import annotations
 
 import json
+import math
 import os
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -31,6 +31,7 @@ import torch
 
 from kvbench.harness.peaks import device_peaks, resolve_device
 from kvbench.harness.timers import bench
+from kvbench.jsonfile import write_json_atomic
 
 CUDA_SIZE_BYTES = 2 << 30  # 2 GiB: >30x the H200's 60 MiB L2, long enough to amortise launch
 CPU_SIZE_BYTES = 256 << 20
@@ -86,11 +87,7 @@ def _write_all(data: dict) -> Path:
     path = _cache_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write-then-rename: two processes calibrating at once never leave a torn file.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".ceilings-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(path, data, indent=2, sort_keys=True)
 
 
 def load_ceilings(device_name: str) -> Ceilings | None:
@@ -108,7 +105,23 @@ def load_ceilings(device_name: str) -> Ceilings | None:
             stacklevel=2,
         )
         return None
+    bad = {k: v for k, v in entry.items() if not _valid_value(k, v)}
+    if bad:
+        warnings.warn(
+            f"ignoring cached ceilings for {device_name!r} in {_cache_file()}: {bad} (the *_gbps "
+            "fields must be positive finite numbers, the others strings); re-run `kvbench calibrate`",
+            stacklevel=2,
+        )
+        return None
     return Ceilings(**entry)
+
+
+def _valid_value(name: str, value: object) -> bool:
+    """A cached field as Ceilings needs it: GB/s a positive finite number, the rest strings."""
+    if name.endswith("_gbps"):
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and value > 0)
+    return isinstance(value, str)
 
 
 def _measure(dev: torch.device, size_bytes: int) -> tuple[float, float, float]:

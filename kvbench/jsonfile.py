@@ -1,0 +1,42 @@
+"""Writing kvbench's JSON outputs so that a failed or interrupted write loses nothing.
+
+A result file (a table's rows, the perf table dispatch ranks on, the measured ceilings) is
+written to a temporary file in the same directory and renamed over the target: a reader sees
+the old file or the new one, never a torn one, and a full disk leaves the old file intact.
+Output paths are also checked before a run spends minutes measuring into them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def check_writable(path: str | os.PathLike[str]) -> Path:
+    """`path` as a Path if a file can be written there; ValueError naming what is wrong."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{target}: is a directory; give a file path")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise ValueError(f"{target}: its directory {parent} does not exist (or is not a directory)")
+    if not os.access(parent, os.W_OK):
+        raise ValueError(f"{target}: its directory {parent} is not writable")
+    return target
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any, **dump_kwargs: Any) -> Path:
+    """json.dump `data` to `path` through a temporary file and an atomic rename."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, **dump_kwargs)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
