@@ -228,6 +228,20 @@ def test_bad_input(variant, pool_cpu, device):
             fn(*args, **kwargs)
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_out_of_range_rows_are_refused_by_name(variant, pool_cpu, device, monkeypatch):
+    """A row index outside the pool is a read out of bounds: refused on the host."""
+    from kvbench.kernels import _validate
+
+    monkeypatch.setattr(_validate, "CHECK_VALUES_ON_DEVICE", True)  # on a GPU run, too
+    kv = _pool(pool_cpu, device)
+    pt = build_page_table_flat([8], POOL_TOKENS, device=device)
+    for bad in (pt + POOL_TOKENS, pt - POOL_TOKENS):
+        with pytest.raises(ValueError, match=rf"page_table_flat values must lie in \[0, {POOL_TOKENS}\) "
+                                             rf"\(rows of the {POOL_TOKENS}-row kv_cache\); got"):
+            VARIANTS[variant](kv, bad, extra_rows=0)
+
+
 # ---- GPU: seed 001 sizes -----------------------------------------------------------------
 
 _GPU_POOL = 131072  # 2x the largest kv_len, ~86 MB (seed 001)

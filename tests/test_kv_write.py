@@ -273,6 +273,27 @@ def test_bad_input(impl, device):
         fn(k, v, fp8.k_cache, fp8.v_cache, slots, k_scale=fp8.k_scale, v_scale=-1.0)
 
 
+@pytest.mark.parametrize("impl", sorted(IMPLS))
+def test_out_of_range_slots_are_refused_by_name(impl, device, monkeypatch):
+    """An out-of-range slot is a write out of bounds (a segfault through the interpreter, an
+    illegal address on a GPU): refused on the host, naming the argument and the range.
+    Negative slots stay "skip this token"."""
+    from kvbench.kernels import _validate
+
+    monkeypatch.setattr(_validate, "CHECK_VALUES_ON_DEVICE", True)  # on a GPU run, too
+    fn = IMPLS[impl]
+    pool = _small_pool(device, "fp16")
+    k, v, slots = make_write_inputs(pool, 8, seed=0)
+    capacity = pool.k_cache.shape[0] * pool.k_cache.shape[1]
+    for bad in (slots + capacity, slots.clone().fill_(capacity)):
+        with pytest.raises(ValueError, match=rf"slot_mapping values must lie in \[0, {capacity}\) "
+                                             r"\(slot = page \* page_size \+ offset.*or be negative"):
+            fn(k, v, pool.k_cache, pool.v_cache, bad)
+    skipped = slots.clone()
+    skipped[::2] = -1
+    fn(k, v, pool.k_cache, pool.v_cache, skipped)  # accepted
+
+
 # ---- GPU: full sizes -----------------------------------------------------------------------
 
 

@@ -14,6 +14,13 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+#: Range-check index tensors (block tables, slot mappings, page tables) of CUDA inputs too.
+#: Off by default: reading their values on the host costs a device sync per call, which would
+#: stall the launch queue inside every timed region. On a CPU the checks always run: they
+#: are free there, and an index out of range through the Triton interpreter is a segfault
+#: (on a GPU, an illegal address that kills the context). Never set it while timing.
+CHECK_VALUES_ON_DEVICE = False
+
 # One spelling of dtype names everywhere (docs/architecture.md, "Dtype names"); the messages
 # below print torch names because that is what a caller passes.
 
@@ -156,3 +163,23 @@ def check_scale(name: str, scale: object, device: torch.device | None = None) ->
         )
     if device is not None:
         check_device(name, scale, device)
+
+
+def values_checked(device: torch.device) -> bool:
+    """Whether launchers read index values on the host for `device` (CHECK_VALUES_ON_DEVICE)."""
+    return device.type == "cpu" or CHECK_VALUES_ON_DEVICE
+
+
+def check_index_range(
+    name: str, index: torch.Tensor, upper: int, *, what: str, skip_negative: bool = False
+) -> None:
+    """Every value of integer ``index`` in [0, upper) (negatives allowed, as "skip this
+    entry", when ``skip_negative``); ValueError naming the argument, the accepted range and
+    what it indexes (``what``), and the range it got."""
+    if index.numel() == 0:
+        return
+    lo, hi = (int(x) for x in torch.aminmax(index))  # one pass: it runs on every CPU call
+    if hi >= upper or (lo < 0 and not skip_negative):
+        skip = " or be negative (skip the entry)" if skip_negative else ""
+        raise ValueError(f"{name} values must lie in [0, {upper}) ({what}){skip}; got [{lo}, {hi}]")
+

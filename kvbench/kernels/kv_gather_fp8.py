@@ -6,7 +6,8 @@ Op: ``kv_gather_fp8(kv_cache, page_table_flat, *, extra_rows, out=None) -> [L + 
   e4m3 "nope" bytes, 4 fp32 group scales (one per 128 nope values) and 64 bf16 "rope" values
   (kvbench.gather_pool documents the layout and builds realistic pools).
 - ``page_table_flat``: int32 [L] pool rows to gather, in output order. Values must lie in
-  [0, pool_tokens); they are not range-checked on the host (that needs a device sync).
+  [0, pool_tokens); checked on the host for CPU tensors, and on CUDA only with
+  ``_validate.CHECK_VALUES_ON_DEVICE`` (a device sync per call).
 - ``extra_rows`` >= 0: zero "landing pad" rows appended after the L gathered rows.
 
 Exact definition (what every row computes, bit for bit). For gathered row i, token t:
@@ -45,9 +46,11 @@ from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_inte
 from kvbench.kernels._validate import (
     check_contiguous,
     check_dtype,
+    check_index_range,
     check_ndim,
     check_same_device,
     check_shape,
+    values_checked,
 )
 
 _RTOL: dict[str, float] = {"fp8": 0.0}
@@ -80,7 +83,10 @@ def _validate(kv_cache, page_table_flat, extra_rows, out) -> int:
         raise ValueError("page_table_flat must be contiguous")
     if isinstance(extra_rows, bool) or not isinstance(extra_rows, int) or extra_rows < 0:
         raise ValueError(f"extra_rows must be an int >= 0, got {extra_rows!r}")
-    check_same_device(kv_cache=kv_cache, page_table_flat=page_table_flat, out=out)
+    device = check_same_device(kv_cache=kv_cache, page_table_flat=page_table_flat, out=out)
+    if values_checked(device):
+        check_index_range("page_table_flat", page_table_flat, kv_cache.shape[0],
+                          what=f"rows of the {kv_cache.shape[0]}-row kv_cache")
     total = page_table_flat.shape[0] + extra_rows
     if out is not None:
         check_dtype("out", out, (torch.float8_e4m3fn,))

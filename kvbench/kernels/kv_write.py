@@ -10,8 +10,9 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
 - ``slot_mapping``: int64 [N]; token i goes to ``page = slot // page_size``,
   ``offset = slot % page_size``. A **negative slot means "skip this token"**: engines pad a
   batch to a captured size (CUDA graphs) and mark the padding with -1 (vLLM's convention).
-  Slots must be distinct and < num_pages * page_size; neither is checked on the host because
-  that needs a device sync on every call (the torch row's indexing raises on a bad slot).
+  Slots must be distinct and < num_pages * page_size. The range is checked on the host for
+  CPU tensors, and on CUDA only with ``_validate.CHECK_VALUES_ON_DEVICE`` (a device sync per
+  call); distinctness is not checked.
 - fp8 caches (uint8 containers of e4m3fn bytes, or float8_e4m3fn tensors) quantize on write
   with the caller's per-tensor fp32 scales: ``byte = e4m3_rne(clamp(fp32(x) / scale, +-448))``.
   The quotient is the IEEE fp32 quotient (``tl.math.div_rn`` in Triton, because Triton's ``/``
@@ -34,11 +35,13 @@ from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_interpreted
 from kvbench.kernels._validate import (
     check_dtype,
+    check_index_range,
     check_last_dim_contiguous,
     check_ndim,
     check_same_device,
     check_scale,
     check_shape,
+    values_checked,
 )
 
 # Exact copies for fp16/bf16; fp8 bytes equal torch's RNE quantization of the same input
@@ -123,6 +126,10 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     device = check_same_device(
         k=k, v=v, k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping
     )
+    if values_checked(device):
+        pages, page_size = k_cache.shape[0], k_cache.shape[1]
+        check_index_range("slot_mapping", slot_mapping, pages * page_size, skip_negative=True,
+                          what=f"slot = page * page_size + offset, {pages} pages of {page_size}")
     is_fp8 = k_cache.dtype in _FP8_CACHE
     if not is_fp8:
         if k.dtype != k_cache.dtype:

@@ -24,8 +24,8 @@ Design (why it looks like this):
 
 Host validation runs before every launch and raises ValueError naming the argument. Value
 checks (seq_lens range, block-table entries) need the values on the host: they run for CPU
-tensors and, on CUDA, only when ``CHECK_VALUES_ON_DEVICE`` is set, because a ``.item()`` sync
-in the launcher would stall the launch queue inside every timed region. Accepted inputs:
+tensors and, on CUDA, only when ``_validate.CHECK_VALUES_ON_DEVICE`` is set, because a host
+read in the launcher would stall the launch queue inside every timed region. Accepted inputs:
 q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or uint8 e4m3
 bytes with ``k_scale``/``v_scale``; D a power of two in [16, 256]; page_size a power of two;
 block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
@@ -140,9 +140,6 @@ _BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
 # latencies, it took 1.1-1.3 us off (b1 x 4k 16.4 -> 15.3 us; docs/perf-notes.md, experiment
 # 9, which also measured, and dropped, loading V before QK^T and the reduce's loads first).
 REDUCE_PDL = True
-
-# Opt-in value validation on CUDA (costs a device sync per call; never set it while timing).
-CHECK_VALUES_ON_DEVICE = False
 
 _Q_DTYPES = (torch.float16, torch.bfloat16)
 _HEAD_DIMS = "a power of two in [16, 256]"
@@ -460,7 +457,7 @@ def _validate(
             if sc is not None:
                 raise ValueError(f"{name} is only accepted with uint8 (fp8 e4m3) caches; pass None")
     max_pages = block_table.shape[1]
-    if device.type == "cpu" or CHECK_VALUES_ON_DEVICE:
+    if V.values_checked(device):
         _check_values(block_table, seq_lens, page_size, num_pages)
     return _Problem(
         batch=batch,
