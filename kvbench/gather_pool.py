@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
+from kvbench.harness.peaks import resolve_device
 from kvbench.quant import quantize_fp8
 
 ROW_BYTES = 656
@@ -50,7 +51,7 @@ def gather_pool_tokens(kv_len: int, device: torch.device | str, *, min_l2_multip
     >= min_l2_multiple x L2 as for the decode fixture (seed 001's 86 MB pool is barely above
     an H200's 60 MiB L2), rounded up to whole 64-token pages."""
     tokens = 2 * _int_arg("kv_len", kv_len, 0)
-    dev = torch.device(device)
+    dev = resolve_device(device)
     if dev.type == "cuda" and min_l2_multiple > 0:
         l2 = torch.cuda.get_device_properties(dev).L2_cache_size
         tokens = max(tokens, -(-min_l2_multiple * l2 // ROW_BYTES))
@@ -66,6 +67,7 @@ def build_gather_pool(
     131072-token pool of seed 001 is 86 MB.
     """
     _int_arg("pool_tokens", pool_tokens, 1)
+    device = resolve_device(device)  # before building: a bad device is named, not a late crash
     gen = torch.Generator().manual_seed(seed)
     sample = torch.randn(pool_tokens, NOPE, generator=gen) * 2.0
     nope, _ = quantize_fp8(sample)

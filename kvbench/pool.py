@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from kvbench.harness.peaks import resolve_device
 from kvbench.quant import quantize_fp8
 
 # Reasons for each property: module docstring (A10 figures, to re-measure on the H200).
@@ -188,19 +189,6 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-def _resolve_device(device: torch.device | str | None) -> torch.device:
-    if device is None:
-        return (
-            torch.device("cuda", torch.cuda.current_device())
-            if torch.cuda.is_available()
-            else torch.device("cpu")
-        )
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
-
-
 def _l2_bytes(device: torch.device, min_l2_multiple: float) -> int:
     """L2 size of ``device``; CPU has no L2 figure, so only ``min_l2_multiple == 0`` passes."""
     if device.type == "cuda":
@@ -271,7 +259,7 @@ def paged_pool(
         or min_l2_multiple < 0
     ):
         raise ValueError(f"min_l2_multiple must be a finite number >= 0, got {min_l2_multiple!r}")
-    dev = _resolve_device(device)
+    dev = resolve_device(device)  # the harness's: ValueError naming what is accepted
     l2 = _l2_bytes(dev, min_l2_multiple)
 
     elem = 1 if name == "fp8" else 2

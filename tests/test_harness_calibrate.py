@@ -57,8 +57,11 @@ def test_unknown_device_is_none(cache):
 
 def test_unreadable_cache_warns_and_is_ignored(cache):
     (cache / "ceilings.json").write_text("{not json")
-    with pytest.warns(UserWarning, match="unreadable"):
+    with pytest.warns(UserWarning, match="unreadable.*moved to .*ceilings.json.corrupt-"):
         assert load_ceilings("anything") is None
+    # Kept aside, so a later calibrate cannot overwrite what may be other devices' entries.
+    (aside,) = cache.glob("ceilings.json.corrupt-*")
+    assert aside.read_text() == "{not json" and not (cache / "ceilings.json").exists()
 
 
 def test_stale_schema_is_ignored(cache):

@@ -212,3 +212,9 @@ def test_derive_seed_streams_are_distinct_and_stable():
     assert all(0 <= s < 2**63 for s in seeds)
     with pytest.raises(ValueError, match="seed must be an int >= 0"):
         paged_pool(1, 4, seed=-1, **SMALL)
+
+
+@pytest.mark.parametrize("device", ["foo", 1.5])
+def test_a_bad_device_is_named(device):
+    with pytest.raises(ValueError, match="device must be None, 'cpu', 'cuda'"):
+        paged_pool(1, 16, **{**SMALL, "device": device})

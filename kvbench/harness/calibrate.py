@@ -78,9 +78,23 @@ def _read_all() -> dict:
         return {}
     except (OSError, ValueError) as exc:
         # A broken cache must not stop a benchmark: warn, and behave as if nothing was cached.
-        warnings.warn(f"ignoring unreadable ceilings cache {path}: {exc}", stacklevel=3)
+        # It is moved aside, not left to be overwritten by the next calibrate: the entries of
+        # other devices in it may still be recoverable by hand.
+        aside = _move_aside(path)
+        warnings.warn(f"ignoring unreadable ceilings cache {path}: {exc}"
+                      + (f"; moved to {aside}" if aside else ""), stacklevel=3)
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _move_aside(path: Path) -> Path | None:
+    """Rename an unreadable cache file to <name>.corrupt-<UTC time>; None if that fails too."""
+    aside = path.with_name(f"{path.name}.corrupt-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
+    try:
+        path.rename(aside)
+    except OSError:
+        return None
+    return aside
 
 
 def _write_all(data: dict) -> Path:
