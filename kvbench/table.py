@@ -11,7 +11,8 @@ of its own. Per case it
 and prints report() (throughput first), the dispatch explain() of `auto`, the host floor where
 rows approach it, and the metadata header. `--json PATH` writes the same rows for tools.
 Exit status: 0; 1 when no row could be measured; 2 when a row is above a spec peak (a
-measurement bug, listed under "violations" in the JSON).
+measurement bug, listed under "violations" in the JSON); 130 when interrupted (Ctrl-C), after
+printing and writing the rows measured until then (`"interrupted": true` in the JSON).
 On a GPU every decode case also carries `bound:page_read`: the case's pages read and nothing
 else, under the same timer (the bytes-only bound at that size; docs/harness.md).
 """
@@ -88,6 +89,8 @@ class Table:
     explains: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     checks: dict[str, float] = field(default_factory=dict)
+    #: Set when the run was interrupted (Ctrl-C): the rows are those measured before it.
+    interrupted: bool = False
     #: The floors of the timers its rows used (measure_floors): host_floor() for bench_host
     #: rows, event_floor() for bench / bench_stateful rows; None where no row used that timer.
     floor_us: float | None = None
@@ -103,6 +106,7 @@ class Table:
             "max_abs_diff": self.checks,
             "skipped": self.skipped,
             "explain": self.explains,
+            "interrupted": self.interrupted,
             "host_floor_us": self.floor_us,
             "event_floor_us": self.event_floor_us,
             "violations": violations(self.rows, device_peaks()),
@@ -155,6 +159,25 @@ def _device() -> torch.device:
 
 def _skip(table: Table, label: str, exc: BaseException) -> None:
     table.skipped[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+#: Why a Triton row gets no number on a CPU, even with TRITON_INTERPRET=1 set: the asv suite
+#: skips them the same way (benchmarks/_common.check_then_time).
+CPU_TRITON_SKIP = "Triton rows are not timed on a CPU: the interpreter's timings mean nothing"
+
+
+def _timed_rows(table: Table, op: str, case: str, dev: torch.device,
+                names: Sequence[str] | None = None) -> list[str]:
+    """The registry rows of `op` to check and time at `case` (all of them, or `names`). On a
+    CPU the Triton rows are listed as skipped with CPU_TRITON_SKIP instead: through the
+    interpreter they take minutes per table and their times describe the interpreter."""
+    names = list(spec_names(op) if names is None else names)
+    if dev.type != "cpu":
+        return names
+    for name in names:
+        if name.startswith("triton/"):
+            table.skipped[f"{name} @ {case}"] = CPU_TRITON_SKIP
+    return [n for n in names if not n.startswith("triton/")]
 
 
 def _free(*objs: Any) -> None:
@@ -280,7 +303,7 @@ def decode_case(
         case += f" pool>={mult:g}xL2"
     table.explains[case] = _auto_explain("paged_decode", lambda: ops.paged_decode(*args, **kwargs))
     candidates: dict[str, Callable[..., Any]] = {}
-    for name in rows if rows is not None else spec_names("paged_decode"):
+    for name in _timed_rows(table, "paged_decode", case, dev, rows):
         try:
             candidates[name] = _run_forced("paged_decode", name, lambda: ops.paged_decode(*args, **kwargs))
         except Exception as exc:  # noqa: BLE001 - an unavailable row is listed with its reason
@@ -324,8 +347,9 @@ def _page_read_row(table: Table, case: str, pool: Any, l2: str) -> None:
     table.rows.append(Row.from_timing("bound:page_read", case, timing, work))
 
 
-def table_paged_decode(*, grid: bool = False, ablations: bool = True) -> Table:
-    table = Table("paged_decode")
+def table_paged_decode(*, grid: bool = False, ablations: bool = True,
+                       table: Table | None = None) -> Table:
+    table = Table("paged_decode") if table is None else table
     on_gpu = torch.cuda.is_available()
     cases = (DECODE_GRID_GPU if grid else DECODE_CASES_GPU) if on_gpu else DECODE_CASES_CPU
     for label, b, c in cases:
@@ -363,8 +387,8 @@ def _graph_row(fn: Callable[[], Any]) -> Callable[[], Any]:
     return graph.replay
 
 
-def table_kv_write() -> Table:
-    table = Table("kv_write")
+def table_kv_write(*, table: Table | None = None) -> Table:
+    table = Table("kv_write") if table is None else table
     dev = _device()
     on_gpu = dev.type == "cuda"
     cases = WRITE_CASES_GPU if on_gpu else WRITE_CASES_CPU
@@ -384,7 +408,7 @@ def table_kv_write() -> Table:
             )
             case = f"{label} {dtype}"
             table.explains[case] = _auto_explain("kv_write", lambda: ops.kv_write(*args, **kwargs))  # noqa: B023 - called before the loop moves on
-            for name in spec_names("kv_write"):
+            for name in _timed_rows(table, "kv_write", case, dev):
                 try:
                     fn = _run_forced("kv_write", name, lambda: ops.kv_write(*args, **kwargs))  # noqa: B023 - called before the loop moves on
                     table.checks[f"{name} @ {case}"] = checks.check_kv_write(fn, pool, k, v, slots)
@@ -409,7 +433,7 @@ def table_kv_write() -> Table:
 # ---- kv_gather_fp8 ---------------------------------------------------------------------------
 
 
-def table_kv_gather_fp8() -> Table:
+def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
     from kvbench.gather_pool import (
         TOPK_PAD_ROWS,
         build_gather_pool,
@@ -417,7 +441,7 @@ def table_kv_gather_fp8() -> Table:
         gather_pool_tokens,
     )
 
-    table = Table("kv_gather_fp8")
+    table = Table("kv_gather_fp8") if table is None else table
     dev = _device()
     cases = GATHER_CASES_GPU if dev.type == "cuda" else GATHER_CASES_CPU
     pool_tokens = gather_pool_tokens(max(n for _, n in cases), dev)
@@ -429,7 +453,7 @@ def table_kv_gather_fp8() -> Table:
         table.explains[case] = _auto_explain(
             "kv_gather_fp8", lambda: ops.kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS)  # noqa: B023 - called before the loop moves on
         )
-        for name in spec_names("kv_gather_fp8"):
+        for name in _timed_rows(table, "kv_gather_fp8", case, dev):
             try:
                 fn = _run_forced(
                     "kv_gather_fp8", name,
@@ -446,11 +470,11 @@ def table_kv_gather_fp8() -> Table:
 # ---- kv_alloc --------------------------------------------------------------------------------
 
 
-def table_kv_alloc() -> Table:
+def table_kv_alloc(*, table: Table | None = None) -> Table:
     """Allocator states through bench_host (host stalls are invisible to CUDA events)."""
     from kvbench.alloc import KVCacheManager, checked_alloc, prepare_state
 
-    table = Table("kv_alloc")
+    table = Table("kv_alloc") if table is None else table
     dev = _device()
     table.floor_us = host_floor(dev).median_us
     for name in spec_names("kv_alloc"):
@@ -526,6 +550,9 @@ def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
     if table.explains:
         first = next(iter(table.explains))
         print(f"\ndispatch explain() for auto at {first}:\n{table.explains[first]}", file=file)
+    if table.interrupted:
+        print("\nINTERRUPTED: the rows above are those measured before the interrupt",
+              file=file)
     if table.skipped:
         print("\nrows not measured (with the reason):", file=file)
         for label, why in table.skipped.items():
@@ -547,11 +574,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     kwargs: dict[str, Any] = {}
     if args.op == "paged_decode":
         kwargs = {"grid": args.grid, "ablations": not args.no_ablations}
-    table = BUILDERS[args.op](**kwargs)
+    table = Table(args.op)
+    try:
+        table = BUILDERS[args.op](table=table, **kwargs)
+    except KeyboardInterrupt:  # keep what was measured: print and write it, marked as partial
+        table.interrupted = True
     meta = metadata(command="kvbench table " + " ".join(argv or sys.argv[1:]))
     render(table, meta)
     if args.json_path:  # atomically: a failed write leaves the previous file as it was
         write_json_atomic(args.json_path, table.as_json(meta), indent=2, default=str)
+    if table.interrupted:
+        return 130  # the shell's status for SIGINT
     if not table.rows:
         return 1
     # A row above a spec peak is a measurement bug: the run says so in its status too.
@@ -574,9 +607,12 @@ def run_all(json_dir: str | None = None) -> int:
     for op in BUILDERS:
         argv = [op] + ([] if json_dir is None else ["--json", os.path.join(json_dir, f"{op}.json")])
         try:
-            status |= main(argv)
+            code = main(argv)
         except Exception as exc:  # noqa: BLE001 - one op's failure must not cost the others
             print(f"kvbench table {op} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            status |= 1
+            code = 1
+        if code == 130:  # interrupted: its rows are printed and written; stop the job there
+            return code
+        status |= code
         print()
     return status

@@ -28,12 +28,16 @@ def test_kv_alloc_table_checks_every_state_and_writes_json(tmp_path, capsys):
     assert "# command: kvbench table kv_alloc" in printed and "dispatch/cached" in printed
 
 
+@pytest.mark.parametrize("interpret", [False, True], ids=["plain", "TRITON_INTERPRET=1"])
 def test_gather_table_names_the_dispatched_row_and_says_why_rows_are_missing(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, interpret
 ):
-    # Without the interpreter the Triton rows are unavailable on CPU (timing interpreted
-    # kernels would take minutes and mean nothing); the table must say so.
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    # On a CPU the Triton rows get no number, interpreter or not (timing interpreted kernels
+    # takes minutes and measures the interpreter); the table must say so.
+    if interpret:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    else:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     clear_decisions()  # decisions cached by earlier tests were made with the interpreter on
     out = tmp_path / "gather.json"
     assert main(["kv_gather_fp8", "--json", str(out)]) == 0
@@ -41,7 +45,7 @@ def test_gather_table_names_the_dispatched_row_and_says_why_rows_are_missing(
     assert {r["impl"] for r in data["rows"]} == {"torch/gather"}  # no CUDA: torch row only
     assert all(r["gbps"] > 0 for r in data["rows"])
     # Triton rows are listed with the reason they did not run, not silently dropped.
-    assert any("triton/vectorized" in k and "TRITON_INTERPRET" in v
+    assert any("triton/vectorized" in k and "interpreter's timings mean nothing" in v
                for k, v in data["skipped"].items())
     assert "selected:" in next(iter(data["explain"].values()))
 
@@ -63,7 +67,7 @@ def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, 
     peaks = DevicePeaks("NVIDIA H200", 4800.0, 989.5, 60 << 20, 132, True)
     monkeypatch.setattr(table_mod, "device_peaks", lambda *a, **k: peaks)
 
-    def impossible() -> table_mod.Table:
+    def impossible(**_) -> table_mod.Table:
         t = table_mod.Table("kv_write")
         t.rows.append(Row("triton/scatter", "c", 1.0, Work(moved=6e6)))  # 6000 GB/s, event timer
         t.event_floor_us = 4.7
@@ -81,7 +85,7 @@ def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, 
 def test_a_bad_json_path_is_refused_before_anything_is_measured(tmp_path, monkeypatch, capsys):
     from kvbench import table as table_mod
 
-    def never():
+    def never(**_):
         raise AssertionError("measured although the output path was unusable")
 
     monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", never)
@@ -108,7 +112,7 @@ def test_main_job_reports_a_failing_op_and_runs_the_others(tmp_path, monkeypatch
             return t
         return build
 
-    def broken():
+    def broken(**_):
         raise RuntimeError("kernel exploded")
 
     for op in table_mod.BUILDERS:
@@ -119,3 +123,29 @@ def test_main_job_reports_a_failing_op_and_runs_the_others(tmp_path, monkeypatch
     assert "kvbench table kv_write failed: RuntimeError: kernel exploded" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
         f"{op}.json" for op in table_mod.BUILDERS if op != "kv_write")
+
+
+def test_an_interrupted_table_keeps_and_marks_what_it_measured(tmp_path, monkeypatch, capsys):
+    """Ctrl-C in the middle of a table: the rows measured so far are printed and written
+    (marked interrupted), the status is 130, and the main job stops there."""
+    from kvbench import table as table_mod
+    from kvbench.harness import Row, Work
+
+    def interrupted(*, table, **_):
+        table.rows.append(Row("torch/gather", "kv2k", 50.0, Work(moved=1e6)))
+        table.event_floor_us = 1.0
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(table_mod.BUILDERS, "kv_gather_fp8", interrupted)
+    out = tmp_path / "g.json"
+    assert main(["kv_gather_fp8", "--json", str(out)]) == 130
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True and [r["impl"] for r in data["rows"]] == ["torch/gather"]
+    assert "INTERRUPTED: the rows above" in capsys.readouterr().out
+
+    after = []
+    monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", lambda **_: after.append(1))
+    monkeypatch.setitem(table_mod.BUILDERS, "paged_decode", lambda **kw: kw["table"])
+    monkeypatch.setitem(table_mod.BUILDERS, "kv_write", lambda **kw: kw["table"])
+    assert table_mod.run_all() == 130
+    assert after == []  # kv_alloc comes after the interrupted op: not started
