@@ -58,27 +58,35 @@ def test_gather_pool_tokens_cpu_is_twice_kv_len_in_whole_pages():
         gather_pool_tokens(-1, "cpu")
 
 
+def _filled(impl: str, case: str, us: float, moved: float, *, then: BaseException | None = None):
+    """A stand-in table builder: one event-timed row into the Table main passes (its floor
+    preset, so nothing is measured), then `then` raised if given."""
+    from kvbench.harness import Row, Work
+
+    def build(*, table, **_):
+        table.rows.append(Row(impl, case, us, Work(moved=moved)))
+        table.event_floor_us = 1.0
+        if then is not None:
+            raise then
+        return table
+
+    return build
+
+
 def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, monkeypatch, capsys):
     """A number above a spec peak is a measurement bug: printed, written, and the run fails."""
     from kvbench import table as table_mod
-    from kvbench.harness import Row, Work
     from kvbench.harness.peaks import DevicePeaks
 
     peaks = DevicePeaks("NVIDIA H200", 4800.0, 989.5, 60 << 20, 132, True)
     monkeypatch.setattr(table_mod, "device_peaks", lambda *a, **k: peaks)
-
-    def impossible(**_) -> table_mod.Table:
-        t = table_mod.Table("kv_write")
-        t.rows.append(Row("triton/scatter", "c", 1.0, Work(moved=6e6)))  # 6000 GB/s, event timer
-        t.event_floor_us = 4.7
-        return t
-
+    impossible = _filled("triton/scatter", "c", 1.0, 6e6)  # 6000 GB/s
     monkeypatch.setitem(table_mod.BUILDERS, "kv_write", impossible)
     out = tmp_path / "w.json"
     assert main(["kv_write", "--json", str(out)]) == 2
     data = json.loads(out.read_text())
     assert data["violations"] == ["VIOLATION triton/scatter | c: 6000 GB/s is 125.0% of the 4800 GB/s spec peak"]
-    assert data["event_floor_us"] == 4.7
+    assert data["event_floor_us"] == 1.0
     assert "VIOLATION triton/scatter | c" in capsys.readouterr().out
 
 
@@ -129,13 +137,8 @@ def test_an_interrupted_table_keeps_and_marks_what_it_measured(tmp_path, monkeyp
     """Ctrl-C in the middle of a table: the rows measured so far are printed and written
     (marked interrupted), the status is 130, and the main job stops there."""
     from kvbench import table as table_mod
-    from kvbench.harness import Row, Work
 
-    def interrupted(*, table, **_):
-        table.rows.append(Row("torch/gather", "kv2k", 50.0, Work(moved=1e6)))
-        table.event_floor_us = 1.0
-        raise KeyboardInterrupt
-
+    interrupted = _filled("torch/gather", "kv2k", 50.0, 1e6, then=KeyboardInterrupt())
     monkeypatch.setitem(table_mod.BUILDERS, "kv_gather_fp8", interrupted)
     out = tmp_path / "g.json"
     assert main(["kv_gather_fp8", "--json", str(out)]) == 130
