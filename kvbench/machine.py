@@ -23,8 +23,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from importlib import metadata as importlib_metadata
 from pathlib import Path
+
+from kvbench.jsonfile import check_writable
 
 #: asv's own keys, then kvbench's. All values are strings, as asv's own are.
 EXTRA_KEYS = ("gpu", "sm_count", "l2_bytes", "mem_peak_gbps", "driver", "cuda", "torch", "triton")
@@ -136,8 +139,25 @@ def write_machine_record(name: str | None = None, path: str | os.PathLike | None
 
     record = machine_record(name)
     target = Path(path) if path is not None else machine_file_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    MachineCollection.save(record["machine"], record, _path=str(target))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{target}: cannot create its directory {target.parent} "
+                         f"({exc.strerror})") from None
+    check_writable(target)
+    # asv rewrites the file in place; it holds every machine's entry, so asv writes a copy
+    # next to it and the copy replaces it atomically (an interrupted write loses nothing).
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
+    os.close(fd)
+    try:
+        if target.exists():
+            shutil.copyfile(target, tmp)
+        else:
+            Path(tmp).unlink()
+        MachineCollection.save(record["machine"], record, _path=tmp)
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return record
 
 
@@ -154,8 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         record = write_machine_record(args.name, args.file)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         parser.error(str(exc))
+    except Exception as exc:  # noqa: BLE001 - asv's own errors on a malformed machine file
+        parser.error(f"{args.file or machine_file_path()}: {type(exc).__name__}: {exc}")
     target = args.file or machine_file_path()
     print(json.dumps(record, indent=2, sort_keys=True))
     print(f"wrote {target}; use: asv run --machine {record['machine']} ...", file=sys.stderr)

@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,18 +127,32 @@ def fetch_assets(html_dir: str | os.PathLike, *, cache: Path | None = None) -> l
         wanted.setdefault(key, set()).update(extra)
     written = []
     for (package, version), members in sorted(wanted.items()):
-        with tarfile.open(_tarball(package, version, cache), "r:gz") as tar:
-            for member in sorted(members):
-                try:
-                    data = tar.extractfile(f"package/{member}")
-                except KeyError:
-                    data = None
-                if data is None:
-                    raise RuntimeError(f"{package}@{version} has no file {member}")
-                target = Path(html_dir) / VENDOR_DIR / package / member
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data.read())
-                written.append(target)
+        path = _tarball(package, version, cache)
+        try:
+            written += _unpack(path, package, version, sorted(members), Path(html_dir))
+        except (tarfile.TarError, EOFError, zlib.error) as exc:
+            # A cached file counts as cached: say which one, or every later run fails alike.
+            raise RuntimeError(
+                f"corrupt cached tarball {path} ({type(exc).__name__}: {exc}); delete it and "
+                "run again (it is fetched anew with npm)") from exc
+    return written
+
+
+def _unpack(path: Path, package: str, version: str, members: list[str], html_dir: Path) -> list[Path]:
+    """Write `members` of the npm tarball at `path` under html_dir/vendor/package/."""
+    written = []
+    with tarfile.open(path, "r:gz") as tar:
+        for member in members:
+            try:
+                data = tar.extractfile(f"package/{member}")
+            except KeyError:
+                data = None
+            if data is None:
+                raise RuntimeError(f"{package}@{version} has no file {member}")
+            target = html_dir / VENDOR_DIR / package / member
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data.read())
+            written.append(target)
     return written
 
 

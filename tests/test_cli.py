@@ -53,3 +53,18 @@ def test_unknown_op_is_refused_with_the_choices(capsys):
         main(["table", "paged_attention"])
     assert exc.value.code == 2
     assert "invalid choice: 'paged_attention'" in capsys.readouterr().err
+
+
+def test_machine_file_problems_are_named_and_other_entries_survive(tmp_path, capsys):
+    target = tmp_path / "machines.json"
+    assert main(["machine", "--name", "first", "--file", str(target)]) == 0
+    assert main(["machine", "--name", "second", "--file", str(target)]) == 0
+    data = json.loads(target.read_text())
+    assert {"first", "second"} <= set(data)  # the second write kept the first entry
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["machines.json"]  # no temporaries
+    for bad, why in ((tmp_path, "is a directory"), (target / "x.json", "cannot create its directory")):
+        with pytest.raises(SystemExit) as exc:
+            main(["machine", "--name", "third", "--file", str(bad)])
+        assert exc.value.code == 2
+        assert why in capsys.readouterr().err
+    assert json.loads(target.read_text()) == data  # untouched by the failed calls

@@ -66,6 +66,17 @@ def test_vendor_dashboard_needs_a_published_dir(tmp_path):
         publish.vendor_dashboard(tmp_path)
 
 
+@pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00truncated"])
+def test_a_corrupt_cached_tarball_is_named(tmp_path, content):
+    """A cached file counts as cached, so a torn one (an interrupted npm pack) would fail
+    every later run: the error names the file and what to do."""
+    asset = publish.ASSETS[0]
+    bad = tmp_path / f"{asset.package}-{asset.version}.tgz"
+    bad.write_bytes(content)
+    with pytest.raises(RuntimeError, match=rf"corrupt cached tarball {re.escape(str(bad))}.*delete it"):
+        publish.fetch_assets(tmp_path / "html", cache=tmp_path)
+
+
 def test_assets_match_the_installed_asv():
     """Every CDN URL in this asv's index.html is one ASSETS replaces (asv upgrade guard)."""
     urls = set(re.findall(r"""<(?:script|link)\b[^>]*?(?:src|href)=["'](https?://[^"']+)""",
