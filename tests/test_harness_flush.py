@@ -50,3 +50,19 @@ def test_read_flush_reads_the_buffer_without_writing_it():
     before = buf.clone()
     read_flush(buf)()
     assert torch.equal(buf, before)
+
+
+def test_a_device_without_an_l2_size_is_flushed_with_a_warning(monkeypatch):
+    """The fallback flush size is an assumption every cold number rests on: said aloud."""
+    from types import SimpleNamespace
+
+    from kvbench.harness import flush as flush_mod
+
+    monkeypatch.setattr(flush_mod.torch.cuda, "get_device_properties",
+                        lambda index: SimpleNamespace(L2_cache_size=0))
+    flush_mod._cuda_flush_bytes.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="reports no L2 size; the cold-L2 flush assumes 128 MiB"):
+            assert flush_mod._cuda_flush_bytes(7) == flush_mod.FLUSH_MULTIPLE * (128 << 20)
+    finally:
+        flush_mod._cuda_flush_bytes.cache_clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import glob
 import re
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -61,12 +62,22 @@ def flush_bytes(device: object = None) -> int:
     return FLUSH_MULTIPLE * cpu_llc_bytes()
 
 
+#: L2 assumed for a CUDA device that reports none (larger than any current GPU's L2).
+ASSUMED_L2_BYTES = 128 << 20
+
+
 @functools.cache
 def _cuda_flush_bytes(index: int) -> int:
     l2 = int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0) or 0)
     if l2 <= 0:
-        # A device that reports no L2 size: flush a generous fixed amount rather than nothing.
-        l2 = 128 << 20
+        # A device that reports no L2 size: flush a generous fixed amount rather than nothing,
+        # and say so: every cold-L2 number of this device rests on the assumption.
+        l2 = ASSUMED_L2_BYTES
+        warnings.warn(
+            f"CUDA device {index} reports no L2 size; the cold-L2 flush assumes "
+            f"{l2 >> 20} MiB and streams {FLUSH_MULTIPLE * l2 >> 20} MiB per call",
+            stacklevel=2,
+        )
     return FLUSH_MULTIPLE * l2
 
 
