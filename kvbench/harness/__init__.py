@@ -1,10 +1,10 @@
 """kvbench.harness: measurement only (imports no kernel code).
 
-Timers (bench, bench_stateful, bench_host; event_floor and host_floor, their floors) report microseconds; Work/Row turn them
-into GB/s and TFLOP/s; report() prints throughput first and flags impossible rows; verify()
-gates correctness before any timing; metadata() records what a number needs to be reproduced;
-calibrate() measures the bandwidth a streaming kernel can actually reach. Units and signatures:
-docs/architecture.md.
+Timers (bench, bench_stateful, bench_host; event_floor and host_floor, their floors) report
+microseconds; Work/Row turn them into GB/s and TFLOP/s; report() prints throughput first and
+flags impossible rows (violations()); verify() gates correctness before any timing;
+metadata() records what a number needs to be reproduced; calibrate() measures the bandwidth a
+streaming kernel can actually reach. Units and signatures: docs/architecture.md.
 """
 
 from kvbench.harness.calibrate import Ceilings, calibrate, load_ceilings
