@@ -26,7 +26,6 @@ cost per call in a decode step that allocates for a whole batch of sequences.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -36,6 +35,7 @@ from functools import partial
 import torch
 
 from kvbench.alloc import STATES, KVCacheManager, checked_alloc, prepare_state
+from kvbench.jsonfile import write_json_atomic
 
 IMPLS = ("torch/legacy", "host/freelist")
 
@@ -235,13 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     dispatch = _over_rounds([measure_dispatch_overhead(device) for _ in range(args.rounds)])
     print(render(meta, floor, rows, dispatch, args.num_rows, args.rounds))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {"metadata": meta, "host_floor_us": floor, "alloc": rows, "dispatch": dispatch},
-                f,
-                indent=2,
-                default=str,
-            )
+        write_json_atomic(
+            args.json,
+            {"metadata": meta, "host_floor_us": floor, "alloc": rows, "dispatch": dispatch},
+            indent=2, default=str,
+        )
     return 0
 
 

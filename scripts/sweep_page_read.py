@@ -10,8 +10,7 @@ cold L2, the harness's bench()), per round and in this order:
     of GRID (chunk x warps x programs per SM), each verified by check_page_read;
   - contiguous: stream_read_fn over a contiguous buffer of the same bytes (no page index, no
     fragmentation), at programs per SM 4..32;
-  - empty: page_read of one page's first token-head row (256 bytes of K and of V in fp16,
-    128 in fp8), unchecked: the timer's floor for a trivial kernel.
+  - empty: harness event_floor(), the event timer's floor for a trivial kernel.
 Prints per case the decode, the shipped page_read point, the best page_read point and the
 best contiguous read, so the bytes-only bound of each case is a measured number
 (docs/perf-notes.md, experiment 15), and the shipped PAGE_READ_CONFIG a measured choice.
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import sys
 
@@ -29,9 +27,10 @@ import torch
 from sweep_paged_decode import CASES
 
 from kvbench import checks
-from kvbench.harness import bench, verify
+from kvbench.harness import bench, event_floor, verify
 from kvbench.harness.stream_read import CONFIG as STREAM_READ_CONFIG
 from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn, stream_read_fn
+from kvbench.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
 from kvbench.pool import paged_pool
@@ -79,9 +78,7 @@ def sweep_case(label: str, batch: int, ctx: int, dtype: str, sms: int) -> dict:
     for pps in CONTIGUOUS_PROGRAMS_PER_SM:
         cfg = {**STREAM_READ_CONFIG, "programs_per_sm": pps}
         out["contiguous"].append({"cfg": cfg, "us": bench(stream_read_fn(flat, sms, cfg)).median_us})
-    tiny = page_read_fn(pool.k_cache[:, :1, :1, :], pool.v_cache[:, :1, :1, :], ids[:1], sms,
-                        {**PAGE_READ_CONFIG, "CHUNK": 64})
-    out["empty"] = bench(tiny).median_us
+    out["empty"] = event_floor(dev).median_us
     out["bytes"] = nbytes
     pool.free()  # this case's tensors die on return; the next case starts from empty_cache
     return out
@@ -124,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
             key = f"{label}:{dtype}"
             results.setdefault(key, []).append(sweep_case(label, batch, ctx, dtype, sms))
             print(f"round {rnd} {key} done", flush=True)
-            if args.json:  # each case as it finishes: an interrupted sweep keeps what it had
-                with open(args.json, "w") as fh:
-                    json.dump({"grid": GRID, "shipped": PAGE_READ_CONFIG, "results": results}, fh, indent=1)
+            if args.json:  # each case as it finishes, atomically: an interrupt keeps the rest
+                write_json_atomic(args.json, {"grid": GRID, "shipped": PAGE_READ_CONFIG,
+                                              "results": results}, indent=1)
     print(f"\n{'case':12s} {'MB':>6s} {'decode':>8s} {'shipped':>8s} {'best pr':>8s} "
           f"{'contig':>8s} {'empty':>6s}  best page_read point (us: means over rounds)")
     for key, rounds in results.items():

@@ -154,12 +154,13 @@ def report(
     ceil_gbps = _ceiling_gbps(ceilings, ceiling)
 
     table: list[dict[str, str]] = []
-    violated = violations(rows, peaks)
+    per_row = [violations([row], peaks) for row in rows]
+    violated = [line for lines in per_row for line in lines]
     near_floor: set[str] = set()
     warm_kinds: set[str] = set()
-    for row in rows:
+    for row, row_violations in zip(rows, per_row, strict=True):
         flags = []
-        if violations([row], peaks):
+        if row_violations:
             flags.append("VIOLATION")
         floor = event_floor_us if row.timer in EVENT_TIMERS else floor_us
         if floor is not None and row.us <= FLOOR_FACTOR * floor:
