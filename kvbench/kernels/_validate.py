@@ -181,5 +181,5 @@ def check_index_range(
     lo, hi = (int(x) for x in torch.aminmax(index))  # one pass: it runs on every CPU call
     if hi >= upper or (lo < 0 and not skip_negative):
         skip = " or be negative (skip the entry)" if skip_negative else ""
-        raise ValueError(f"{name} values must lie in [0, {upper}) ({what}){skip}; got [{lo}, {hi}]")
+        raise ValueError(f"{name} must lie in [0, {upper}) ({what}){skip}; got [{lo}, {hi}]")
 

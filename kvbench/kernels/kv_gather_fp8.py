@@ -85,7 +85,7 @@ def _validate(kv_cache, page_table_flat, extra_rows, out) -> int:
         raise ValueError(f"extra_rows must be an int >= 0, got {extra_rows!r}")
     device = check_same_device(kv_cache=kv_cache, page_table_flat=page_table_flat, out=out)
     if values_checked(device):
-        check_index_range("page_table_flat", page_table_flat, kv_cache.shape[0],
+        check_index_range("page_table_flat values", page_table_flat, kv_cache.shape[0],
                           what=f"rows of the {kv_cache.shape[0]}-row kv_cache")
     total = page_table_flat.shape[0] + extra_rows
     if out is not None:

@@ -128,7 +128,7 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     )
     if values_checked(device):
         pages, page_size = k_cache.shape[0], k_cache.shape[1]
-        check_index_range("slot_mapping", slot_mapping, pages * page_size, skip_negative=True,
+        check_index_range("slot_mapping values", slot_mapping, pages * page_size, skip_negative=True,
                           what=f"slot = page * page_size + offset, {pages} pages of {page_size}")
     is_fp8 = k_cache.dtype in _FP8_CACHE
     if not is_fp8:

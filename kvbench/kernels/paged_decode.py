@@ -489,12 +489,8 @@ def _check_values(
     used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < (
         (seq_lens[:, None] + page_size - 1) // page_size
     )
-    pages = block_table[used]
-    if pages.numel() and (int(pages.min()) < 0 or int(pages.max()) >= num_pages):
-        raise ValueError(
-            f"block_table entries used by seq_lens must lie in [0, {num_pages}) (num_pages), "
-            f"got [{int(pages.min())}, {int(pages.max())}]"
-        )
+    V.check_index_range("block_table entries used by seq_lens", block_table[used], num_pages,
+                        what="pages of the cache")
 
 
 def choose_num_splits(
