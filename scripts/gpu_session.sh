@@ -5,7 +5,8 @@
 # Stages: env, tests (pytest -m gpu), alloc (allocator GPU tests + alloc_report), harness
 # (validate_gpu + calibrate), tables (kvbench table for every op), grid (issue-3 decode grid),
 # sweep (decode config x splits), sweep-fp8, sweep-page-read (the read bound of each decode
-# case, docs/perf-notes.md experiment 15), profile (where
+# case, docs/perf-notes.md experiment 15), ablate-flush (every CUDA flush mode on the cases a
+# flush could change, docs/harness.md), profile (where
 # the asv suite's per-commit time goes), tune (kvbench tune + table after).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,9 @@ for stage in "$@"; do
         ;;
     sweep)
         python3 scripts/sweep_paged_decode.py --quick --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -12
+        ;;
+    ablate-flush)
+        python3 scripts/ablate_flush.py --json "$OUT/ablate_flush.json" 2>&1 | tee "$OUT/ablate_flush.log" | tail -10
         ;;
     sweep-page-read)
         python3 scripts/sweep_page_read.py --json "$OUT/sweep_page_read.json" 2>&1 | tee "$OUT/sweep_page_read.log" | tail -9

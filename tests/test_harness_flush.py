@@ -52,6 +52,22 @@ def test_read_flush_reads_the_buffer_without_writing_it():
     assert torch.equal(buf, before)
 
 
+@pytest.mark.parametrize("accumulate_int32, casts", [(False, True), (True, False)])
+def test_only_the_int32_read_flush_avoids_torch_casting_the_buffer(accumulate_int32, casts):
+    """The default flush's int64 sum makes torch cast the whole buffer first (a 2x temporary
+    written and re-read: docs/harness.md); the int32 accumulation reads the buffer as it is.
+    The profiler names the cast (aten::_to_copy) on CPU as on CUDA."""
+    from torch.profiler import profile
+
+    from kvbench.harness.flush import read_flush
+
+    buf = torch.zeros(1 << 12, dtype=torch.int32)
+    flush = read_flush(buf, accumulate_int32=accumulate_int32)
+    with profile() as prof:
+        flush()
+    assert ("aten::_to_copy" in {e.name for e in prof.events()}) is casts
+
+
 def test_a_device_without_an_l2_size_is_flushed_with_a_warning(monkeypatch):
     """The fallback flush size is an assumption every cold number rests on: said aloud."""
     from types import SimpleNamespace

@@ -89,9 +89,14 @@ def _cuda_buffer(index: int) -> torch.Tensor:
     return torch.zeros(n, dtype=torch.int32, device=torch.device("cuda", index))
 
 
-#: How the CUDA flush evicts L2: "read" (a reduction over the buffer, the default) or "write"
-#: (zero_(), as triton's do_bench does). Kept switchable for the ablation in docs/harness.md.
-CUDA_FLUSH_MODES = ("read", "write")
+#: How the CUDA flush evicts L2, switchable for the ablations in docs/harness.md:
+#:   "read"      torch.sum of the int32 buffer into an int64 scalar (the default; also writes
+#:               and re-reads a 2x int64 temporary, see read_flush);
+#:   "sum_int32" torch.sum accumulating in int32 (no cast, so no temporary: a pure read);
+#:   "stream"    the harness's load-only streaming read kernel (stream_read_fn), a pure read
+#:               at the read ceiling;
+#:   "write"     zero_(), as triton's do_bench does.
+CUDA_FLUSH_MODES = ("read", "sum_int32", "stream", "write")
 
 
 @functools.cache
@@ -106,20 +111,33 @@ def _cuda_flush(index: int, mode: str = "read") -> Callable[[], None]:
     if mode not in CUDA_FLUSH_MODES:
         raise ValueError(f"flush mode must be one of {CUDA_FLUSH_MODES}, got {mode!r}")
     buf = _cuda_buffer(index)
-    return buf.zero_ if mode == "write" else read_flush(buf)
+    if mode == "write":
+        return buf.zero_
+    if mode == "stream":
+        # Imported here: stream_read needs Triton, which the CPU paths of this module do not.
+        from kvbench.harness.stream_read import stream_read_fn
+
+        return stream_read_fn(buf, torch.cuda.get_device_properties(index).multi_processor_count)
+    return read_flush(buf, accumulate_int32=mode == "sum_int32")
 
 
-def read_flush(buf: torch.Tensor) -> Callable[[], None]:
+def read_flush(buf: torch.Tensor, *, accumulate_int32: bool = False) -> Callable[[], None]:
     """A closure that reads all of 1-D `buf` (an int sum into a preallocated scalar).
 
-    Not a pure read: torch casts an int32 `buf` to the int64 of `out` before reducing (its
-    reductions skip the cast only for half/bf16 into fp32), so the flush also writes and
-    re-reads a 2x temporary. Known since session 4 and left until a device ablation measures
-    a pure read against it (docs/harness.md, "The read flush also writes")."""
-    out = torch.zeros((), dtype=torch.int64, device=buf.device)
+    Default (int64 result): not a pure read. torch casts an int32 `buf` to the int64 of `out`
+    before reducing (its reductions skip the cast only for half/bf16 into fp32), so the flush
+    also writes and re-reads a 2x temporary (docs/harness.md, "The read flush also writes").
+    accumulate_int32=True sums in the buffer's own int32 (it is all zeros: nothing overflows),
+    which reads the buffer once and writes only the scalar."""
+    dtype = torch.int32 if accumulate_int32 else torch.int64
+    out = torch.zeros((), dtype=dtype, device=buf.device)
 
     def flush() -> None:
-        torch.sum(buf, dim=0, out=out)  # torch 2.11 has no full-reduction `out=` overload
+        # torch 2.11 has no full-reduction `out=` overload, hence dim=0.
+        if accumulate_int32:
+            torch.sum(buf, dim=0, dtype=torch.int32, out=out)
+        else:
+            torch.sum(buf, dim=0, out=out)
 
     return flush
 
