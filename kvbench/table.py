@@ -180,6 +180,20 @@ def _timed_rows(table: Table, op: str, case: str, dev: torch.device,
     return [n for n in names if not n.startswith("triton/")]
 
 
+def _device_rows(impl: str, case: str, call: Callable[[], Any], work: Work, *,
+                 l2: str = "cold") -> list[Row]:
+    """The event-timed row of an idempotent call, and, when the call makes the host wait for
+    the GPU (TimingResult.host_syncs: report() flags it), its bench_host row beside it: the
+    event samples of such a call hold host gaps, so only the caller's wall time is a number
+    to compare (docs/harness.md). Warm ablation rows get no host row: bench_host flushes."""
+    timing = bench(call, l2=l2)
+    rows = [Row.from_timing(impl, case, timing, work)]
+    if timing.host_syncs and l2 == "cold":
+        rows.append(Row.from_timing(impl, case, bench_host(call), work,
+                                    note="syncs the host: what the caller waits"))
+    return rows
+
+
 def _free(*objs: Any) -> None:
     for obj in objs:
         if hasattr(obj, "free"):
@@ -314,11 +328,9 @@ def decode_case(
         call = partial(fn, *args, **kwargs)
         try:
             table.checks[f"{name} @ {case}"] = checks.check_paged_decode(fn, pool, q)
-            timing = bench(call, l2=l2)
+            table.rows.extend(_device_rows(name, case, call, work, l2=l2))
         except Exception as exc:  # noqa: BLE001
             _skip(table, f"{name} @ {case}", exc)
-            continue
-        table.rows.append(Row.from_timing(name, case, timing, work))
     if dev.type == "cuda":
         _page_read_row(table, case, pool, l2)
     _free(pool)  # the caller's next case starts with empty_cache(), after these locals die
@@ -413,10 +425,13 @@ def table_kv_write(*, table: Table | None = None) -> Table:
                     fn = _run_forced("kv_write", name, lambda: ops.kv_write(*args, **kwargs))  # noqa: B023 - called before the loop moves on
                     table.checks[f"{name} @ {case}"] = checks.check_kv_write(fn, pool, k, v, slots)
                     call = partial(fn, *args, **kwargs)
-                    table.rows.append(Row.from_timing(name, case, bench(call), work))
+                    rows = _device_rows(name, case, call, work)
+                    table.rows.extend(rows)
                 except Exception as exc:  # noqa: BLE001
                     _skip(table, f"{name} @ {case}", exc)
                     continue
+                if rows[0].host_syncs:
+                    continue  # a call that waits for the host cannot be captured in a graph
                 if on_gpu and n <= 64:
                     try:
                         replay = _graph_row(call)
@@ -461,7 +476,7 @@ def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
                 )
                 table.checks[f"{name} @ {case}"] = checks.check_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
                 call = partial(fn, kv_cache, pt, extra_rows=TOPK_PAD_ROWS)
-                table.rows.append(Row.from_timing(name, case, bench(call), work))
+                table.rows.extend(_device_rows(name, case, call, work))
             except Exception as exc:  # noqa: BLE001
                 _skip(table, f"{name} @ {case}", exc)
     return table

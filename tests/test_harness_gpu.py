@@ -110,3 +110,30 @@ def test_calibrated_ceilings_are_below_spec_peak(tmp_path, monkeypatch):
     peak = device_peaks().mem_gbps
     for gbps in (c.copy_gbps, c.read_gbps, c.write_gbps):
         assert 0.3 * peak < gbps < peak, (c, peak)
+
+
+def test_a_call_that_waits_for_the_gpu_is_marked_host_syncs():
+    """torch's sync debug mode sees `.item()` and `nonzero`; a plain kernel launch is clean,
+    and the debug mode is restored afterwards."""
+    x = torch.ones(1 << 10, device="cuda")
+    before = torch.cuda.get_sync_debug_mode()
+    assert not bench(lambda: x.mul_(1.0), repeat=10).host_syncs
+    assert bench(lambda: x.sum().item(), repeat=10).host_syncs
+    assert bench(lambda: torch.nonzero(x), repeat=10).host_syncs
+    assert bench_stateful(lambda: x.sum().item(), lambda: x.fill_(1.0), repeat=10).host_syncs
+    assert not bench_stateful(lambda: x.mul_(2.0), lambda: x.fill_(1.0), repeat=10).host_syncs
+    assert torch.cuda.get_sync_debug_mode() == before
+
+
+@pytest.mark.parametrize("mode", flush_mod.CUDA_FLUSH_MODES)
+def test_every_flush_mode_evicts_an_l2_resident_read(mode, monkeypatch):
+    """Each flush of the ablation (docs/harness.md) must make an 8 MiB read slower than warm:
+    a flush that leaves the working set in L2 would time the warm case and call it cold."""
+    from kvbench.harness import timers
+
+    monkeypatch.setattr(timers, "FLUSH_MODE", mode)
+    x = torch.ones(2 << 20, dtype=torch.float32, device="cuda")
+    out = torch.empty((), device="cuda")
+    cold = bench(lambda: torch.sum(x, out=out)).median_us
+    warm = bench(lambda: torch.sum(x, out=out), l2="warm").median_us
+    assert warm < cold, (mode, warm, cold)

@@ -159,3 +159,21 @@ def test_bad_arguments():
         report([], peaks=CPU, floor_us=0, file=None)
     with pytest.raises(ValueError, match="event_floor_us must be None or a positive number"):
         report([], peaks=CPU, event_floor_us=-1.0, file=None)
+
+
+def test_an_event_timed_row_that_syncs_the_host_is_flagged_with_why():
+    rows = [
+        Row("torch/index_copy", "c", 300.0, Work(moved=1e6), host_syncs=True),
+        Row("torch/index_copy", "c", 320.0, Work(moved=1e6), timer="bench_host", host_syncs=True),
+        Row("triton", "c", 5.0, Work(moved=1e6)),
+    ]
+    text = report(rows, peaks=H200, file=None)
+    lines = [line for line in text.splitlines() if line.startswith(("torch", "triton"))]
+    assert "host-sync" in lines[0]
+    assert "host-sync" not in lines[1]  # bench_host is the timer such a row should have
+    assert "host-sync" not in lines[2]
+    assert "bench_host is its honest timer" in text
+
+
+def test_no_host_sync_note_without_such_a_row():
+    assert "host-sync" not in report([Row("a", "c", 10.0, Work(moved=1e6))], peaks=H200, file=None)

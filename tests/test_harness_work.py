@@ -60,6 +60,8 @@ def test_row_rejects_unknown_labels():
         Row("x", "c", 1.0, 1e9)
     with pytest.raises(ValueError, match="Row.impl"):
         Row("", "c", 1.0, Work())
+    with pytest.raises(ValueError, match="Row.host_syncs"):
+        Row("x", "c", 1.0, Work(), host_syncs="yes")
 
 
 def test_row_from_timing_copies_median_and_labels():
@@ -69,7 +71,9 @@ def test_row_from_timing_copies_median_and_labels():
         median_us=4.0, samples_us=(3.0, 4.0, 5.0), timer="bench_host", l2="warm", device="cpu"
     )
     row = Row.from_timing("host/freelist", "bump", t, Work(moved=4e3))
-    assert (row.us, row.timer, row.l2) == (4.0, "bench_host", "warm")
+    assert (row.us, row.timer, row.l2, row.host_syncs) == (4.0, "bench_host", "warm", False)
     assert row.gbps == pytest.approx(1.0)
+    syncing = TimingResult(300.0, (300.0,), "bench", "cold", "cuda:0", host_us=20.0, host_syncs=True)
+    assert Row.from_timing("torch/index_copy", "c", syncing, Work()).host_syncs
     with pytest.raises(ValueError, match="timing"):
         Row.from_timing("x", "c", 4.0, Work())

@@ -152,3 +152,20 @@ def test_an_interrupted_table_keeps_and_marks_what_it_measured(tmp_path, monkeyp
     monkeypatch.setitem(table_mod.BUILDERS, "kv_write", lambda **kw: kw["table"])
     assert table_mod.run_all() == 130
     assert after == []  # kv_alloc comes after the interrupted op: not started
+
+
+@pytest.mark.gpu
+def test_a_row_that_syncs_the_host_gets_a_bench_host_row_beside_it():
+    """The event timer's samples of a call that waits for the GPU hold host gaps (the torch
+    kv_write row's nonzero): the table prints the caller's wall time beside it."""
+    import torch
+
+    from kvbench.harness import Work
+    from kvbench.table import _device_rows
+
+    x = torch.ones(1 << 10, device="cuda")
+    clean = _device_rows("k", "c", lambda: x.mul_(1.0), Work(moved=4096))
+    assert [r.timer for r in clean] == ["bench"]
+    syncing = _device_rows("k", "c", lambda: torch.nonzero(x), Work(moved=4096))
+    assert [(r.timer, r.host_syncs) for r in syncing] == [("bench", True), ("bench_host", False)]
+    assert _device_rows("k", "c", lambda: torch.nonzero(x), Work(moved=4096), l2="warm")[0].l2 == "warm"

@@ -158,6 +158,7 @@ def report(
     violated = [line for lines in per_row for line in lines]
     near_floor: set[str] = set()
     warm_kinds: set[str] = set()
+    any_host_sync = False
     for row, row_violations in zip(rows, per_row, strict=True):
         flags = []
         if row_violations:
@@ -166,6 +167,9 @@ def report(
         if floor is not None and row.us <= FLOOR_FACTOR * floor:
             flags.append("~floor")
             near_floor.add("event" if row.timer in EVENT_TIMERS else "host")
+        if row.host_syncs and row.timer in EVENT_TIMERS:
+            flags.append("host-sync")
+            any_host_sync = True
         if row.l2 == "warm":
             warm_kinds.add("host" if row.timer == "bench_host" else "device")
         has_flops = row.work.flops > 0
@@ -221,6 +225,11 @@ def report(
         lines.append(
             f"host floor {_num(float(floor_us))} us: bench_host rows near it measure the floor "
             f"(marked ~floor: within {FLOOR_FACTOR:g}x)"
+        )
+    if any_host_sync:
+        lines.append(
+            "host-sync: the call makes the host wait for the GPU (.item(), nonzero, a blocking "
+            "copy), so its event-timed us include host time; bench_host is its honest timer"
         )
     if violated:
         lines.append("")

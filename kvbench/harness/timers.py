@@ -23,6 +23,7 @@ import contextlib
 import functools
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,6 +55,11 @@ class TimingResult:
     #: CUDA event timers: host time to enqueue one call (launch overhead of fn), which the
     #: head start keeps out of the device-time samples. None for other timers.
     host_us: float | None = None
+    #: CUDA event timers: a warm call made the host wait for the device (a `.item()`,
+    #: `nonzero`, a device-to-host copy; torch's sync debug mode). The head start cannot keep
+    #: such a call's launch gaps out of the events, so its samples are device time plus host
+    #: time: time it with bench_host. False for the other timers.
+    host_syncs: bool = False
 
     def as_asv(self) -> dict:
         """The form an asv `track_*` may return to get statistics: samples in seconds."""
@@ -83,7 +89,8 @@ def _choose_repeat(per_call_s: float, budget_s: float, bounds: tuple[int, int]) 
 
 
 def _result(
-    samples_us: list[float], timer: str, l2: str, dev: torch.device, host_us: float | None = None
+    samples_us: list[float], timer: str, l2: str, dev: torch.device, host_us: float | None = None,
+    host_syncs: bool = False,
 ) -> TimingResult:
     return TimingResult(
         median_us=float(statistics.median(samples_us)),
@@ -92,6 +99,7 @@ def _result(
         l2=l2,
         device=str(dev),
         host_us=host_us,
+        host_syncs=host_syncs,
     )
 
 
@@ -127,7 +135,24 @@ def _host_enqueue_us(iteration: Callable[[], object]) -> float:
     return (time.perf_counter() - t0) * 1e6 / _ESTIMATE_CALLS
 
 
-#: The flush mode bench()/bench_stateful() use ("read"; "write" only for the ablation).
+def _syncs_host(iteration: Callable[[], object]) -> bool:
+    """Whether one warm call of `iteration` makes the host wait for the device, by torch's
+    sync debug mode (it warns on `.item()`, `nonzero`, blocking copies and stream syncs that
+    go through torch; a Triton launch never does). Checked on a call of its own, after the
+    enqueue time is measured, so the warning machinery does not inflate host_us."""
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            iteration()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    return any("synchronizing CUDA operation" in str(w.message) for w in caught)
+
+
+#: The flush mode bench()/bench_stateful() use ("read"; the others, flush.CUDA_FLUSH_MODES,
+#: for the ablations in docs/harness.md).
 FLUSH_MODE = "read"
 
 
@@ -217,6 +242,7 @@ def bench(
             fn()  # untimed: JIT compile, autotune, lazy allocation
             torch.cuda.synchronize()
             host_us = _host_enqueue_us(fn)
+            syncs = _syncs_host(fn)
             if repeat is None:
                 start, end = _events(2)
                 torch.cuda.synchronize()
@@ -228,7 +254,7 @@ def bench(
                 per_call_s = start.elapsed_time(end) * 1e-3 / _ESTIMATE_CALLS
                 repeat = _choose_repeat(per_call_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
             samples = _event_samples(fn, flush, repeat, dev, host_us)
-        return _result(samples, "bench", l2, dev, host_us)
+        return _result(samples, "bench", l2, dev, host_us, syncs)
 
     fn()  # untimed, as on CUDA
     if repeat is None:
@@ -265,13 +291,14 @@ def bench_stateful(
             fn()  # untimed first call
             torch.cuda.synchronize()
             host_us = _host_enqueue_us(lambda: (reset(), fn()))
+            syncs = _syncs_host(lambda: (reset(), fn()))
             if repeat is None:
                 per_iter_s = _wall_per_iteration(
                     lambda: (reset(), flush(), fn()), torch.cuda.synchronize
                 )
                 repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
             samples = _event_samples(fn, lambda: (reset(), flush()), repeat, dev, host_us)
-        return _result(samples, "bench_stateful", "cold", dev, host_us)
+        return _result(samples, "bench_stateful", "cold", dev, host_us, syncs)
 
     reset()
     fn()

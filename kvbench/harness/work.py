@@ -66,6 +66,9 @@ class Row:
     l2: str = "cold"
     timer: str = "bench"
     note: str = ""
+    #: The timed call made the host wait for the device (TimingResult.host_syncs): an event
+    #: timer's µs then holds host time too, and report() flags the row.
+    host_syncs: bool = False
 
     def __post_init__(self) -> None:
         for field in ("impl", "case"):
@@ -74,6 +77,8 @@ class Row:
                 raise ValueError(f"Row.{field} must be a non-empty string, got {value!r}")
         if not isinstance(self.note, str):
             raise ValueError(f"Row.note must be a string, got {self.note!r}")  # noqa: TRY004
+        if not isinstance(self.host_syncs, bool):
+            raise ValueError(f"Row.host_syncs must be a bool, got {self.host_syncs!r}")  # noqa: TRY004
         if not isinstance(self.work, Work):
             got = type(self.work).__name__
             raise ValueError(f"Row.work must be a Work, got {got}")  # noqa: TRY004
@@ -95,14 +100,16 @@ class Row:
     def from_timing(
         cls, impl: str, case: str, timing: object, work: Work, *, note: str = ""
     ) -> Row:
-        """A row from a harness TimingResult, copying its median, L2 state and timer label."""
+        """A row from a harness TimingResult, copying its median, L2 state, timer label and
+        whether the call synchronised the host."""
         try:
             us, l2, timer = timing.median_us, timing.l2, timing.timer  # type: ignore[attr-defined]
+            syncs = timing.host_syncs  # type: ignore[attr-defined]
         except AttributeError:
             raise ValueError(
                 f"timing must be a harness TimingResult, got {type(timing).__name__}"
             ) from None
-        return cls(impl, case, us, work, l2=l2, timer=timer, note=note)
+        return cls(impl, case, us, work, l2=l2, timer=timer, note=note, host_syncs=syncs)
 
     @property
     def gbps(self) -> float:
