@@ -49,6 +49,7 @@ def test_read_flush_reads_the_buffer_without_writing_it():
     buf = torch.arange(1000, dtype=torch.int32)
     before = buf.clone()
     read_flush(buf)()
+    read_flush(buf, accumulate_int32=False)()
     assert torch.equal(buf, before)
 
 

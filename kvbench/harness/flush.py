@@ -90,23 +90,26 @@ def _cuda_buffer(index: int) -> torch.Tensor:
 
 
 #: How the CUDA flush evicts L2, switchable for the ablations in docs/harness.md:
-#:   "read"      torch.sum of the int32 buffer into an int64 scalar (the default; also writes
-#:               and re-reads a 2x int64 temporary, see read_flush);
-#:   "sum_int32" torch.sum accumulating in int32 (no cast, so no temporary: a pure read);
-#:   "stream"    the harness's load-only streaming read kernel (stream_read_fn), a pure read
-#:               at the read ceiling;
+#:   "sum_int32" torch.sum of the int32 buffer accumulating in int32: one read of the buffer,
+#:               one scalar written (the default since the 2026-11-30 ablation: as fast or
+#:               faster after it at every case, and 37 us per flush instead of 181 on the H200);
+#:   "sum_int64" the same sum into an int64 scalar (the default before that): torch casts the
+#:               whole buffer to int64 first, so it also writes and re-reads a 2x temporary;
+#:   "stream"    the harness's load-only streaming read kernel (stream_read_fn);
 #:   "write"     zero_(), as triton's do_bench does.
-CUDA_FLUSH_MODES = ("read", "sum_int32", "stream", "write")
+CUDA_FLUSH_MODES = ("sum_int32", "sum_int64", "stream", "write")
+DEFAULT_CUDA_FLUSH = "sum_int32"
 
 
 @functools.cache
-def _cuda_flush(index: int, mode: str = "read") -> Callable[[], None]:
-    """Evict L2 by READING the whole buffer (a sum) rather than writing it.
+def _cuda_flush(index: int, mode: str = DEFAULT_CUDA_FLUSH) -> Callable[[], None]:
+    """The flush of CUDA device `index` in `mode` (CUDA_FLUSH_MODES), built once.
 
-    Why (hypothesis tested by the ablation in docs/harness.md): a write-based flush leaves up
-    to one L2 of dirty lines, and the timed kernel then pays their write-back to DRAM. Reading
-    evicts the previous call's dirty outputs during the flush, outside the timed events, and
-    leaves clean lines the timed kernel can drop for free.
+    Why a read by default (docs/harness.md, flush ablation of 2026-11-30, H200): a write
+    flush leaves up to one L2 of dirty lines, and the timed kernel then pays their write-back:
+    after zero_() batch 1 x 4k decode read 17.5 us and 64 x 8k 511.9 us, after a pure read
+    15.3 and 504.2. Why int32 (a pure read) and not the old int64 sum: the cast's temporary
+    made each flush 181 us instead of 37 and small kernels after it 0.5-0.7 us slower.
     """
     if mode not in CUDA_FLUSH_MODES:
         raise ValueError(f"flush mode must be one of {CUDA_FLUSH_MODES}, got {mode!r}")
@@ -121,14 +124,14 @@ def _cuda_flush(index: int, mode: str = "read") -> Callable[[], None]:
     return read_flush(buf, accumulate_int32=mode == "sum_int32")
 
 
-def read_flush(buf: torch.Tensor, *, accumulate_int32: bool = False) -> Callable[[], None]:
+def read_flush(buf: torch.Tensor, *, accumulate_int32: bool = True) -> Callable[[], None]:
     """A closure that reads all of 1-D `buf` (an int sum into a preallocated scalar).
 
-    Default (int64 result): not a pure read. torch casts an int32 `buf` to the int64 of `out`
-    before reducing (its reductions skip the cast only for half/bf16 into fp32), so the flush
-    also writes and re-reads a 2x temporary (docs/harness.md, "The read flush also writes").
-    accumulate_int32=True sums in the buffer's own int32 (it is all zeros: nothing overflows),
-    which reads the buffer once and writes only the scalar."""
+    accumulate_int32=True (the default) sums in the buffer's own int32 (it is all zeros:
+    nothing overflows): the buffer is read once and only the scalar written. False (the
+    "sum_int64" ablation mode) is not a pure read: torch casts an int32 `buf` to the int64 of
+    `out` before reducing (its reductions skip the cast only for half/bf16 into fp32), so the
+    flush also writes and re-reads a 2x temporary (docs/harness.md)."""
     dtype = torch.int32 if accumulate_int32 else torch.int64
     out = torch.zeros((), dtype=dtype, device=buf.device)
 
@@ -156,7 +159,7 @@ def _flush_cpu() -> None:
     _cpu_buffer().fill(_cpu_counter)
 
 
-def flusher(device: object = None, *, mode: str = "read") -> Callable[[], None]:
+def flusher(device: object = None, *, mode: str = DEFAULT_CUDA_FLUSH) -> Callable[[], None]:
     """The flush of `device` as a zero-argument callable, resolved once.
 
     Timers call this once and the result inside their loops, so the per-iteration cost is the

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvbench.harness.flush import flusher
+from kvbench.harness.flush import DEFAULT_CUDA_FLUSH, flusher
 from kvbench.harness.peaks import resolve_device
 
 #: bench(): timed work per measurement (seconds) and the repeat clamp.
@@ -151,9 +151,9 @@ def _syncs_host(iteration: Callable[[], object]) -> bool:
     return any("synchronizing CUDA operation" in str(w.message) for w in caught)
 
 
-#: The flush mode bench()/bench_stateful() use ("read"; the others, flush.CUDA_FLUSH_MODES,
-#: for the ablations in docs/harness.md).
-FLUSH_MODE = "read"
+#: The CUDA flush mode every timer uses (flush.DEFAULT_CUDA_FLUSH; the other
+#: flush.CUDA_FLUSH_MODES are for the ablations in docs/harness.md).
+FLUSH_MODE = DEFAULT_CUDA_FLUSH
 
 
 def _head_start(dev: torch.device, host_us: float) -> Callable[[], None]:

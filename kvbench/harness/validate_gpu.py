@@ -27,7 +27,7 @@ from dataclasses import asdict
 import torch
 
 from kvbench.harness.calibrate import calibrate
-from kvbench.harness.flush import flush_bytes
+from kvbench.harness.flush import DEFAULT_CUDA_FLUSH, flush_bytes
 from kvbench.harness.meta import format_metadata, metadata
 from kvbench.harness.peaks import device_peaks, resolve_device
 from kvbench.harness.report import report
@@ -188,7 +188,7 @@ def timer_ablation(device: object = None) -> list[tuple[str, str, object]]:
     saved = (timers.FLUSH_MODE, timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US)
     out = []
     try:
-        for mode in ("write", "read"):
+        for mode in ("write", DEFAULT_CUDA_FLUSH):
             for head in (False, True):
                 timers.FLUSH_MODE = mode
                 timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US = (
