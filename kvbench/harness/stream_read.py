@@ -93,12 +93,14 @@ def stream_read_fn(
 
 
 #: page_read_fn's launch configuration: int32 words per (page, chunk) item, warps, loop
-#: stages, persistent programs per SM. Not swept yet (docs/perf-notes.md, experiment 15, is
-#: the sweep): chosen by analogy with CONFIG's sweep, 8 programs per SM, each item 16 KiB of
-#: K+V, so batch 1 x 4k's 1024 items run as one item per program (the shortest chain). One
-#: stage: the loop has no dot for the pipeliner to feed, and its sm_90 code is the same at 1,
-#: 2 and 3 stages (triton 3.9), as the streaming read's stages 1 and 3 measured the same.
-PAGE_READ_CONFIG = {"CHUNK": 2048, "num_warps": 4, "num_stages": 1, "programs_per_sm": 8}
+#: stages, persistent programs per SM. H200 sweep of 24 points on the 7 decode cases
+#: (docs/perf-notes.md, experiment 15; docs/data/h200-2026-11-30/sweep_page_read.json): this
+#: point's time is within 0.6% of each case's best point on geometric mean and 1.4% at worst
+#: (the previous, unswept 2048 / 4 warps / 8 per SM: 1.5% and 3.3%). The best point differs per
+#: case (1 x 32k fp16 at 1024 / 4 / 32, 64 x 8k fp16 at 2048 / 8 / 4), so the row is the bound
+#: to within ~1.4%, not exactly. One stage: the loop has no dot for the pipeliner to feed, and
+#: its sm_90 code is the same at 1, 2 and 3 stages (triton 3.9).
+PAGE_READ_CONFIG = {"CHUNK": 2048, "num_warps": 8, "num_stages": 1, "programs_per_sm": 32}
 
 
 @triton.jit
