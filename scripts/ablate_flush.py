@@ -3,11 +3,11 @@
     python scripts/ablate_flush.py [--json PATH] [--rounds N]
     bash scripts/gpu_session.sh ablate-flush        # on a bare device machine (installs first)
 
-The default CUDA flush ("read") sums the int32 flush buffer into an int64 scalar, and torch
-casts the whole buffer to int64 first: every flush reads 120 MiB, writes a 240 MiB temporary
-and reads it back (docs/harness.md, "The read flush also writes"). Hypothesis: the timed
-kernel after it sees the same L2 state as after a pure read, so nothing changes but the
-flush's own cost. This script measures every flush mode of harness.flush (CUDA_FLUSH_MODES)
+Until 2026-11-30 the CUDA flush summed the int32 flush buffer into an int64 scalar, and torch
+casts the whole buffer to int64 first: every flush read 120 MiB, wrote a 240 MiB temporary and
+read it back. Hypothesis: the timed kernel after it sees the same L2 state as after a pure read
+(an int32 sum), so nothing changes but the flush's own cost (docs/harness.md, flush ablation:
+two runs confirmed it, and the int32 sum became the default). This script measures every flush mode of harness.flush (CUDA_FLUSH_MODES)
 on the cases where a difference would show: the small decode (batch 1 x 4k, 16 MiB, a quarter
 of L2), its bytes-only bound (page_read), the big decode (64 x 8k, 2 GiB), the decode-size KV
 write (64 tokens: its stores land in L2), an 8 MiB copy and the trivial kernel (the event

@@ -138,8 +138,10 @@ def _host_enqueue_us(iteration: Callable[[], object]) -> float:
 def _syncs_host(iteration: Callable[[], object]) -> bool:
     """Whether one warm call of `iteration` makes the host wait for the device, by torch's
     sync debug mode (it warns on `.item()`, `nonzero`, blocking copies and stream syncs that
-    go through torch; a Triton launch never does). Checked on a call of its own, after the
-    enqueue time is measured, so the warning machinery does not inflate host_us."""
+    go through torch; a Triton launch never does). torch calls the mode a prototype that does
+    not see every synchronizing operation, so True is a finding and False is not a proof.
+    Checked on a call of its own, after the enqueue time is measured, so the warning machinery
+    does not inflate host_us."""
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
