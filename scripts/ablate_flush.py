@@ -27,7 +27,7 @@ from functools import partial
 import torch
 
 from kvbench import checks
-from kvbench.harness import bench, timers, verify
+from kvbench.harness import bench, metadata, timers, verify
 from kvbench.harness.flush import CUDA_FLUSH_MODES, flusher
 from kvbench.harness.stream_read import page_read_fn
 from kvbench.harness.validate_gpu import SMALL_COPY_BYTES, copy_buffers
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write every sample median here (atomic)")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    meta = metadata()  # device, versions, commit, command: the JSON stands on its own
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if not torch.cuda.is_available():
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                 for case, fn in cases.items():
                     results[mode][case].append(bench(fn, device=dev).median_us)
             if args.json:
-                write_json_atomic(args.json, {"rounds_done": rnd + 1, "cold_us": results,
+                write_json_atomic(args.json, {"metadata": meta, "rounds_done": rnd + 1, "cold_us": results,
                                               "warm_us": warm, "flush_us": flush_cost}, indent=1)
             print(f"round {rnd} done", flush=True)
     finally:

@@ -29,7 +29,7 @@ import torch
 from sweep_paged_decode import CASES
 
 from kvbench import checks
-from kvbench.harness import bench, event_floor, verify
+from kvbench.harness import bench, event_floor, metadata, verify
 from kvbench.harness.stream_read import page_read_fn
 from kvbench.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    meta = metadata()  # device, versions, commit, command: the JSON stands on its own
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if not torch.cuda.is_available():
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, batch, ctx, dtype in cases:
             results.setdefault(f"{label}:{dtype}", []).append(ablate_case(batch, ctx, dtype, dev))
             if args.json:
-                write_json_atomic(args.json, {"results": results}, indent=1)
+                write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
         print(f"round {rnd} done", flush=True)
     print(f"\n{'case (mean us over rounds)':26s}" + "".join(f"{r:>15s}" for r in ROWS))
     for key, rounds in results.items():

@@ -27,7 +27,7 @@ import torch
 from sweep_paged_decode import CASES
 
 from kvbench import checks
-from kvbench.harness import bench, event_floor, verify
+from kvbench.harness import bench, event_floor, metadata, verify
 from kvbench.harness.stream_read import CONFIG as STREAM_READ_CONFIG
 from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn, stream_read_fn
 from kvbench.jsonfile import write_json_atomic
@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--case", action="append", default=None, metavar="LABEL:DTYPE")
     args = parser.parse_args(argv)
+    meta = metadata()  # device, versions, commit, command: the JSON stands on its own
     known = {f"{c[0]}:{c[3]}": c for c in CASES}
     for want in args.case or ():
         if want not in known:
@@ -122,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             results.setdefault(key, []).append(sweep_case(label, batch, ctx, dtype, sms))
             print(f"round {rnd} {key} done", flush=True)
             if args.json:  # each case as it finishes, atomically: an interrupt keeps the rest
-                write_json_atomic(args.json, {"grid": GRID, "shipped": PAGE_READ_CONFIG,
-                                              "results": results}, indent=1)
+                write_json_atomic(args.json, {"metadata": meta, "grid": GRID,
+                                              "shipped": PAGE_READ_CONFIG, "results": results},
+                                  indent=1)
     print(f"\n{'case':12s} {'MB':>6s} {'decode':>8s} {'shipped':>8s} {'best pr':>8s} "
           f"{'contig':>8s} {'empty':>6s}  best page_read point (us: means over rounds)")
     for key, rounds in results.items():
