@@ -28,7 +28,12 @@ def _positive_int(text: str) -> int:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    """What this machine is: device, peaks, L2, versions, and the selector variables."""
+    """What this machine is: device, peaks, L2, versions, and the selector variables.
+
+    Exit 2 when a selector variable names no row: every dispatch of that op would raise, so
+    say it here, before a run, with the values accepted."""
+    from kvbench.dispatch.core import selector_problem
+    from kvbench.dispatch.selectors import SELECTOR_VARS
     from kvbench.harness import device_peaks, metadata
     from kvbench.harness.calibrate import load_ceilings
     from kvbench.harness.meta import format_metadata
@@ -36,11 +41,15 @@ def _cmd_env(args: argparse.Namespace) -> int:
     meta = metadata(command="kvbench env")
     peaks = device_peaks()
     ceilings = load_ceilings(peaks.name)
+    problems = [p for p in map(selector_problem, SELECTOR_VARS) if p is not None]
     if args.json:
         meta["ceilings"] = None if ceilings is None else dataclasses.asdict(ceilings)
+        meta["selector_problems"] = problems
         print(json.dumps(meta, indent=2, default=str))
-        return 0
+        return 2 if problems else 0
     print(format_metadata(meta))
+    for problem in problems:
+        print(f"invalid selector: {problem}")
     if ceilings is None:
         print("measured ceilings: none stored for this device (run `kvbench calibrate`)")
     else:
@@ -48,7 +57,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
             f"measured ceilings ({ceilings.measured_at}): copy {ceilings.copy_gbps:.0f} GB/s, "
             f"read {ceilings.read_gbps:.0f} GB/s, write {ceilings.write_gbps:.0f} GB/s"
         )
-    return 0
+    return 2 if problems else 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:

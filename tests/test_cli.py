@@ -68,3 +68,20 @@ def test_machine_file_problems_are_named_and_other_entries_survive(tmp_path, cap
         assert exc.value.code == 2
         assert why in capsys.readouterr().err
     assert json.loads(target.read_text()) == data  # untouched by the failed calls
+
+
+def test_env_names_a_selector_that_names_no_row(monkeypatch, capsys):
+    """Every dispatch of that op would raise; `kvbench env` says so first, with the values
+    accepted, and exits 2. A valid selector is quiet."""
+    monkeypatch.setenv("KVBENCH_PAGED_DECODE", "triton/fastest")
+    monkeypatch.setenv("KVBENCH_KV_WRITE", "torch/index_copy")
+    assert main(["env"]) == 2
+    out = capsys.readouterr().out
+    assert "invalid selector: KVBENCH_PAGED_DECODE='triton/fastest' is not a row of paged_decode" in out
+    assert "triton/split_kv" in out  # the accepted values
+    assert sum(line.startswith("invalid selector") for line in out.splitlines()) == 1
+    assert main(["env", "--json"]) == 2
+    assert len(json.loads(capsys.readouterr().out)["selector_problems"]) == 1
+    monkeypatch.delenv("KVBENCH_PAGED_DECODE")
+    assert main(["env"]) == 0
+    assert "invalid selector" not in capsys.readouterr().out

@@ -12,6 +12,7 @@ import math
 import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -307,11 +308,14 @@ def test_no_survivor_raises_with_explain(checks):
     assert "(no row survives)" in err.value.explain
 
 
-def test_triton_availability_follows_interpret_flag(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+@pytest.mark.parametrize("on", ["1", "true", "True", "yes", "on"])
+def test_triton_availability_follows_interpret_flag(monkeypatch, on):
+    """Every spelling Triton's own knob takes as on (it decorates the kernels accordingly)."""
+    monkeypatch.setenv("TRITON_INTERPRET", on)
     assert triton_device(CPU) is None
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert "TRITON_INTERPRET=1" in triton_device(CPU)
+    for off in ("0", "false", ""):
+        monkeypatch.setenv("TRITON_INTERPRET", off)
+        assert "TRITON_INTERPRET=1" in triton_device(CPU)
     if not torch.cuda.is_available():
         assert "is_available() is False" in triton_device(torch.device("cuda"))
 
@@ -586,6 +590,28 @@ def test_a_malformed_perf_table_is_skipped_with_a_warning_not_a_crash(content, w
     assert str(bad) in str(record[0].message) and f"kvbench tune {OP}" in str(record[0].message)
     assert provider(OP, "any", "a/x", "GPU A") is None
     assert provider("kv_write", "decode", "w/x", "GPU A") == pytest.approx(0.005)
+
+
+def test_a_perf_table_from_another_torch_or_triton_is_used_with_a_warning():
+    """Rankings from older software are likely still right, but the user is told they are
+    not this software's numbers, with the versions and the command that re-measures."""
+    import torch
+
+    from kvbench.harness.meta import triton_version
+
+    path = _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 250.0}])
+    data = json.loads(path.read_text())
+    data["metadata"] = {"torch": "1.0.0", "triton": triton_version()}
+    path.write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match=rf"torch 1\.0\.0 \(now {re.escape(torch.__version__)}\)") as rec:
+        provider = tune.load_perf_table("GPU A")
+    assert "triton" not in str(rec[0].message) and f"kvbench tune {OP}" in str(rec[0].message)
+    assert provider(OP, "any", "a/x", "GPU A") == pytest.approx(0.25)
+    data["metadata"] = {"torch": torch.__version__, "triton": triton_version()}
+    path.write_text(json.dumps(data))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # same versions: silent
+        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A") == pytest.approx(0.25)
 
 
 def test_default_provider_reads_stored_table(checks):

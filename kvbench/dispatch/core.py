@@ -163,6 +163,17 @@ def spec_names(op: str) -> tuple[str, ...]:
     return _registry.spec_names(op)
 
 
+def selector_problem(op: str) -> str | None:
+    """What is wrong with `op`'s selector variable now (a value that names no row, with the
+    values accepted), or None. dispatch raises it; `kvbench env` reports it before any run."""
+    selector = read_selector(op)
+    names = _registry.spec_names(op)
+    if selector == AUTO or selector in names:
+        return None
+    return (f"{SELECTOR_VARS[op]}={selector!r} is not a row of {op}; "
+            f"valid values: {AUTO}, {', '.join(names)}")
+
+
 # ---- devices ---------------------------------------------------------------------------------
 
 _DEVICE_INFO: dict[torch.device, tuple[str, int | None]] = {}
@@ -359,12 +370,9 @@ def _decide(
     device: torch.device,
 ) -> Selection:
     selector = read_selector(op)
-    names = _registry.spec_names(op)
-    if selector != AUTO and selector not in names:
-        raise ValueError(
-            f"{SELECTOR_VARS[op]}={selector!r} is not a row of {op}; "
-            f"valid values: {AUTO}, {', '.join(names)}"
-        )
+    problem = selector_problem(op)
+    if problem is not None:
+        raise ValueError(problem)
     dev_name = _device_info(device)[0]
     full = _full_shape(shape, device)
     forced = None if selector == AUTO else selector

@@ -9,7 +9,6 @@ old commit must not pay Triton's import cost for rows it never calls.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +49,14 @@ def any_device(device: torch.device) -> str | None:
     return None
 
 
+def triton_interpret_on() -> bool:
+    """Whether TRITON_INTERPRET is on, parsed by Triton itself (its knob accepts 1, true, yes,
+    on in any case), so kvbench and the kernels it decorates never disagree about it."""
+    from triton import knobs  # imported here: dispatch must import without loading Triton
+
+    return bool(knobs.runtime.interpret)
+
+
 def triton_device(device: torch.device) -> str | None:
     """Triton rows: compiled on CUDA, or interpreted on CPU tensors with TRITON_INTERPRET=1.
 
@@ -62,7 +69,7 @@ def triton_device(device: torch.device) -> str | None:
             return "CUDA device requested but torch.cuda.is_available() is False"
         return None
     if device.type == "cpu":
-        if os.environ.get("TRITON_INTERPRET", "") == "1":
+        if triton_interpret_on():
             return None
         return "CPU tensors need TRITON_INTERPRET=1 for Triton rows"
     return f"Triton rows run on cuda, or cpu with TRITON_INTERPRET=1, not {device.type}"

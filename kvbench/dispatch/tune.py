@@ -288,12 +288,33 @@ def _table_entries(data: object, device_name: str, op: str) -> list[tuple[str, s
     return found
 
 
+#: The versions a perf table's timings depend on besides the device: a table measured under
+#: another torch or triton may rank rows by kernels that have since been recompiled.
+_VERSION_KEYS = ("torch", "triton")
+
+
+def _stale_versions(data: dict) -> str | None:
+    """'torch X (now Y), ...' for each version in the table's metadata that differs from this
+    process's, or None. A table without metadata (hand-written, tests) is not judged."""
+    from kvbench.harness.meta import triton_version
+
+    recorded = data.get("metadata")
+    if not isinstance(recorded, dict):
+        return None
+    now = {"torch": str(torch.__version__), "triton": triton_version()}  # as metadata() writes them
+    changed = [f"{key} {recorded[key]} (now {now[key]})" for key in _VERSION_KEYS
+               if recorded.get(key) is not None and recorded.get(key) != now.get(key)]
+    return ", ".join(changed) or None
+
+
 def load_perf_table(device_name: str) -> Callable[[str, str, str, str], float | None]:
     """A perf provider over the tables stored for `device_name` (ms, or None if unmeasured).
 
     A file that cannot be used (unreadable, another schema or device, a malformed entry) is
     skipped with a warning that names it, what is wrong, and the command that rewrites it:
-    one bad file must not break dispatch of every op. The provider answers None for any
+    one bad file must not break dispatch of every op. A table measured under another torch
+    or triton version is used, with a warning naming the versions: its ranking is likely
+    still right, but its numbers are not this software's. The provider answers None for any
     other device name.
     """
     us: dict[tuple[str, str, str], float] = {}
@@ -303,11 +324,16 @@ def load_perf_table(device_name: str) -> Callable[[str, str, str, str], float | 
         if not path.exists():
             continue
         try:
-            entries = _table_entries(json.loads(path.read_text()), device_name, op)
+            data = json.loads(path.read_text())
+            entries = _table_entries(data, device_name, op)
         except (OSError, ValueError) as exc:
             warnings.warn(f"ignoring perf table {path}: {exc}; re-run `kvbench tune {op}`",
                           stacklevel=2)
             continue
+        stale = _stale_versions(data)
+        if stale:
+            warnings.warn(f"perf table {path} was measured under {stale}; dispatch still ranks "
+                          f"by it: re-run `kvbench tune {op}`", stacklevel=2)
         for bucket_name, spec_name, value in entries:
             us[(op, bucket_name, spec_name)] = value
 

@@ -84,7 +84,9 @@ def driver_version() -> str | None:
     return out.splitlines()[0].strip() if out else None
 
 
-def _triton_version() -> str | None:
+def triton_version() -> str | None:
+    """triton.__version__, or None where triton is not installed (metadata, calibrate and the
+    perf tables' staleness check read it from here)."""
     try:
         import triton
     except ImportError:
@@ -118,7 +120,7 @@ def metadata(command: str | None = None) -> dict:
         "driver": driver_version() if peaks.is_cuda else None,
         "cuda": torch.version.cuda,
         "torch": str(torch.__version__),
-        "triton": _triton_version(),
+        "triton": triton_version(),
         "numpy": np.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
