@@ -581,6 +581,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grid", action="store_true", help="paged_decode: full batch x context grid")
     parser.add_argument("--no-ablations", action="store_true", help="paged_decode: skip ablation rows")
     args = parser.parse_args(argv)
+    if args.op != "paged_decode":
+        for flag, given in (("--grid", args.grid), ("--no-ablations", args.no_ablations)):
+            if given:
+                parser.error(f"{flag} applies to paged_decode only, not {args.op}")
     if args.json_path:  # before minutes of measuring, not after
         try:
             check_writable(args.json_path)

@@ -169,3 +169,13 @@ def test_a_row_that_syncs_the_host_gets_a_bench_host_row_beside_it():
     syncing = _device_rows("k", "c", lambda: torch.nonzero(x), Work(moved=4096))
     assert [(r.timer, r.host_syncs) for r in syncing] == [("bench", True), ("bench_host", False)]
     assert _device_rows("k", "c", lambda: torch.nonzero(x), Work(moved=4096), l2="warm")[0].l2 == "warm"
+
+
+@pytest.mark.parametrize("flag", ["--grid", "--no-ablations"])
+def test_decode_only_flags_are_refused_for_other_ops(flag, capsys):
+    """A flag that would be ignored is named instead: the user asked for rows that would
+    silently not be there."""
+    with pytest.raises(SystemExit) as exc:
+        main(["kv_write", flag])
+    assert exc.value.code == 2
+    assert f"{flag} applies to paged_decode only, not kv_write" in capsys.readouterr().err
