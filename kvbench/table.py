@@ -78,6 +78,8 @@ GATHER_CASES_CPU: tuple[tuple[str, int], ...] = (("kv2k", 2048),)
 ALLOC_ROWS = 1 << 16
 ALLOC_STATES = ("bump", "run_search", "fragmented")
 ALLOC_SIZES = (1, 64)
+#: The impl name of each decode case's bytes-only bound row (GPU; _page_read_row).
+PAGE_READ_BOUND = "bound:page_read"
 
 
 @dataclass
@@ -109,6 +111,7 @@ class Table:
             "interrupted": self.interrupted,
             "host_floor_us": self.floor_us,
             "event_floor_us": self.event_floor_us,
+            "bound_ratios": bound_ratios(self.rows),
             "violations": violations(self.rows, device_peaks()),
         }
 
@@ -344,7 +347,7 @@ def _page_read_row(table: Table, case: str, pool: Any, l2: str) -> None:
     from kvbench.harness.stream_read import page_read_fn
     from kvbench.kernels._device import sm_count
 
-    name = f"bound:page_read @ {case}"
+    name = f"{PAGE_READ_BOUND} @ {case}"
     work = theory.page_read_work(
         pool.seq_lens_list, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
         kv_dtype=pool.kv_dtype_name, page_size=pool.page_size,
@@ -356,7 +359,7 @@ def _page_read_row(table: Table, case: str, pool: Any, l2: str) -> None:
     except Exception as exc:  # noqa: BLE001 - reported like any row that cannot run
         _skip(table, name, exc)
         return
-    table.rows.append(Row.from_timing("bound:page_read", case, timing, work))
+    table.rows.append(Row.from_timing(PAGE_READ_BOUND, case, timing, work))
 
 
 def table_paged_decode(*, grid: bool = False, ablations: bool = True,
@@ -551,8 +554,22 @@ def measure_floors(table: Table) -> None:
         table.event_floor_us = event_floor().median_us
 
 
+def bound_ratios(rows: Sequence[Row]) -> dict[str, dict[str, float]]:
+    """Per case with a ``bound:page_read`` row: every other cold row's time over the bound's
+    (1.0 = the row costs what reading its bytes costs at that size). Warm rows are compared
+    with the warm bound only, like with like."""
+    bounds = {(r.case, r.l2): r.us for r in rows if r.impl == PAGE_READ_BOUND}
+    out: dict[str, dict[str, float]] = {}
+    for r in rows:
+        bound = bounds.get((r.case, r.l2))
+        if bound is not None and r.impl != PAGE_READ_BOUND and r.timer == "bench":
+            out.setdefault(r.case, {})[r.impl] = r.us / bound
+    return out
+
+
 def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
-    """Metadata header, the report (throughput first), auto's explain(), skipped rows."""
+    """Metadata header, the report (throughput first), each row over its case's bytes-only
+    bound, auto's explain(), skipped rows."""
     file = sys.stdout if file is None else file  # resolved per call (redirections, capture)
     peaks = device_peaks()
     print(format_metadata(meta), file=file)
@@ -562,6 +579,13 @@ def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
         event_floor_us=table.event_floor_us, ceiling=CEILING_FOR_OP[table.op],
         title=f"kvbench table {table.op}", file=file,
     )
+    ratios = bound_ratios(table.rows)
+    if ratios:
+        print(f"\ntime / {PAGE_READ_BOUND} (the case's pages read and nothing else, same timer: "
+              "1.00x costs what its bytes cost at that size):", file=file)
+        for case, by_impl in ratios.items():
+            cells = ", ".join(f"{impl} {ratio:.2f}x" for impl, ratio in by_impl.items())
+            print(f"  {case}: {cells}", file=file)
     if table.explains:
         first = next(iter(table.explains))
         print(f"\ndispatch explain() for auto at {first}:\n{table.explains[first]}", file=file)

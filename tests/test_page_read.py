@@ -92,7 +92,7 @@ def test_table_bound_row_is_checked_and_below_the_decode_it_bounds():
     """On the GPU every decode case of the table carries bound:page_read, checked first. A
     load-only read of the pages slower than the decode that reads them and does the math
     would mean its launch config is wrong (PAGE_READ_CONFIG, experiment 15)."""
-    from kvbench.table import Table, decode_case
+    from kvbench.table import Table, bound_ratios, decode_case
 
     table = Table("paged_decode")
     decode_case(table, "b1_c4k", 1, 4096, rows=["triton/split_kv"], with_peers=False)
@@ -100,6 +100,8 @@ def test_table_bound_row_is_checked_and_below_the_decode_it_bounds():
     us = {r.impl: r.us for r in table.rows}
     assert table.checks["bound:page_read @ b1_c4k fp16"] == 0.0
     assert us["bound:page_read"] < us["triton/split_kv"], us
+    ratio = bound_ratios(table.rows)["b1_c4k fp16"]["triton/split_kv"]
+    assert ratio == pytest.approx(us["triton/split_kv"] / us["bound:page_read"])
 
 
 _COMPILE_READ_KERNELS = textwrap.dedent(

@@ -179,3 +179,24 @@ def test_decode_only_flags_are_refused_for_other_ops(flag, capsys):
         main(["kv_write", flag])
     assert exc.value.code == 2
     assert f"{flag} applies to paged_decode only, not kv_write" in capsys.readouterr().err
+
+
+def test_each_row_is_scored_against_its_case_bytes_only_bound_like_with_like():
+    from kvbench.harness import Row, Work
+    from kvbench.table import PAGE_READ_BOUND, bound_ratios
+
+    w = Work(moved=1e6)
+    rows = [
+        Row(PAGE_READ_BOUND, "b1 fp16", 8.0, w),
+        Row("triton/split_kv", "b1 fp16", 16.0, w),
+        Row("peer:x", "b1 fp16", 12.0, w),
+        Row("triton/split_kv", "b1 fp16 warm", 9.0, w, l2="warm"),  # no warm bound: not scored
+        Row(PAGE_READ_BOUND, "b64 fp16", 400.0, w, l2="warm"),
+        Row("triton/split_kv", "b64 fp16", 420.0, w, l2="warm"),
+        Row("triton/split_kv", "b64 fp16", 440.0, w),  # cold row, warm bound only: not scored
+        Row("triton/split_kv", "no bound", 5.0, w),
+    ]
+    assert bound_ratios(rows) == {
+        "b1 fp16": {"triton/split_kv": 2.0, "peer:x": 1.5},
+        "b64 fp16": {"triton/split_kv": 1.05},
+    }
