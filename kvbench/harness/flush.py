@@ -96,9 +96,9 @@ def _cuda_buffer(index: int) -> torch.Tensor:
 #:   "sum_int64" the same sum into an int64 scalar (the default before that): torch casts the
 #:               whole buffer to int64 first, so it also writes and re-reads a 2x temporary;
 #:   "write"     zero_(), as triton's do_bench does.
-#: Measured and dropped (2026-11-30): the load-only streaming read kernel as a flush. After it
-#: an L2-resident 8 MiB sum timed 10.2 us "cold" against 11.6 warm on the H200, so it does
-#: not leave the state a cold sample stands for (tests/test_harness_gpu.py checks each mode).
+#: Measured and dropped (2026-11-30): the load-only streaming read kernel as a flush. It left
+#: the same cold state as the int32 sum (a 16 MiB load-only read 8.42-8.45 us cold after
+#: either, 6.40-6.46 warm) and cost 32 us against 37: no reason to need Triton for the flush.
 CUDA_FLUSH_MODES = ("sum_int32", "sum_int64", "write")
 DEFAULT_CUDA_FLUSH = "sum_int32"
 
