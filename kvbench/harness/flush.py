@@ -91,8 +91,8 @@ def _cuda_buffer(index: int) -> torch.Tensor:
 
 #: How the CUDA flush evicts L2, switchable for the ablations in docs/harness.md:
 #:   "sum_int32" torch.sum of the int32 buffer accumulating in int32: one read of the buffer,
-#:               one scalar written (the default since the 2026-11-30 ablation: as fast or
-#:               faster after it at every case, and 37 us per flush instead of 181 on the H200);
+#:               one scalar written (the default since the 2026-11-30 ablation: the same
+#:               timed results within run-to-run spread, 37 us per flush instead of 181);
 #:   "sum_int64" the same sum into an int64 scalar (the default before that): torch casts the
 #:               whole buffer to int64 first, so it also writes and re-reads a 2x temporary;
 #:   "write"     zero_(), as triton's do_bench does.
@@ -111,7 +111,8 @@ def _cuda_flush(index: int, mode: str = DEFAULT_CUDA_FLUSH) -> Callable[[], None
     flush leaves up to one L2 of dirty lines, and the timed kernel then pays their write-back:
     after zero_() batch 1 x 4k decode read 17.5 us and 64 x 8k 511.9 us, after a pure read
     15.3 and 504.2. Why int32 (a pure read) and not the old int64 sum: the cast's temporary
-    made each flush 181 us instead of 37 and small kernels after it 0.5-0.7 us slower.
+    made each flush 181 us instead of 37, for the same timed results (two runs; one showed
+    small kernels 0.5-0.7 us slower after the int64 sum, the other did not).
     """
     if mode not in CUDA_FLUSH_MODES:
         raise ValueError(f"flush mode must be one of {CUDA_FLUSH_MODES}, got {mode!r}")
