@@ -18,16 +18,16 @@ the optimistic bound, and each mode's flush is timed by itself (warm: its cost p
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections.abc import Callable
 from functools import partial
 
 import torch
+from gpu_experiment import experiment_parser, start_experiment
 
 from kvbench import checks
-from kvbench.harness import bench, metadata, timers, verify
+from kvbench.harness import bench, timers, verify
 from kvbench.harness.flush import CUDA_FLUSH_MODES, flusher
 from kvbench.harness.stream_read import page_read_fn
 from kvbench.harness.validate_gpu import SMALL_COPY_BYTES, copy_buffers
@@ -73,17 +73,10 @@ def build_cases(dev: torch.device) -> tuple[dict[str, Callable[[], object]], lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", default=None, help="write every sample median here (atomic)")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args(argv)
-    meta = metadata()  # device, versions, commit, command: the JSON stands on its own
-    if args.rounds < 1:
-        parser.error(f"--rounds must be >= 1, got {args.rounds}")
-    if not torch.cuda.is_available():
-        print("ablate_flush needs a CUDA device", file=sys.stderr)
+    started = start_experiment(experiment_parser(__doc__, rounds=3), argv)
+    if started is None:
         return 2
-    dev = torch.device("cuda", torch.cuda.current_device())
+    args, meta, dev = started
     cases, _keep = build_cases(dev)
     results: dict[str, dict[str, list[float]]] = {m: {c: [] for c in cases} for m in CUDA_FLUSH_MODES}
     warm = {c: bench(fn, l2="warm", device=dev).median_us for c, fn in cases.items()}

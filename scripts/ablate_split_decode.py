@@ -18,7 +18,6 @@ sweep_paged_decode.py (where a reduce runs), per round:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import sys
@@ -26,10 +25,11 @@ from collections.abc import Callable, Iterator
 from functools import partial
 
 import torch
+from gpu_experiment import experiment_parser, start_experiment
 from sweep_paged_decode import CASES
 
 from kvbench import checks
-from kvbench.harness import bench, event_floor, metadata, verify
+from kvbench.harness import bench, event_floor, verify
 from kvbench.harness.stream_read import page_read_fn
 from kvbench.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
@@ -118,17 +118,10 @@ def ablate_case(batch: int, ctx: int, dtype: str, dev: torch.device) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args(argv)
-    meta = metadata()  # device, versions, commit, command: the JSON stands on its own
-    if args.rounds < 1:
-        parser.error(f"--rounds must be >= 1, got {args.rounds}")
-    if not torch.cuda.is_available():
-        print("ablate_split_decode needs a CUDA device", file=sys.stderr)
+    started = start_experiment(experiment_parser(__doc__, rounds=3), argv)
+    if started is None:
         return 2
-    dev = torch.device("cuda", torch.cuda.current_device())
+    args, meta, dev = started
     sms = sm_count(dev)
     cases = [c for c in CASES
              if pd.choose_num_splits(c[1], 8, c[2], sms, 16) > 1]  # Llama-3-8B: 8 kv heads

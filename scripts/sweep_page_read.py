@@ -18,16 +18,16 @@ best contiguous read, so the bytes-only bound of each case is a measured number
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
 
 import torch
+from gpu_experiment import experiment_parser, start_experiment
 from sweep_paged_decode import CASES
 
 from kvbench import checks
-from kvbench.harness import bench, event_floor, metadata, verify
+from kvbench.harness import bench, event_floor, verify
 from kvbench.harness.stream_read import CONFIG as STREAM_READ_CONFIG
 from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn, stream_read_fn
 from kvbench.jsonfile import write_json_atomic
@@ -102,20 +102,21 @@ def summary_line(key: str, rounds: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser = experiment_parser(__doc__, rounds=2)
     parser.add_argument("--case", action="append", default=None, metavar="LABEL:DTYPE")
-    args = parser.parse_args(argv)
-    meta = metadata()  # device, versions, commit, command: the JSON stands on its own
     known = {f"{c[0]}:{c[3]}": c for c in CASES}
-    for want in args.case or ():
-        if want not in known:
-            parser.error(f"--case {want!r}: accepted cases are {', '.join(sorted(known))}")
-    if args.rounds < 1:
-        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+
+    def check_cases(args) -> None:
+        for want in args.case or ():
+            if want not in known:
+                parser.error(f"--case {want!r}: accepted cases are {', '.join(sorted(known))}")
+
+    started = start_experiment(parser, argv, check_cases)
+    if started is None:
+        return 2
+    args, meta, dev = started
     cases = [known[c] for c in args.case] if args.case else list(CASES)
-    sms = sm_count(torch.device("cuda"))
+    sms = sm_count(dev)
     results: dict[str, list[dict]] = {}
     for rnd in range(args.rounds):
         for label, batch, ctx, dtype in cases:

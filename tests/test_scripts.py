@@ -125,3 +125,21 @@ def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
                "contiguous": [{"us": 8.0}, {"us": 7.5}]}]
     line = mod.summary_line("b1_c4k:fp16", rounds)
     assert line.split()[:7] == ["b1_c4k:fp16", "16.8", "15.50", "9.00", "10.00", "7.50", "4.70"]
+
+
+@pytest.mark.parametrize("script", ["ablate_flush", "ablate_split_decode", "sweep_page_read"])
+def test_gpu_experiments_name_bad_arguments_before_needing_a_gpu(script, monkeypatch, capsys):
+    """A bad --rounds or --case is named at once (on a device call it would otherwise cost the
+    machine's start); without CUDA the script says it needs one and exits 2, measuring nothing."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    mod = _load(script)
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--rounds", "0"])
+    assert exc.value.code == 2 and "--rounds must be >= 1, got 0" in capsys.readouterr().err
+    if script == "sweep_page_read":
+        with pytest.raises(SystemExit):
+            mod.main(["--case", "b3_c5k:fp16"])
+        assert "accepted cases are b1_c32k:fp16" in capsys.readouterr().err
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert mod.main([]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err

@@ -1,0 +1,40 @@
+"""The command line every GPU experiment script shares (ablate_flush, ablate_split_decode,
+sweep_page_read): ``--json PATH`` and ``--rounds N``, checked, then the run's metadata and
+the CUDA device. One place, so each script's ``main`` is only its experiment."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+import torch
+
+from kvbench.harness import metadata
+
+
+def experiment_parser(doc: str | None, *, rounds: int) -> argparse.ArgumentParser:
+    """A parser with --json (the results, written atomically as they come) and --rounds."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--json", default=None, metavar="PATH",
+                        help="write the results here (atomically, after each step)")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser
+
+
+def start_experiment(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+    check: Callable[[argparse.Namespace], None] | None = None,
+) -> tuple[argparse.Namespace, dict, torch.device] | None:
+    """Parse and validate (--rounds >= 1, then `check`, which calls parser.error), then the
+    metadata and the current CUDA device; None (after saying why) without a CUDA device."""
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if check is not None:
+        check(args)
+    if not torch.cuda.is_available():
+        print(f"{parser.prog} needs a CUDA device", file=sys.stderr)
+        return None
+    meta = metadata()  # device, versions, commit, command: the JSON stands on its own
+    return args, meta, torch.device("cuda", torch.cuda.current_device())
