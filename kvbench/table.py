@@ -555,9 +555,9 @@ def measure_floors(table: Table) -> None:
 
 
 def bound_ratios(rows: Sequence[Row]) -> dict[str, dict[str, float]]:
-    """Per case with a ``bound:page_read`` row: every other cold row's time over the bound's
-    (1.0 = the row costs what reading its bytes costs at that size). Warm rows are compared
-    with the warm bound only, like with like."""
+    """Per case with a ``bound:page_read`` row: every other bench() row's time over the time
+    of the bound measured in the same L2 state (1.0 = the row costs what reading its bytes
+    costs at that size); a warm row is compared with a warm bound only, like with like."""
     bounds = {(r.case, r.l2): r.us for r in rows if r.impl == PAGE_READ_BOUND}
     out: dict[str, dict[str, float]] = {}
     for r in rows:

@@ -94,7 +94,7 @@ def stream_read_fn(
 
 #: page_read_fn's launch configuration: int32 words per (page, chunk) item, warps, loop
 #: stages, persistent programs per SM. H200 sweep of 24 points on the 7 decode cases
-#: (docs/perf-notes.md, experiment 15; docs/data/h200-2026-11-30/sweep_page_read.json): this
+#: (docs/perf-notes.md, experiment 15; docs/data/h200-2026-11-30/sweep_page_read_fb52b15.json): this
 #: point's time is within 0.6% of each case's best point on geometric mean and 1.4% at worst
 #: (the previous, unswept 2048 / 4 warps / 8 per SM: 1.5% and 3.3%). The best point differs per
 #: case (1 x 32k fp16 at 1024 / 4 / 32, 64 x 8k fp16 at 2048 / 8 / 4), so the row is the bound
