@@ -13,12 +13,6 @@
 #                                             PARTS-th commit starting at PART-1, so a range
 #                                             larger than one call's time splits over calls.
 #                                             Each clone's results for ITS commits are merged.
-#                                             Only the device classes run in parallel; the
-#                                             host-side classes (HOST_BENCH) run after, one
-#                                             clone at a time (see host_pass).
-#   bash scripts/gpu_asv.sh host RANGE|FILE   only the host-side classes, commit after commit on
-#                                             GPU 0, nothing else running: re-measures host
-#                                             series that a parallel run contaminated.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
@@ -41,28 +35,7 @@ cd "$REPO" || exit 1
 # results of earlier runs (committed) are the starting point; new ones add to them
 python3 -m kvbench.cli machine >/dev/null && echo "machine: $(python3 -c 'import json,os;print(list(json.load(open(os.path.expanduser("~/.asv-machine.json"))).keys()))')"
 MACHINE=h200
-# Host-side classes (bench_host: the allocator, dispatch overhead) time the CPU. Run next to
-# another asv process they read 1.1-2.2x slower (2026-11-30: 28d14b5 and 2cd3f1f measured on
-# two GPUs at once against 19f8f12 measured alone on the same GPU; every device series equal
-# within 3%, docs/history.md), so they never share the host with another asv process.
-HOST_BENCH='^(kv_alloc|dispatch_overhead)\.'
-DEVICE_BENCH='^(paged_decode|kv_write|kv_gather_fp8)\.'
-# host_pass CLONE GPU: the host-side classes for CLONE's .hashes, alone on the machine.
-host_pass() {
-    (cd "$1" && CUDA_VISIBLE_DEVICES=$2 timeout "${ASV_TIMEOUT:-480}" python3 -m asv run \
-        --machine $MACHINE --record-samples --launch-method forkserver --bench "$HOST_BENCH" \
-        "HASHFILE:$1/.hashes" >>"$OUT/asv_host_gpu$2.log" 2>&1
-     echo "host pass on GPU $2 exit $?" >>"$OUT/asv_host_gpu$2.log")
-}
 case "$1" in
-host)
-    t0=$(date +%s)
-    if [ -f "$ROOT/$2" ]; then cat "$ROOT/$2"; else git rev-list --reverse "$2"; fi >"$REPO/.hashes"
-    echo "$(wc -l <"$REPO/.hashes") commits of $2: host-side classes only, one process"
-    host_pass "$REPO" 0
-    tail -3 "$OUT/asv_host_gpu0.log"
-    echo "host: $(( $(date +%s) - t0 )) s"
-    ;;
 gpus)
     t0=$(date +%s)
     PART=${3:-1/1}
@@ -79,15 +52,11 @@ gpus)
         awk -v g="$i" -v n="${#GPUS[@]}" '(NR - 1) % n == g' /tmp/part.txt >"$clone/.hashes"
         echo "GPU $gpu: $(wc -l <"$clone/.hashes") commits"
         (cd "$clone" && CUDA_VISIBLE_DEVICES=$gpu timeout "${ASV_TIMEOUT:-480}" python3 -m asv run \
-            --machine $MACHINE --record-samples --launch-method forkserver --bench "$DEVICE_BENCH" \
-            "HASHFILE:$clone/.hashes" \
+            --machine $MACHINE --record-samples --launch-method forkserver "HASHFILE:$clone/.hashes" \
             >"$OUT/asv_gpu$gpu.log" 2>&1; echo "GPU $gpu asv exit $? after $(( $(date +%s) - t0 )) s" >>"$OUT/asv_gpu$gpu.log") &
         pids+=($!)
     done
     wait "${pids[@]}"
-    for gpu in "${GPUS[@]}"; do  # then the host-side classes, one clone at a time
-        host_pass /tmp/kvbench-history-gpu$gpu "$gpu"
-    done
     for gpu in "${GPUS[@]}"; do
         tail -3 "$OUT/asv_gpu$gpu.log"
         # Only this clone's own commits: every clone also holds the committed results (from
