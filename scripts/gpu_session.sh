@@ -6,7 +6,8 @@
 # (validate_gpu + calibrate), tables (kvbench table for every op), grid (issue-3 decode grid),
 # sweep (decode config x splits), sweep-fp8, sweep-page-read (the read bound of each decode
 # case, docs/perf-notes.md experiment 15), ablate-flush (every CUDA flush mode on the cases a
-# flush could change, docs/harness.md), profile (where
+# flush could change, docs/harness.md), ablate-split (a split-KV decode's kernels timed apart,
+# experiment 15), profile (where
 # the asv suite's per-commit time goes), tune (kvbench tune + table after).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,9 @@ for stage in "$@"; do
         ;;
     ablate-flush)
         python3 scripts/ablate_flush.py --json "$OUT/ablate_flush.json" 2>&1 | tee "$OUT/ablate_flush.log" | tail -10
+        ;;
+    ablate-split)
+        python3 scripts/ablate_split_decode.py --json "$OUT/ablate_split_decode.json" 2>&1 | tee "$OUT/ablate_split_decode.log" | tail -6
         ;;
     sweep-page-read)
         python3 scripts/sweep_page_read.py --json "$OUT/sweep_page_read.json" 2>&1 | tee "$OUT/sweep_page_read.log" | tail -9
