@@ -13,6 +13,10 @@
 #                                             PARTS-th commit starting at PART-1, so a range
 #                                             larger than one call's time splits over calls.
 #                                             Each clone's results for ITS commits are merged.
+# Through the device tool (64 MiB may travel): the tracked results/h200 alone is ~43 MB, so move
+# it out of the working tree for the call (the tool copies the files present; the bundle's
+# clone holds the committed results), carry .device and .whl, put it back after, and copy the
+# measured commits' files out of $OUT/asv_results.tgz (docs/history.md, session 5).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
