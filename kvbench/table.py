@@ -47,6 +47,7 @@ from kvbench.harness import (
 )
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
+from kvbench.harness.report import EVENT_TIMERS
 from kvbench.jsonfile import check_writable, write_json_atomic
 from kvbench.pool import paged_pool
 
@@ -550,7 +551,7 @@ def measure_floors(table: Table) -> None:
     timers = {r.timer for r in table.rows}
     if table.floor_us is None and "bench_host" in timers:
         table.floor_us = host_floor().median_us
-    if table.event_floor_us is None and timers & {"bench", "bench_stateful"}:
+    if table.event_floor_us is None and timers & set(EVENT_TIMERS):
         table.event_floor_us = event_floor().median_us
 
 

@@ -27,7 +27,7 @@ import torch
 from gpu_experiment import experiment_parser, start_experiment
 
 from kvbench import checks
-from kvbench.harness import bench, timers, verify
+from kvbench.harness import bench, timers
 from kvbench.harness.flush import CUDA_FLUSH_MODES, flusher
 from kvbench.harness.stream_read import page_read_fn
 from kvbench.harness.validate_gpu import SMALL_COPY_BYTES, copy_buffers
@@ -36,18 +36,15 @@ from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
 from kvbench.kernels.kv_write import kv_write_triton
 from kvbench.pool import paged_pool
-from kvbench.reference import paged_decode_ref
 
 
 def decode_case(batch: int, ctx: int, dev: torch.device) -> tuple[Callable[[], object], object]:
     """The shipped split-KV decode on a fragmented >= 8x L2 fp16 pool, verified first."""
     pool = paged_pool(batch, ctx, dtype=torch.float16, device=dev)
     q = checks.make_decode_query(pool, 32)
-    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    fn = partial(pd.paged_decode_split_kv, *args)
-    verify(f"decode b{batch}x{ctx}", fn(), paged_decode_ref(*args),
-           rtol=pd._RTOL["fp16"], atol=pd._ATOL["fp16"])
-    return fn, pool
+    checks.check_paged_decode(pd.paged_decode_split_kv, pool, q)
+    return partial(pd.paged_decode_split_kv, q, pool.k_cache, pool.v_cache, pool.block_table,
+                   pool.seq_lens), pool
 
 
 def build_cases(dev: torch.device) -> tuple[dict[str, Callable[[], object]], list[object]]:
@@ -59,9 +56,8 @@ def build_cases(dev: torch.device) -> tuple[dict[str, Callable[[], object]], lis
     src, dst = copy_buffers(SMALL_COPY_BYTES, dev)
     cases["copy 8 MiB"] = partial(dst.copy_, src)
     cases["decode b1x4k"], small = decode_case(1, 4096, dev)
-    want = checks.page_read_xor(small)
     read = page_read_fn(small.k_cache, small.v_cache, small.attended_page_ids(), sm_count(dev))
-    checks.check_page_read(read, small, want)
+    checks.check_page_read(read, small)
     cases["page_read b1x4k"] = read
     cases["decode b64x8k"], big = decode_case(64, 8192, dev)
     wpool = paged_pool(1, 4096, dtype=torch.float16, device=dev)

@@ -29,13 +29,12 @@ from gpu_experiment import experiment_parser, start_experiment
 from sweep_paged_decode import CASES
 
 from kvbench import checks
-from kvbench.harness import bench, event_floor, verify
+from kvbench.harness import bench, event_floor
 from kvbench.harness.stream_read import page_read_fn
 from kvbench.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
 from kvbench.pool import paged_pool
-from kvbench.reference import paged_decode_ref
 
 ROWS = ("decode", "split only", "reduce only", "decode PDL off", "page_read", "empty")
 
@@ -66,11 +65,12 @@ def _reduce_replaced(recorder: _ReduceRecorder) -> Iterator[None]:
         pd._reduce_kernel = saved
 
 
-def _pdl_off(fn: Callable[[], object]) -> Callable[[], object]:
-    def call() -> object:
+def _pdl_off(fn: Callable[..., object]) -> Callable[..., object]:
+    """`fn` (a decode entry point) called with the reduce launched without PDL."""
+    def call(*args: object, **kwargs: object) -> object:
         saved, pd.REDUCE_PDL = pd.REDUCE_PDL, False
         try:
-            return fn()
+            return fn(*args, **kwargs)
         finally:
             pd.REDUCE_PDL = saved
 
@@ -80,24 +80,21 @@ def _pdl_off(fn: Callable[[], object]) -> Callable[[], object]:
 def ablate_case(batch: int, ctx: int, dtype: str, dev: torch.device) -> dict[str, float]:
     """One case, one round: every row checked where it has a result, then timed (us)."""
     torch.cuda.empty_cache()
-    pool = paged_pool(batch, ctx, dtype={"fp16": torch.float16, "fp8": "fp8"}[dtype], device=dev)
+    pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
     q = checks.make_decode_query(pool, 32)
-    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-    decode = partial(pd.paged_decode_split_kv, *args, **kw)
-    ref = paged_decode_ref(*args, **kw)
-    tol = {"rtol": pd._RTOL[dtype], "atol": pd._ATOL[dtype]}
-    verify(f"decode b{batch}x{ctx} {dtype}", decode(), ref, **tol)
-    verify(f"decode PDL off b{batch}x{ctx} {dtype}", _pdl_off(decode)(), ref, **tol)
-
+    decode_fn = pd.paged_decode_split_kv
+    checks.check_paged_decode(decode_fn, pool, q)
+    checks.check_paged_decode(_pdl_off(decode_fn), pool, q)
     real = pd._reduce_kernel
     recorder = _ReduceRecorder(real, skip=False)
     with _reduce_replaced(recorder):
-        verify(f"decode (recorded) b{batch}x{ctx} {dtype}", decode(), ref, **tol)
+        checks.check_paged_decode(decode_fn, pool, q)
     if recorder.launch is None:
         raise RuntimeError(f"b{batch}x{ctx} {dtype} ran without a reduce: not a split case")
     grid, r_args, r_kwargs = recorder.launch
     skipper = _ReduceRecorder(real, skip=True)
+    decode = partial(decode_fn, q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens,
+                     k_scale=pool.k_scale, v_scale=pool.v_scale)
 
     def split_only() -> object:
         with _reduce_replaced(skipper):

@@ -21,20 +21,20 @@ from __future__ import annotations
 import itertools
 import statistics
 import sys
+from functools import partial
 
 import torch
 from gpu_experiment import experiment_parser, start_experiment
 from sweep_paged_decode import CASES
 
 from kvbench import checks
-from kvbench.harness import bench, event_floor, verify
+from kvbench.harness import bench, event_floor
 from kvbench.harness.stream_read import CONFIG as STREAM_READ_CONFIG
 from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn, stream_read_fn
 from kvbench.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
 from kvbench.pool import paged_pool
-from kvbench.reference import paged_decode_ref
 from kvbench.theory import page_read_work
 
 #: page_read_fn points: CHUNK (int32 words per item) x warps x programs per SM. One stage:
@@ -50,16 +50,11 @@ def sweep_case(label: str, batch: int, ctx: int, dtype: str, sms: int) -> dict:
     """One case, one round: every point verified, then timed; microseconds."""
     dev = torch.device("cuda")
     torch.cuda.empty_cache()
-    pool = paged_pool(batch, ctx, dtype={"fp16": torch.float16, "fp8": "fp8"}[dtype], device=dev)
+    pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
     q = checks.make_decode_query(pool, 32)
-    a = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-
-    def decode() -> torch.Tensor:
-        return pd.paged_decode_split_kv(*a, **kw)
-
-    verify(f"{label} {dtype}", decode(), paged_decode_ref(*a, **kw),
-           rtol=pd._RTOL[dtype], atol=pd._ATOL[dtype])
+    checks.check_paged_decode(pd.paged_decode_split_kv, pool, q)
+    decode = partial(pd.paged_decode_split_kv, q, pool.k_cache, pool.v_cache, pool.block_table,
+                     pool.seq_lens, k_scale=pool.k_scale, v_scale=pool.v_scale)
     out = {"decode": bench(decode).median_us}
     ids = pool.attended_page_ids()
     want = checks.page_read_xor(pool)

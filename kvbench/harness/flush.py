@@ -132,13 +132,10 @@ def read_flush(buf: torch.Tensor, *, accumulate_int32: bool = True) -> Callable[
     flush also writes and re-reads a 2x temporary (docs/harness.md)."""
     dtype = torch.int32 if accumulate_int32 else torch.int64
     out = torch.zeros((), dtype=dtype, device=buf.device)
+    accumulate = {"dtype": torch.int32} if accumulate_int32 else {}  # int64: torch's default
 
     def flush() -> None:
-        # torch 2.11 has no full-reduction `out=` overload, hence dim=0.
-        if accumulate_int32:
-            torch.sum(buf, dim=0, dtype=torch.int32, out=out)
-        else:
-            torch.sum(buf, dim=0, out=out)
+        torch.sum(buf, dim=0, out=out, **accumulate)  # torch 2.11: no full-reduction out=
 
     return flush
 

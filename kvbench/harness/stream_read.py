@@ -175,7 +175,7 @@ def page_read_fn(
             f"{tuple(page_ids.shape)} {page_ids.dtype} on {page_ids.device} "
             f"(contiguous={page_ids.is_contiguous()})"
         )
-    low, high = int(page_ids.min()), int(page_ids.max())
+    low, high = (int(x) for x in torch.aminmax(page_ids))  # read once, here, not per call
     if low < 0 or high >= k_words.shape[0]:
         raise ValueError(f"page_ids span [{low}, {high}]; the caches have pages [0, {k_words.shape[0] - 1}]")
     words_per_page = k_words.shape[1]
