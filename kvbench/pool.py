@@ -22,6 +22,12 @@ are to be re-measured there (an ablation row per property) before anyone relies 
   instead of page_size rows one token apart. It tests whether a kernel is limited by the
   access pattern of token-major rows (128 B per row at fp8, head_dim 128) rather than by
   its own code.
+* ``storage="v_dim_major"``: the combined buffer with each V page half stored dim-major,
+  ``[kv_heads, head_dim, page_size]`` (vLLM's original value-cache layout), K as in combined.
+  V is still passed as a ``[num_pages, page_size, kv_heads, head_dim]`` strided view (stride 1
+  along page_size). Why it exists: the P @ V product runs along tokens, so a token-major fp8
+  V tile reaches the MMA through byte-wise shared-memory reads; dim-major pages make the
+  token axis contiguous (docs/perf-notes.md, experiment 16).
 * Capacity >= ``min_l2_multiple`` x L2 (default 8): not because a smaller pool would be served
   from L2 (the timer flushes L2 and decode reads each row once) but so the attended working set
   is large enough for the kernel to be bandwidth-bound rather than launch-bound. A10: capacity
@@ -49,7 +55,8 @@ from kvbench.quant import quantize_fp8
 # Reasons for each property: module docstring (A10 figures, to re-measure on the H200).
 LAYOUTS = ("fragmented", "contiguous")  # fragmented: 2-4% on A10; contiguous: its ablation row
 # combined: the engine's layout; split: small-geometry guard; head_major: access-pattern ablation
-STORAGES = ("combined", "split", "head_major")
+# v_dim_major: V pages dim-major (P @ V reads tokens contiguously; see docstring)
+STORAGES = ("combined", "split", "head_major", "v_dim_major")
 _DTYPES: dict[object, str] = {
     torch.float16: "fp16",
     "fp16": "fp16",
@@ -87,7 +94,8 @@ class KVPool:
     ``nbytes``: bytes of K+V storage (the whole pool, not the attended part).
     ``buffer``: the one allocation K and V are views of, laid out as ``storage`` says
     (combined: ``[num_pages, 2, page_size, kv_heads, head_dim]``; head_major: ``[num_pages,
-    2, kv_heads, page_size, head_dim]``); None for split storage.
+    2, kv_heads, page_size, head_dim]``; v_dim_major: ``[num_pages, 2, page_size x kv_heads x
+    head_dim]``, the V half ``[kv_heads, head_dim, page_size]``); None for split storage.
     """
 
     k_cache: torch.Tensor | None
@@ -331,6 +339,11 @@ def _fill_kv(
             (num_pages, 2, page_size, kv_heads, head_dim), dtype=store_dtype, device=dev
         )
         k, v = buf[:, 0], buf[:, 1]
+    elif storage == "v_dim_major":
+        half = page_size * kv_heads * head_dim
+        buf = torch.empty((num_pages, 2, half), dtype=store_dtype, device=dev)
+        k = buf[:, 0].view(page_shape)
+        v = buf[:, 1].view(num_pages, kv_heads, head_dim, page_size).permute(0, 3, 1, 2)
     elif storage == "head_major":
         buf = torch.empty(
             (num_pages, 2, kv_heads, page_size, head_dim), dtype=store_dtype, device=dev

@@ -37,9 +37,15 @@ def test_page_read_reads_exactly_the_attended_pages(dtype, storage):
     for cfg in (CFG, {**CFG, "CHUNK": 64, "programs_per_sm": 1}, {**CFG, "programs_per_sm": 3}):
         read = page_read_fn(pool.k_cache, pool.v_cache, ids, 4, cfg)
         assert checks.check_page_read(read, pool) == 0.0
-    # The reference, independently of page_words: numpy XOR over the gathered cache pages.
+    # The reference, independently of page_words: numpy XOR over the gathered cache pages,
+    # each page's elements in memory order (dims by decreasing stride: v_dim_major's V view
+    # is permuted, and pairing its fp16 elements in view order would make other words).
+    def in_memory_order(c):
+        return c.permute(0, *sorted(range(1, c.dim()), key=lambda d: -c.stride(d)))
+
     want = np.bitwise_xor.reduce(np.concatenate([
-        c[ids.long()].contiguous().view(torch.uint8).cpu().numpy().reshape(-1).view(np.int32)
+        in_memory_order(c)[ids.long()].contiguous().view(torch.uint8).cpu().numpy()
+        .reshape(-1).view(np.int32)
         for c in (pool.k_cache, pool.v_cache)
     ]))
     got = np.bitwise_xor.reduce(page_read_fn(pool.k_cache, pool.v_cache, ids, 4, CFG)().cpu().numpy())

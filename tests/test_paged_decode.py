@@ -54,6 +54,9 @@ _MATRIX = [
     ("fp8", "contiguous", "split"),
     ("fp16", "fragmented", "head_major"),
     ("fp8", "fragmented", "head_major"),
+    ("fp16", "fragmented", "v_dim_major"),
+    ("bf16", "contiguous", "v_dim_major"),
+    ("fp8", "fragmented", "v_dim_major"),
 ]
 
 
@@ -63,6 +66,46 @@ def test_kernel_matrix(device, fn, dtype, layout, storage):
     pool = _pool(device, 3, [23, 80, 5], dtype=dtype, layout=layout, storage=storage, num_pages=40)
     diff = _run(fn, pool, 4)
     assert diff >= 0.0
+
+
+@pytest.mark.parametrize("fn", TRITON, ids=_name)
+@pytest.mark.parametrize("storage", ["combined", "v_dim_major"])
+@pytest.mark.parametrize("dtype", ["fp16", "fp8"])
+def test_whole_tiles_and_tail_with_stale_nan_past_seq_len(device, fn, storage, dtype):
+    """Sequences of whole BLOCK_N tiles, whole tiles plus a tail, and a tail alone; every slot
+    no sequence attends holds NaN (fp16) / the e4m3 NaN code 0x7F (fp8), as unwritten rows may
+    in an engine, including the rest of each last page and all of page 0, which a masked
+    block-table load returns for tokens past seq_len. The dim-major path loads its tail tile
+    whole and must zero those rows, not only give them p = 0 (0 x NaN = NaN)."""
+    block_n = pd.CONFIG["single_pass"]["BLOCK_N"]
+    lens = [2 * block_n, 2 * block_n + 19, 7]
+    pool = _pool(device, 3, lens, dtype=dtype, storage=storage, num_pages=60)
+    used = pool.attended_page_ids()
+    spare = next(p for p in range(1, pool.num_pages) if p not in set(used.tolist()))
+    for cache in (pool.k_cache, pool.v_cache):  # move page 0's tokens to a spare page
+        cache[spare] = cache[0]
+    pool.block_table[pool.block_table == 0] = spare
+    attended = torch.zeros(pool.num_pages, pool.page_size, dtype=torch.bool, device=device)
+    for seq, n in enumerate(lens):
+        for t in range(n):
+            attended[pool.block_table[seq, t // pool.page_size], t % pool.page_size] = True
+    assert not attended[0].any()
+    poison = 0x7F if dtype == "fp8" else float("nan")
+    for cache in (pool.k_cache, pool.v_cache):
+        cache[~attended] = poison
+    assert _run(fn, pool, 4) >= 0.0
+
+
+def test_v_cache_layout_neither_token_nor_dim_major_is_refused():
+    pool = _pool("cpu", 1, 20)
+    q = make_decode_query(pool, 4)
+    n, p, h, d = pool.v_cache.shape
+    mixed = torch.zeros((n, p, d, h), dtype=pool.v_cache.dtype).permute(0, 1, 3, 2)
+    odd = torch.zeros(n * (p * h * d + 1), dtype=pool.v_cache.dtype).as_strided(
+        (n, p, h, d), (p * h * d + 1, 1, d * p, p))
+    for v in (mixed, odd):
+        with pytest.raises(ValueError, match="v_cache must be token-major .* or dim-major"):
+            SINGLE(q, pool.k_cache, v, pool.block_table, pool.seq_lens)
 
 
 @pytest.mark.parametrize("fn", ALL, ids=_name)
@@ -491,9 +534,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
     kern = pd._decode_kernel
     names = kern.arg_names
     aligned = {"stride_qb", "stride_qh", "stride_kp", "stride_ks", "stride_kh",
-               "stride_vp", "stride_vs", "stride_vh"}
+               "stride_vp", "stride_vs", "stride_vh", "stride_vd"}
 
-    def compile_one(qdt, kvdt, split, mode="cvt"):
+    def compile_one(qdt, kvdt, split, mode="cvt", v_dim_major=False):
         fp8 = kvdt == "u8"
         cfg = pd.CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")]
         part = "*fp32" if split else f"*{qdt}"
@@ -505,7 +548,10 @@ _COMPILE_SCRIPT = textwrap.dedent(
         const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 128, "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
                  "DOT_F32": False, "FP8_BITS": fp8 and mode == "bits",
-                 "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split}
+                 "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split,
+                 "V_DMAJOR": v_dim_major}
+        # A launch specializes a stride of 1 as a constant: V's last dim, or its slots.
+        const["stride_vs" if v_dim_major else "stride_vd"] = 1
         for k in const:
             sig[k] = "constexpr"
         # What a real launch specializes: 16-byte aligned pointers and strides.
@@ -520,11 +566,14 @@ _COMPILE_SCRIPT = textwrap.dedent(
     # fp16 single pass; fp8 bytes with fp16 q (single pass) and bf16 q (split epilogue), each
     # through every FP8_DEQUANT path. Float-convert counts per path: PTX cvt with a float type
     # (not the integer/address cvts) and SASS F2F / F2FP (conversion-unit instructions).
-    cases = [("fp16", "fp16", False, "-")] + [
-        (qdt, "u8", split, mode) for qdt, split in (("fp16", False), ("bf16", True))
-        for mode in ("cvt", "bits")]
-    for qdt, kvdt, split, mode in cases:
-        k, cap = compile_one(qdt, kvdt, split, mode)
+    # Then V dim-major pages (storage "v_dim_major"): fp16, and fp8 through "cvt".
+    cases = [("fp16", "fp16", False, "-", False)] + [
+        (qdt, "u8", split, mode, False) for qdt, split in (("fp16", False), ("bf16", True))
+        for mode in ("cvt", "bits")] + [
+        ("fp16", "fp16", False, "-", True), ("fp16", "u8", False, "cvt", True),
+        ("bf16", "u8", True, "cvt", True)]
+    for qdt, kvdt, split, mode, vdm in cases:
+        k, cap = compile_one(qdt, kvdt, split, mode, vdm)
         ptx = k.asm["ptx"]
         assert "cp.async" in ptx or "cp.async.bulk" in ptx, "KV loads not async"
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -537,7 +586,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
         fcvt = collections.Counter(re.findall(r"\\bcvt\\.[\\w.]*(?:e4m3|f16|bf16|f32)[\\w.]*", ptx))
         ops = collections.Counter(re.findall(r"^\\s+/\\*[0-9a-f]{4}\\*/\\s+(?:@!?U?P\\w+\\s+)?([A-Z0-9]+)",
                                              sass, re.M))
-        print(f"{qdt} kv={kvdt} split={split} dequant={mode} {line.strip()}")
+        print(f"{qdt} kv={kvdt} split={split} dequant={mode} v_dim_major={vdm} {line.strip()}")
         print(f"  ptx float cvt: {dict(fcvt)}")
         # How dot operands leave shared memory: ldmatrix (16-bit tiles, .trans for V) versus
         # scalar byte loads (ld.shared.b8: fp8 V gathered into the mma B-operand layout).
@@ -545,6 +594,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
         print(f"  ptx smem operand loads: {dict(smem)}")
         print("  sass: " + " ".join(f"{op}={ops[op]}" for op in
               ("F2F", "F2FP", "PRMT", "LOP3", "IMAD", "SHF", "HMMA")) + f" total={sum(ops.values())}")
+        if vdm:
+            # The point of dim-major V: vector cp.async of whole pages, no byte reads of V.
+            assert "ld.shared.b8" not in ptx and "ld.global.b8" not in ptx, dict(smem)
         if cap is None:
             assert "STACK:0 " in line, f"register spills: {line}"
         else:  # a capped config trades spills for occupancy (CONFIG comment): hold the cap

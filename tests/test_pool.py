@@ -70,6 +70,17 @@ def test_head_major_storage_puts_one_page_of_one_head_together():
     assert float(p.v_cache[3, 2, 1, 5]) == 7.0 and float(p.k_cache[3, 2, 1, 5]) != 7.0
 
 
+def test_v_dim_major_storage_keeps_k_token_major_and_lays_v_pages_out_by_dim():
+    p = paged_pool(2, 8, storage="v_dim_major", num_pages=10, **SMALL)
+    half = 4 * 2 * 16  # page_size x kv_heads x head_dim
+    assert p.buffer.shape == (10, 2, half)
+    assert p.k_cache.shape == (10, 4, 2, 16) == p.v_cache.shape
+    assert p.k_cache.stride() == (2 * half, 2 * 16, 16, 1)  # as in combined storage
+    assert p.v_cache.stride() == (2 * half, 1, 16 * 4, 4)  # [kv_heads, head_dim, page_size]
+    p.buffer[3, 1, 1 * 16 * 4 + 5 * 4 + 2] = 7.0  # V, page 3, head 1, dim 5, slot 2
+    assert float(p.v_cache[3, 2, 1, 5]) == 7.0 and float(p.k_cache[3, 2, 1, 5]) != 7.0
+
+
 def test_split_storage_is_two_contiguous_tensors():
     p = paged_pool(2, 8, storage="split", num_pages=10, **SMALL)
     assert p.buffer is None

@@ -124,7 +124,7 @@ def page_words(cache: torch.Tensor) -> torch.Tensor:
     """``cache`` ([num_pages, ...], each page one dense block of memory in any dim order) as an
     int32 ``[num_pages, words_per_page]`` view of the same memory.
 
-    Accepts every pool storage (combined, split, head_major: the K or V half of a page is
+    Accepts every pool storage (combined, split, head_major, v_dim_major: the K or V half of a page is
     dense in all of them); raises ValueError for a page that is not one dense block or whose
     bytes are not whole 4-byte words.
     """

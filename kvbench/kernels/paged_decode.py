@@ -27,7 +27,8 @@ checks (seq_lens range, block-table entries) need the values on the host: they r
 tensors and, on CUDA, only when ``_validate.CHECK_VALUES_ON_DEVICE`` is set, because a host
 read in the launcher would stall the launch queue inside every timed region. Accepted inputs:
 q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or uint8 e4m3
-bytes with ``k_scale``/``v_scale``; D a power of two in [16, 256]; page_size a power of two;
+bytes with ``k_scale``/``v_scale``, K token-major (D contiguous), V token-major or dim-major
+(page_size contiguous: ``_v_dim_major``); D a power of two in [16, 256]; page_size a power of two;
 block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
 values >= 0 (a length-0 sequence gets a zero output, as padded batch slots do in an engine).
 """
@@ -182,6 +183,99 @@ def _to_f32(x):
 
 
 @triton.jit
+def _attend_tile(
+    q,
+    m_i,
+    l_i,
+    acc,
+    start,
+    hi,
+    bt_row,
+    k_head,
+    v_head,
+    scale,
+    stride_kp,
+    stride_ks,
+    stride_vp,
+    stride_vs,
+    stride_vd,
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FP8: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    FP8_BITS: tl.constexpr,
+    P_SCALED: tl.constexpr,
+    V_DMAJOR: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """Online-softmax update of (m_i, l_i, acc) by tokens [start, start + BLOCK_N).
+
+    MASKED: the tile ends past ``hi`` (the tail); unmasked tiles load whole rows, which is
+    what lets a dim-major V tile load 16 bytes per access.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    tok = start + offs_n
+    slot = tok % PAGE_SIZE
+    if MASKED:
+        mask_n = tok < hi
+        page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
+        k = tl.load(
+            k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
+            mask=mask_n[:, None],
+            other=0,
+        )
+    else:
+        page = tl.load(bt_row + tok // PAGE_SIZE).to(tl.int64)
+        k = tl.load(k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :])
+    if FP8:
+        k = _widen_e4m3(k, q, FP8_BITS)
+    if DOT_F32:
+        scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
+    else:
+        scores = tl.dot(q, tl.trans(k)) * scale
+    if MASKED:
+        scores = tl.where(mask_n[None, :], scores, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    alpha = tl.exp2(m_i - m_new)
+    if P_SCALED:
+        # bf16 "bits" path: p = exp2(s - m) x 2^112 so that P @ V (V = e4m3 x 2^-120) stays
+        # fp32-normal; the row sum is scaled back exactly (a power of two).
+        p = tl.exp2(scores - (m_new - 112.0)[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1) * 1.925929944387236e-34  # 2^-112
+    else:
+        p = tl.exp2(scores - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+    if V_DMAJOR:
+        # Slots of one page are adjacent: tell the compiler (it cannot see through the
+        # block-table load) so the tile is loaded PAGE_SIZE tokens per vector.
+        v_off = page * stride_vp + slot
+        RUN: tl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N
+        v_off = tl.max_contiguous(tl.multiple_of(v_off, RUN), RUN)
+        v_ptrs = v_head + v_off[:, None] + offs_d[None, :] * stride_vd
+    else:
+        v_ptrs = v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :]
+    if MASKED and V_DMAJOR:
+        # Past ``hi`` the page loaded above is page 0 (the masked table load's ``other``): a
+        # valid page, so the whole tile loads as vectors; the rows past ``hi`` are then zeroed
+        # (a stale NaN there would survive p = 0).
+        v = tl.where(mask_n[:, None], tl.load(v_ptrs), 0)
+    elif MASKED:
+        v = tl.load(v_ptrs, mask=mask_n[:, None], other=0)
+    else:
+        v = tl.load(v_ptrs)
+    if FP8:
+        v = _widen_e4m3(v, q, FP8_BITS)
+    if DOT_F32:
+        pv = tl.dot(_to_f32(p.to(q.dtype)), _to_f32(v))
+    else:
+        pv = tl.dot(p.to(q.dtype), v)
+    acc = acc * alpha[:, None] + pv
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _decode_kernel(
     q_ptr,
     k_ptr,
@@ -202,6 +296,7 @@ def _decode_kernel(
     stride_vp,
     stride_vs,
     stride_vh,
+    stride_vd,
     stride_btb,
     max_pages,
     num_heads_q,
@@ -218,6 +313,7 @@ def _decode_kernel(
     FP8_BITS: tl.constexpr,
     P_SCALED: tl.constexpr,
     PDL: tl.constexpr,
+    V_DMAJOR: tl.constexpr,
 ):
     """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
     if PDL:
@@ -238,7 +334,6 @@ def _decode_kernel(
 
     offs_g = tl.arange(0, GROUP_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
-    offs_n = tl.arange(0, BLOCK_N)
     mask_g = offs_g < GROUP
     heads = h * GROUP + offs_g
     q = tl.load(
@@ -264,46 +359,32 @@ def _decode_kernel(
     bt_row = bt_ptr + b.to(tl.int64) * stride_btb
     k_head = k_ptr + h * stride_kh
     v_head = v_ptr + h * stride_vh
-    for start in range(lo, hi, BLOCK_N):
-        tok = start + offs_n
-        mask_n = tok < hi
-        page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
-        slot = tok % PAGE_SIZE
-        k = tl.load(
-            k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
-            mask=mask_n[:, None],
-            other=0,
-        )
-        if FP8:
-            k = _widen_e4m3(k, q, FP8_BITS)
-        if DOT_F32:
-            scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
-        else:
-            scores = tl.dot(q, tl.trans(k)) * scale
-        scores = tl.where(mask_n[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, 1))
-        alpha = tl.exp2(m_i - m_new)
-        if P_SCALED:
-            # bf16 "bits" path: p = exp2(s - m) x 2^112 so that P @ V (V = e4m3 x 2^-120) stays
-            # fp32-normal; the row sum is scaled back exactly (a power of two).
-            p = tl.exp2(scores - (m_new - 112.0)[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1) * 1.925929944387236e-34  # 2^-112
-        else:
-            p = tl.exp2(scores - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(
-            v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :],
-            mask=mask_n[:, None],
-            other=0,
-        )
-        if FP8:
-            v = _widen_e4m3(v, q, FP8_BITS)
-        if DOT_F32:
-            pv = tl.dot(_to_f32(p.to(q.dtype)), _to_f32(v))
-        else:
-            pv = tl.dot(p.to(q.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+    if V_DMAJOR:
+        # Whole tiles without masks, then the partial tail tile (if any) with them: a
+        # dim-major V tile is contiguous along tokens, and a per-token mask would cut its loads
+        # to single elements (no vectors, no cp.async) in every iteration instead of one.
+        full_end = lo + (hi - lo) // BLOCK_N * BLOCK_N
+        for start in range(lo, full_end, BLOCK_N):
+            m_i, l_i, acc = _attend_tile(
+                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
+                stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, False,
+            )
+        if full_end < hi:
+            m_i, l_i, acc = _attend_tile(
+                q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale,
+                stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, True,
+            )
+    else:
+        # Token-major V: every tile masked (one loop: the peeled form costs the fp8 kernel
+        # registers and spills under its cap, and masks along d-contiguous rows cost nothing).
+        for start in range(lo, hi, BLOCK_N):
+            m_i, l_i, acc = _attend_tile(
+                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
+                stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, False, True,
+            )
 
     has = l_i > 0.0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -384,6 +465,7 @@ class _Problem:
     num_pages: int
     max_pages: int
     fp8: bool
+    v_dim_major: bool
     sm_scale: float
     k_scale: torch.Tensor | float
     v_scale: torch.Tensor | float
@@ -408,7 +490,8 @@ def _validate(
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         V.check_dtype(name, cache, accepted_cache)
         V.check_ndim(name, cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
-        V.check_last_dim_contiguous(name, cache)
+    V.check_last_dim_contiguous("k_cache", k_cache)
+    v_dim_major = _v_dim_major(v_cache)
     if v_cache.dtype != k_cache.dtype:
         raise ValueError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
     V.check_shape("v_cache", v_cache, tuple(k_cache.shape))
@@ -468,9 +551,33 @@ def _validate(
         num_pages=num_pages,
         max_pages=max_pages,
         fp8=fp8,
+        v_dim_major=v_dim_major,
         sm_scale=float(sm_scale),
         k_scale=1.0 if k_scale is None else k_scale,
         v_scale=1.0 if v_scale is None else v_scale,
+    )
+
+
+def _v_dim_major(v_cache: torch.Tensor) -> bool:
+    """Which V page layout the kernels read: False for token-major rows (head_dim contiguous,
+    the default), True for dim-major pages (the page_size slots of one (head, dim) adjacent:
+    vLLM's original value-cache layout, the pool's ``storage="v_dim_major"``).
+
+    Dim-major pages let the fp8 kernel feed V to the MMA with vector shared-memory reads
+    instead of byte reads (docs/perf-notes.md, experiment 16). The kernel tells the compiler
+    that a page's slots are adjacent and start at a multiple of page_size elements, so the
+    page stride must be a multiple of page_size.
+    """
+    V.check_tensor("v_cache", v_cache)
+    page_size = v_cache.shape[1]
+    if v_cache.stride(3) == 1:
+        return False
+    if (page_size == 1 or v_cache.stride(1) == 1) and v_cache.stride(0) % page_size == 0:
+        return True
+    raise ValueError(
+        "v_cache must be token-major (stride 1 in its last dimension) or dim-major (stride 1 "
+        "in its page_size dimension, page stride a multiple of page_size), got shape "
+        f"{tuple(v_cache.shape)} strides {tuple(v_cache.stride())}"
     )
 
 
@@ -591,6 +698,7 @@ def _launch(
         v_cache.stride(0),
         v_cache.stride(1),
         v_cache.stride(2),
+        v_cache.stride(3),
         block_table.stride(0),
         p.max_pages,
         p.q_heads,
@@ -607,6 +715,7 @@ def _launch(
         FP8_BITS=fp8_bits,
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         PDL=pdl,
+        V_DMAJOR=p.v_dim_major,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
