@@ -251,7 +251,7 @@ def _attend_tile(
         # Slots of one page are adjacent: tell the compiler (it cannot see through the
         # block-table load) so the tile is loaded PAGE_SIZE tokens per vector.
         v_off = page * stride_vp + slot
-        RUN: tl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N
+        RUN: tl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N  # noqa: FURB136
         v_off = tl.max_contiguous(tl.multiple_of(v_off, RUN), RUN)
         v_ptrs = v_head + v_off[:, None] + offs_d[None, :] * stride_vd
     else:
