@@ -142,6 +142,11 @@ _BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
 # 9, which also measured, and dropped, loading V before QK^T and the reduce's loads first).
 REDUCE_PDL = True
 
+# Load each tile's block-table entries one loop iteration ahead (``_attend_range``), which is
+# what lets the pipeliner multi-buffer the K/V tiles at num_stages >= 3. Under test on the
+# H200 (docs/perf-notes.md, experiment 16); off keeps the measured kernels.
+BT_AHEAD = False
+
 _Q_DTYPES = (torch.float16, torch.bfloat16)
 _HEAD_DIMS = "a power of two in [16, 256]"
 _LOG2E = 1.4426950408889634
@@ -208,11 +213,13 @@ def _attend_tile(
     P_SCALED: tl.constexpr,
     V_DMAJOR: tl.constexpr,
     MASKED: tl.constexpr,
+    page_in=None,
 ):
     """Online-softmax update of (m_i, l_i, acc) by tokens [start, start + BLOCK_N).
 
     MASKED: the tile ends past ``hi`` (the tail); unmasked tiles load whole rows, which is
-    what lets a dim-major V tile load 16 bytes per access.
+    what lets a dim-major V tile load 16 bytes per access. ``page_in``: the tile's page per
+    token (0 past ``hi``), loaded one tile ahead by ``_attend_range``; None: load it here.
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -220,14 +227,19 @@ def _attend_tile(
     slot = tok % PAGE_SIZE
     if MASKED:
         mask_n = tok < hi
+    if page_in is not None:
+        page = page_in
+    elif MASKED:
         page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
+    else:
+        page = tl.load(bt_row + tok // PAGE_SIZE).to(tl.int64)
+    if MASKED:
         k = tl.load(
             k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
             mask=mask_n[:, None],
             other=0,
         )
     else:
-        page = tl.load(bt_row + tok // PAGE_SIZE).to(tl.int64)
         k = tl.load(k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :])
     if FP8:
         k = _widen_e4m3(k, q, FP8_BITS)
@@ -276,6 +288,67 @@ def _attend_tile(
 
 
 @triton.jit
+def _attend_range(
+    q,
+    m_i,
+    l_i,
+    acc,
+    lo,
+    end,
+    hi,
+    bt_row,
+    k_head,
+    v_head,
+    scale,
+    stride_kp,
+    stride_ks,
+    stride_vp,
+    stride_vs,
+    stride_vd,
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FP8: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    FP8_BITS: tl.constexpr,
+    P_SCALED: tl.constexpr,
+    V_DMAJOR: tl.constexpr,
+    MASKED: tl.constexpr,
+    BT_AHEAD: tl.constexpr,
+):
+    """``_attend_tile`` over the tiles starting at lo, lo + BLOCK_N, ... below ``end``.
+
+    BT_AHEAD: each tile's block-table entries are loaded one iteration ahead and carried into
+    the next, so the K/V loads no longer depend on a load of their own iteration; only then
+    does Triton's software pipeliner give the K/V tiles more than one shared-memory buffer
+    (num_stages - 1 of them; with the entries loaded in the iteration, K and V stay
+    single-buffered at any num_stages: sm_90 TTGIR, triton 3.9).
+    """
+    if BT_AHEAD:
+        offs_n = tl.arange(0, BLOCK_N)
+        tok = lo + offs_n
+        page_next = tl.load(bt_row + tok // PAGE_SIZE, mask=tok < hi, other=0).to(tl.int64)
+        for start in range(lo, end, BLOCK_N):
+            page = page_next
+            tok = start + BLOCK_N + offs_n
+            page_next = tl.load(bt_row + tok // PAGE_SIZE, mask=tok < hi, other=0).to(tl.int64)
+            m_i, l_i, acc = _attend_tile(
+                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
+                stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, V_DMAJOR, MASKED,
+                page,
+            )
+    else:
+        for start in range(lo, end, BLOCK_N):
+            m_i, l_i, acc = _attend_tile(
+                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
+                stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, V_DMAJOR, MASKED,
+            )
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _decode_kernel(
     q_ptr,
     k_ptr,
@@ -314,6 +387,7 @@ def _decode_kernel(
     P_SCALED: tl.constexpr,
     PDL: tl.constexpr,
     V_DMAJOR: tl.constexpr,
+    BT_AHEAD: tl.constexpr,
 ):
     """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
     if PDL:
@@ -364,12 +438,11 @@ def _decode_kernel(
         # dim-major V tile is contiguous along tokens, and a per-token mask would cut its loads
         # to single elements (no vectors, no cp.async) in every iteration instead of one.
         full_end = lo + (hi - lo) // BLOCK_N * BLOCK_N
-        for start in range(lo, full_end, BLOCK_N):
-            m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
-                stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, False,
-            )
+        m_i, l_i, acc = _attend_range(
+            q, m_i, l_i, acc, lo, full_end, hi, bt_row, k_head, v_head, scale,
+            stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
+            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, False, BT_AHEAD,
+        )
         if full_end < hi:
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale,
@@ -379,12 +452,11 @@ def _decode_kernel(
     else:
         # Token-major V: every tile masked (one loop: the peeled form costs the fp8 kernel
         # registers and spills under its cap, and masks along d-contiguous rows cost nothing).
-        for start in range(lo, hi, BLOCK_N):
-            m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
-                stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, False, True,
-            )
+        m_i, l_i, acc = _attend_range(
+            q, m_i, l_i, acc, lo, hi, hi, bt_row, k_head, v_head, scale,
+            stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
+            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, False, True, BT_AHEAD,
+        )
 
     has = l_i > 0.0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -716,6 +788,7 @@ def _launch(
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         PDL=pdl,
         V_DMAJOR=p.v_dim_major,
+        BT_AHEAD=BT_AHEAD,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
