@@ -70,7 +70,7 @@ FP8_CAPPED_GRIDS = {
     "fp8-unpipelined": ((64, 128), (4, 8), (1,)),
 }
 #: Module attributes a point may override besides CONFIG (restored after each case).
-_SWITCHES = ("FP8_DEQUANT", "REDUCE_PDL", "BT_AHEAD")
+_SWITCHES = ("FP8_DEQUANT", "REDUCE_PDL")
 #: Point keys that set the reduce kernel's config rather than the decode kernel's.
 _REDUCE_KEYS = {"REDUCE_SPLIT_BLOCK": "SPLIT_BLOCK"}
 

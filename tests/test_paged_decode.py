@@ -100,10 +100,11 @@ def test_whole_tiles_and_tail_with_stale_nan_past_seq_len(device, fn, storage, d
 @pytest.mark.parametrize("storage", ["combined", "v_dim_major"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
 def test_block_table_loaded_a_tile_ahead(device, monkeypatch, fn, storage, dtype):
-    """BT_AHEAD (entries of the next tile carried through the loop): whole tiles, a tail, a
-    sequence shorter than one tile, and (split_kv) 3 forced splits: one tile each, and splits
-    with nothing to read."""
-    monkeypatch.setattr(pd, "BT_AHEAD", True)
+    """CONFIG "bt_ahead" (entries of the next tile carried through the loop) in every kernel:
+    whole tiles, a tail, a sequence shorter than one tile, and (split_kv) 3 forced splits: one
+    tile each, and splits with nothing to read."""
+    for key in ("single_pass", "single_pass_fp8", "split_kv", "split_kv_fp8"):
+        monkeypatch.setitem(pd.CONFIG, key, {**pd.CONFIG[key], "bt_ahead": True})
     block_n = pd.CONFIG["single_pass"]["BLOCK_N"]
     lens = [2 * block_n, 2 * block_n + 19, 7]
     pool = _pool(device, 3, lens, dtype=dtype, storage=storage, num_pages=60)
@@ -564,7 +565,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
                  "DOT_F32": False, "FP8_BITS": fp8 and mode == "bits",
                  "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split,
-                 "V_DMAJOR": v_dim_major, "BT_AHEAD": pd.BT_AHEAD}
+                 "V_DMAJOR": v_dim_major, "BT_AHEAD": cfg.get("bt_ahead", False)}
         # A launch specializes a stride of 1 as a constant: V's last dim, or its slots.
         const["stride_vs" if v_dim_major else "stride_vd"] = 1
         for k in const:

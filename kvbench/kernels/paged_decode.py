@@ -71,13 +71,19 @@ _ATOL = {"fp16": 5e-4, "bf16": 8e-3, "fp8": 2e-3}
 CONFIG: dict[str, dict[str, int]] = {
     "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
     "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128},
-    "split_kv": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
-    "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3},
+    # Split programs (few per SM) keep more of their own tiles in flight: block-table entries
+    # one tile ahead ("bt_ahead", see _attend_range) with 3 stages double-buffers K/V.
+    # H200, 3 alternating rounds (docs/perf-notes.md, experiment 16): fp16 b1 x 32k 45.0-46.2
+    # -> 41.9-43.0 us at BLOCK_N 64 (b8 x 4k, b1 x 4k within their spread); fp8 b1 x 32k
+    # 38.9-40.0 -> 34.2-35.2 us. Single pass (4 CTAs per SM) gained nothing from it.
+    "split_kv": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
+    "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
     # SPLIT_BLOCK: split partials per reduce iteration; 32 loads the auto split count of
     # batch 1 (32-33 splits) in one or two dependent rounds instead of two or three
     # (experiment 7: batch 1 x 4k 17.6 -> 16.5 us, no case slower).
     "reduce": {"SPLIT_BLOCK": 32, "num_warps": 4},
 }
+# An optional "bt_ahead" key loads block-table entries a tile ahead (_attend_range).
 # An optional "maxnreg" key in a CONFIG entry caps registers per thread (Triton's compile
 # option), trading spills for resident CTAs. ncu on the H200 showed the fp8 single-pass
 # kernel at 2 CTAs (8 warps) per SM, limited by ~200 registers, at 53% of DRAM bandwidth;
@@ -141,11 +147,6 @@ _BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
 # latencies, it took 1.1-1.3 us off (b1 x 4k 16.4 -> 15.3 us; docs/perf-notes.md, experiment
 # 9, which also measured, and dropped, loading V before QK^T and the reduce's loads first).
 REDUCE_PDL = True
-
-# Load each tile's block-table entries one loop iteration ahead (``_attend_range``), which is
-# what lets the pipeliner multi-buffer the K/V tiles at num_stages >= 3. Under test on the
-# H200 (docs/perf-notes.md, experiment 16); off keeps the measured kernels.
-BT_AHEAD = False
 
 _Q_DTYPES = (torch.float16, torch.bfloat16)
 _HEAD_DIMS = "a power of two in [16, 256]"
@@ -788,7 +789,7 @@ def _launch(
         P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         PDL=pdl,
         V_DMAJOR=p.v_dim_major,
-        BT_AHEAD=BT_AHEAD,
+        BT_AHEAD=bool(cfg.get("bt_ahead", False)),
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
