@@ -378,9 +378,13 @@ def table_paged_decode(*, grid: bool = False, ablations: bool = True,
     if ablations:
         label, b, c = cases[-1]
         for layout, storage in (
-            ("contiguous", "combined"), ("fragmented", "split"), ("fragmented", "head_major")
+            ("contiguous", "combined"), ("fragmented", "split"), ("fragmented", "head_major"),
+            ("fragmented", "v_dim_major"),
         ):
             decode_case(table, label, b, c, layout=layout, storage=storage, with_peers=False)
+        # Dim-major V pages are the fp8 kernel's layout lever (docs/perf-notes.md, experiment
+        # 16): its fp8 row beside the fp16 one above, for the fp8 / fp16 ratio in one storage.
+        decode_case(table, label, b, c, dtype="fp8", storage="v_dim_major", with_peers=False)
         if on_gpu:
             decode_case(table, label, b, c, min_l2_multiple=32, with_peers=False)
             decode_case(table, label + " warm-L2", b, c, l2="warm", with_peers=False)
