@@ -2,7 +2,7 @@
 
     ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section WarpStateStats --section Occupancy --csv --page details \
-        python scripts/ncu_decode.py [--case b64_c8k:fp8 ...] > ncu.csv
+        python scripts/ncu_decode.py [--case b64_c8k:fp8 ...] [--storage v_dim_major] > ncu.csv
 
     # the instruction mix by SASS opcode (docs/perf-notes.md, experiment 10)
     ncu --profile-from-start off --clock-control none --metrics sass__inst_executed_per_opcode \
@@ -31,7 +31,7 @@ import torch
 from kvbench import ops
 from kvbench.checks import make_decode_query, make_write_inputs
 from kvbench.kernels import paged_decode as pd
-from kvbench.pool import paged_pool
+from kvbench.pool import STORAGES, paged_pool
 
 #: kv_write cases: (label, new tokens); the table's decode-size rows (kvbench.table).
 WRITE_CASES = (("write_decode_64", 64), ("write_decode_1", 1))
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fp8-config", type=fp8_config, default=None,
                         metavar="BLOCK_N,WARPS,STAGES[,MAXNREG]",
                         help="launch config of the fp8 decode kernels (single pass and split)")
+    parser.add_argument("--storage", choices=STORAGES, default="combined",
+                        help="the decode cases' pool storage (v_dim_major: experiment 16)")
     args_ns = parser.parse_args(argv)
     known = {f"{label}:{dtype}" for label, _, _, dtype in CASES}
     known |= {f"{label}:{dtype}" for label, _ in WRITE_CASES for dtype in _DTYPES}
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, batch, ctx, dtype in CASES:
         if f"{label}:{dtype}" not in wanted:
             continue
-        pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
+        pool = paged_pool(batch, ctx, dtype=dtype, storage=args_ns.storage, device=dev)
         q = make_decode_query(pool, 32)
         args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
         kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
