@@ -407,49 +407,60 @@ def _graph_row(fn: Callable[[], Any]) -> Callable[[], Any]:
     return graph.replay
 
 
-def table_kv_write(*, table: Table | None = None) -> Table:
-    table = Table("kv_write") if table is None else table
+def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "combined") -> None:
+    """Check then time every kv_write row writing ``n`` tokens into a fresh pool (plus a CUDA
+    graph replay beside each decode-size row on a GPU)."""
     dev = _device()
     on_gpu = dev.type == "cuda"
-    cases = WRITE_CASES_GPU if on_gpu else WRITE_CASES_CPU
+    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": "fp8"}[dtype]
+    seqs = max(1, -(-n // 4096))
+    pool = paged_pool(
+        seqs, 4096, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
+        dtype=torch_dtype, storage=storage, min_l2_multiple=8 if on_gpu else 0, device=dev,
+    )
+    k, v, slots = checks.make_write_inputs(pool, n)
+    args = (k, v, pool.k_cache, pool.v_cache, slots)
+    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    work = theory.kv_write_work(
+        n, kv_heads=KV_HEADS, head_dim=HEAD_DIM, in_bytes=k.element_size(), cache_dtype=dtype,
+    )
+    case = f"{label} {dtype}" + ("" if storage == "combined" else f" {storage}")
+    table.explains[case] = _auto_explain("kv_write", lambda: ops.kv_write(*args, **kwargs))
+    for name in _timed_rows(table, "kv_write", case, dev):
+        try:
+            fn = _run_forced("kv_write", name, lambda: ops.kv_write(*args, **kwargs))
+            table.checks[f"{name} @ {case}"] = checks.check_kv_write(fn, pool, k, v, slots)
+            call = partial(fn, *args, **kwargs)
+            rows = _device_rows(name, case, call, work)
+            table.rows.extend(rows)
+        except Exception as exc:  # noqa: BLE001
+            _skip(table, f"{name} @ {case}", exc)
+            continue
+        if rows[0].host_syncs:
+            continue  # a call that waits for the host cannot be captured in a graph
+        if on_gpu and n <= 64:
+            try:
+                replay = _graph_row(call)
+                table.rows.append(
+                    Row.from_timing(name, case, bench(replay), work, note="CUDA graph replay")
+                )
+            except Exception as exc:  # noqa: BLE001 - a row that syncs cannot be captured
+                _skip(table, f"{name} @ {case} (CUDA graph)",
+                      RuntimeError(f"not capturable in a CUDA graph: {exc}"))
+    _free(pool)
+
+
+def table_kv_write(*, table: Table | None = None) -> Table:
+    table = Table("kv_write") if table is None else table
+    cases = WRITE_CASES_GPU if _device().type == "cuda" else WRITE_CASES_CPU
     for label, n in cases:
         for dtype in ("fp16", "bf16", "fp8"):
-            torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": "fp8"}[dtype]
-            seqs = max(1, -(-n // 4096))
-            pool = paged_pool(
-                seqs, 4096, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
-                dtype=torch_dtype, min_l2_multiple=8 if on_gpu else 0, device=dev,
-            )
-            k, v, slots = checks.make_write_inputs(pool, n)
-            args = (k, v, pool.k_cache, pool.v_cache, slots)
-            kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-            work = theory.kv_write_work(
-                n, kv_heads=KV_HEADS, head_dim=HEAD_DIM, in_bytes=k.element_size(), cache_dtype=dtype,
-            )
-            case = f"{label} {dtype}"
-            table.explains[case] = _auto_explain("kv_write", lambda: ops.kv_write(*args, **kwargs))  # noqa: B023 - called before the loop moves on
-            for name in _timed_rows(table, "kv_write", case, dev):
-                try:
-                    fn = _run_forced("kv_write", name, lambda: ops.kv_write(*args, **kwargs))  # noqa: B023 - called before the loop moves on
-                    table.checks[f"{name} @ {case}"] = checks.check_kv_write(fn, pool, k, v, slots)
-                    call = partial(fn, *args, **kwargs)
-                    rows = _device_rows(name, case, call, work)
-                    table.rows.extend(rows)
-                except Exception as exc:  # noqa: BLE001
-                    _skip(table, f"{name} @ {case}", exc)
-                    continue
-                if rows[0].host_syncs:
-                    continue  # a call that waits for the host cannot be captured in a graph
-                if on_gpu and n <= 64:
-                    try:
-                        replay = _graph_row(call)
-                        table.rows.append(
-                            Row.from_timing(name, case, bench(replay), work, note="CUDA graph replay")
-                        )
-                    except Exception as exc:  # noqa: BLE001 - a row that syncs cannot be captured
-                        _skip(table, f"{name} @ {case} (CUDA graph)",
-                              RuntimeError(f"not capturable in a CUDA graph: {exc}"))
-            _free(pool)
+            write_case(table, label, n, dtype)
+    # What writing dim-major V pages costs (the fp8 decode's layout, docs/perf-notes.md
+    # experiment 16): each V element lands page_size elements from the next one.
+    label, n = cases[0]
+    for dtype in ("fp16", "fp8"):
+        write_case(table, label, n, dtype, storage="v_dim_major")
     return table
 
 

@@ -41,7 +41,7 @@ def _snapshot(pool) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("n", [130, 1, 5, 8], ids=lambda n: f"n{n}")
-@pytest.mark.parametrize("storage", ["combined", "split"])
+@pytest.mark.parametrize("storage", ["combined", "split", "v_dim_major"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("impl", sorted(IMPLS))
 def test_write_matches_reference(impl, dtype, storage, n, device):
@@ -258,6 +258,7 @@ def test_bad_input(impl, device):
         ((k, v, kc, kc, slots), {}, "same memory"),
         ((k, v, kc, vc.transpose(2, 3), slots), {}, "v_cache must have shape"),
         ((k, v, strided, vc, slots), {}, "k_cache must have stride 1"),
+        ((k, v, kc, strided, slots), {}, "v_cache must be token-major .* or dim-major"),
         ((k, v, kc, vc, slots.to("meta")), {}, "slot_mapping is on meta"),
         ((k, v, kc, vc, slots), {"k_scale": 1.0, "v_scale": 1.0}, "fp8 caches only"),
     ]
@@ -299,7 +300,7 @@ def test_out_of_range_slots_are_refused_by_name(impl, device, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [16384, 64, 1], ids=lambda n: f"n{n}")
-@pytest.mark.parametrize("storage", ["combined", "split"])
+@pytest.mark.parametrize("storage", ["combined", "split", "v_dim_major"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("impl", sorted(IMPLS))
 def test_gpu_full_size(impl, dtype, storage, n):

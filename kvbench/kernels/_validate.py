@@ -115,6 +115,31 @@ def check_last_dim_contiguous(name: str, tensor: torch.Tensor) -> None:
         )
 
 
+def v_cache_dim_major(v_cache: torch.Tensor) -> bool:
+    """Which V page layout a kernel reads: False for token-major rows (head_dim contiguous,
+    the default), True for dim-major pages (the page_size slots of one (head, dim) adjacent:
+    vLLM's original value-cache layout, the pool's ``storage="v_dim_major"``); anything else
+    raises ValueError naming both accepted layouts.
+
+    ``v_cache`` is ``[num_pages, page_size, kv_heads, head_dim]``. Dim-major pages let the fp8
+    decode feed V to the MMA with vector shared-memory reads instead of byte reads
+    (docs/perf-notes.md, experiment 16). The decode kernel tells the compiler that a page's
+    slots are adjacent and start at a multiple of page_size elements, so the page stride must
+    be a multiple of page_size.
+    """
+    check_tensor("v_cache", v_cache)
+    page_size = v_cache.shape[1]
+    if v_cache.stride(3) == 1:
+        return False
+    if (page_size == 1 or v_cache.stride(1) == 1) and v_cache.stride(0) % page_size == 0:
+        return True
+    raise ValueError(
+        "v_cache must be token-major (stride 1 in its last dimension) or dim-major (stride 1 "
+        "in its page_size dimension, page stride a multiple of page_size), got shape "
+        f"{tuple(v_cache.shape)} strides {tuple(v_cache.stride())}"
+    )
+
+
 def check_power_of_two(
     name: str, value: int, *, minimum: int = 1, maximum: int | None = None
 ) -> None:

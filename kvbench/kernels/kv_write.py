@@ -7,6 +7,10 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
   one combined per-layer buffer [num_pages, 2, page_size, Hkv, D] (kvbench.pool). The kernels
   take the views' strides and never ``.contiguous()`` a cache: that copy would write into a
   temporary and lose the update (and is the measurement mistake seed 000 warns about).
+  ``k_cache`` is token-major (stride 1 in head_dim); ``v_cache`` token-major or dim-major
+  (stride 1 in page_size: the pool's ``v_dim_major`` storage, which the fp8 decode reads with
+  vector loads, docs/perf-notes.md experiment 16). A dim-major V row is written element by
+  element, head_dim strided (page_size elements apart).
 - ``slot_mapping``: int64 [N]; token i goes to ``page = slot // page_size``,
   ``offset = slot % page_size``. A **negative slot means "skip this token"**: engines pad a
   batch to a captured size (CUDA graphs) and mark the padding with -1 (vLLM's convention).
@@ -41,6 +45,7 @@ from kvbench.kernels._validate import (
     check_same_device,
     check_scale,
     check_shape,
+    v_cache_dim_major,
     values_checked,
 )
 
@@ -119,8 +124,9 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         )
     check_dtype("slot_mapping", slot_mapping, (torch.int64,))
     check_shape("slot_mapping", slot_mapping, (n,))
-    for name, t in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+    for name, t in (("k", k), ("v", v), ("k_cache", k_cache)):
         check_last_dim_contiguous(name, t)
+    v_cache_dim_major(v_cache)  # token- or dim-major; raises naming both otherwise
     if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
         raise ValueError("k_cache and v_cache are the same memory; pass the K and V views")
     device = check_same_device(
@@ -152,15 +158,17 @@ def _kv_write_kernel(
     k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr,
     n_tokens, num_heads, head_dim,
     s_kt, s_kh, s_vt, s_vh,
-    s_kcp, s_kco, s_kch, s_vcp, s_vco, s_vch,
+    s_kcp, s_kco, s_kch, s_vcp, s_vco, s_vch, s_vcd,
     PAGE_SIZE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     FP8: tl.constexpr, SOFT_FP8: tl.constexpr, IN_BF16: tl.constexpr,
 ):
     """One program copies a [BLOCK_T tokens, BLOCK_H heads, D] tile of K and of V.
 
-    The innermost axis is contiguous in both source and destination (stride 1 is checked on
-    the host and specialized by Triton), so loads/stores vectorize to 16-byte accesses.
+    The innermost axis is contiguous in the sources and in K's destination (stride 1 is
+    checked on the host and specialized by Triton), so those vectorize to 16-byte accesses;
+    V's destination takes its head_dim stride ``s_vcd`` (1, specialized the same way, for
+    token-major V; page_size for a dim-major V page).
     Destination offsets are computed from the slot with the cache views' own strides: in the
     combined buffer the page stride covers both halves, which is what puts K and V apart.
     """
@@ -179,7 +187,7 @@ def _kv_write_kernel(
     src_k = t64 * s_kt + h3 * s_kh + d3
     src_v = t64 * s_vt + h3 * s_vh + d3
     dst_k = page[:, None, None] * s_kcp + off[:, None, None] * s_kco + h3 * s_kch + d3
-    dst_v = page[:, None, None] * s_vcp + off[:, None, None] * s_vco + h3 * s_vch + d3
+    dst_v = page[:, None, None] * s_vcp + off[:, None, None] * s_vco + h3 * s_vch + d3 * s_vcd
     kx = tl.load(k_ptr + src_k, mask=mask, other=0.0)
     vx = tl.load(v_ptr + src_v, mask=mask, other=0.0)
     if FP8:
@@ -235,7 +243,8 @@ def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp
         k, v, kc, vc, slot_mapping, ks, vs,
         n, heads, dim,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1), vc.stride(2),
+        kc.stride(0), kc.stride(1), kc.stride(2),
+        vc.stride(0), vc.stride(1), vc.stride(2), vc.stride(3),
         PAGE_SIZE=k_cache.shape[1],
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
         FP8=is_fp8, SOFT_FP8=soft_fp8, IN_BF16=k.dtype == torch.bfloat16,

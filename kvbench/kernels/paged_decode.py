@@ -28,7 +28,7 @@ tensors and, on CUDA, only when ``_validate.CHECK_VALUES_ON_DEVICE`` is set, bec
 read in the launcher would stall the launch queue inside every timed region. Accepted inputs:
 q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or uint8 e4m3
 bytes with ``k_scale``/``v_scale``, K token-major (D contiguous), V token-major or dim-major
-(page_size contiguous: ``_v_dim_major``); D a power of two in [16, 256]; page_size a power of two;
+(page_size contiguous: ``_validate.v_cache_dim_major``); D a power of two in [16, 256]; page_size a power of two;
 block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
 values >= 0 (a length-0 sequence gets a zero output, as padded batch slots do in an engine).
 """
@@ -564,7 +564,7 @@ def _validate(
         V.check_dtype(name, cache, accepted_cache)
         V.check_ndim(name, cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
     V.check_last_dim_contiguous("k_cache", k_cache)
-    v_dim_major = _v_dim_major(v_cache)
+    v_dim_major = V.v_cache_dim_major(v_cache)
     if v_cache.dtype != k_cache.dtype:
         raise ValueError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
     V.check_shape("v_cache", v_cache, tuple(k_cache.shape))
@@ -628,29 +628,6 @@ def _validate(
         sm_scale=float(sm_scale),
         k_scale=1.0 if k_scale is None else k_scale,
         v_scale=1.0 if v_scale is None else v_scale,
-    )
-
-
-def _v_dim_major(v_cache: torch.Tensor) -> bool:
-    """Which V page layout the kernels read: False for token-major rows (head_dim contiguous,
-    the default), True for dim-major pages (the page_size slots of one (head, dim) adjacent:
-    vLLM's original value-cache layout, the pool's ``storage="v_dim_major"``).
-
-    Dim-major pages let the fp8 kernel feed V to the MMA with vector shared-memory reads
-    instead of byte reads (docs/perf-notes.md, experiment 16). The kernel tells the compiler
-    that a page's slots are adjacent and start at a multiple of page_size elements, so the
-    page stride must be a multiple of page_size.
-    """
-    V.check_tensor("v_cache", v_cache)
-    page_size = v_cache.shape[1]
-    if v_cache.stride(3) == 1:
-        return False
-    if (page_size == 1 or v_cache.stride(1) == 1) and v_cache.stride(0) % page_size == 0:
-        return True
-    raise ValueError(
-        "v_cache must be token-major (stride 1 in its last dimension) or dim-major (stride 1 "
-        "in its page_size dimension, page stride a multiple of page_size), got shape "
-        f"{tuple(v_cache.shape)} strides {tuple(v_cache.stride())}"
     )
 
 
