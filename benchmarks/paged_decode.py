@@ -34,11 +34,16 @@ CASES = {
 #: there, so one small case keeps the CPU suite within its budget.
 CPU_CASES = ("b4_c1k",)
 Q_HEADS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
-#: layout/storage ablation (seed 000: each fixture property keeps an ablation row).
+#: layout/storage ablation (seed 000: each fixture property keeps an ablation row):
+#: variant -> (layout, storage, KV dtype). Dim-major V pages are the fp8 kernel's layout lever
+#: (docs/perf-notes.md, experiment 16), tracked at both dtypes; fp8 in combined storage is
+#: PagedDecode's own fp8 row at the same case.
 VARIANTS = {
-    "frag_combined": ("fragmented", "combined"),
-    "contig_combined": ("contiguous", "combined"),
-    "frag_split": ("fragmented", "split"),
+    "frag_combined": ("fragmented", "combined", "fp16"),
+    "contig_combined": ("contiguous", "combined", "fp16"),
+    "frag_split": ("fragmented", "split", "fp16"),
+    "frag_v_dim_major": ("fragmented", "v_dim_major", "fp16"),
+    "frag_v_dim_major_fp8": ("fragmented", "v_dim_major", "fp8"),
 }
 ABLATION_CASE = "b32_c4k"
 #: Rows of the cross product not measured per commit: the torch peer at bf16 runs the same
@@ -120,15 +125,15 @@ def measure_decode() -> dict:
 
 
 def measure_ablation() -> dict:
-    """Every (selector, variant) of PagedDecodeAblation at ABLATION_CASE, fp16."""
+    """Every (selector, variant) of PagedDecodeAblation at ABLATION_CASE."""
     results: dict = {}
     dev = "cpu" if c.no_nvidia_driver() else c.prepare_process()
-    for variant, (layout, storage) in VARIANTS.items():
+    for variant, (layout, storage, dtype) in VARIANTS.items():
         keys = [(s, variant) for s in SELECTORS]
         if dev == "cpu":
             c.skip_all(keys, f"the ablation runs at {ABLATION_CASE}, a GPU-size case", results)
         else:
-            _group(dev, keys, "fp16", ABLATION_CASE, results, layout=layout, storage=storage)
+            _group(dev, keys, dtype, ABLATION_CASE, results, layout=layout, storage=storage)
     return results
 
 
@@ -142,7 +147,8 @@ class PagedDecode(c._WithGbps):
 
 
 class PagedDecodeAblation(c._WithGbps):
-    """Layout/storage ablation at one shape: fragmented vs contiguous pages, combined vs split."""
+    """Layout/storage ablation at one shape: fragmented vs contiguous pages, combined vs split
+    storage, token- vs dim-major V pages (fp16 and fp8)."""
 
     params: ClassVar[list] = [SELECTORS, list(VARIANTS)]
     param_names: ClassVar[list] = ["selector", "variant"]
