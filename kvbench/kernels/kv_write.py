@@ -9,8 +9,8 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
   temporary and lose the update (and is the measurement mistake seed 000 warns about).
   ``k_cache`` is token-major (stride 1 in head_dim); ``v_cache`` token-major or dim-major
   (stride 1 in page_size: the pool's ``v_dim_major`` storage, which the fp8 decode reads with
-  vector loads, docs/perf-notes.md experiment 16). A dim-major V row is written element by
-  element, head_dim strided (page_size elements apart).
+  vector loads, docs/perf-notes.md experiment 16). A dim-major V tile is stored with a warp's
+  threads along tokens, so consecutive slots of one page are written side by side.
 - ``slot_mapping``: int64 [N]; token i goes to ``page = slot // page_size``,
   ``offset = slot % page_size``. A **negative slot means "skip this token"**: engines pad a
   batch to a captured size (CUDA graphs) and mark the padding with -1 (vLLM's convention).
@@ -161,7 +161,7 @@ def _kv_write_kernel(
     s_kcp, s_kco, s_kch, s_vcp, s_vco, s_vch, s_vcd,
     PAGE_SIZE: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    FP8: tl.constexpr, SOFT_FP8: tl.constexpr, IN_BF16: tl.constexpr,
+    FP8: tl.constexpr, SOFT_FP8: tl.constexpr, IN_BF16: tl.constexpr, V_DMAJOR: tl.constexpr,
 ):
     """One program copies a [BLOCK_T tokens, BLOCK_H heads, D] tile of K and of V.
 
@@ -171,6 +171,10 @@ def _kv_write_kernel(
     token-major V; page_size for a dim-major V page).
     Destination offsets are computed from the slot with the cache views' own strides: in the
     combined buffer the page stride covers both halves, which is what puts K and V apart.
+    V_DMAJOR: V is stored as a [heads, D, tokens] tile whose destinations are built in that
+    order, so the compiler runs a warp's threads along tokens: the consecutive slots of a
+    prefill land side by side in a dim-major page (one 32-byte segment per 16 slots) instead
+    of one element per 32 bytes.
     """
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -187,7 +191,13 @@ def _kv_write_kernel(
     src_k = t64 * s_kt + h3 * s_kh + d3
     src_v = t64 * s_vt + h3 * s_vh + d3
     dst_k = page[:, None, None] * s_kcp + off[:, None, None] * s_kco + h3 * s_kch + d3
-    dst_v = page[:, None, None] * s_vcp + off[:, None, None] * s_vco + h3 * s_vch + d3 * s_vcd
+    if V_DMAJOR:
+        dst_v = (page[None, None, :] * s_vcp + off[None, None, :] * s_vco
+                 + h[:, None, None] * s_vch + d[None, :, None] * s_vcd)
+        mask_v = tl.permute(mask, (1, 2, 0))
+    else:
+        dst_v = page[:, None, None] * s_vcp + off[:, None, None] * s_vco + h3 * s_vch + d3 * s_vcd
+        mask_v = mask
     kx = tl.load(k_ptr + src_k, mask=mask, other=0.0)
     vx = tl.load(v_ptr + src_v, mask=mask, other=0.0)
     if FP8:
@@ -203,16 +213,27 @@ def _kv_write_kernel(
         kq = tl.math.div_rn(kf, tl.zeros_like(kf) + ks)
         vq = tl.math.div_rn(vf, tl.zeros_like(vf) + vs)
         tl.store(kc_ptr + dst_k, encode_e4m3(kq, SOFT_FP8), mask=mask)
-        tl.store(vc_ptr + dst_v, encode_e4m3(vq, SOFT_FP8), mask=mask)
+        v_out = encode_e4m3(vq, SOFT_FP8)
     else:
         tl.store(kc_ptr + dst_k, kx, mask=mask)
-        tl.store(vc_ptr + dst_v, vx, mask=mask)
+        v_out = vx
+    if V_DMAJOR:
+        v_out = tl.permute(v_out, (1, 2, 0))
+    tl.store(vc_ptr + dst_v, v_out, mask=mask_v)
 
 
-def _tiles(n: int, heads: int, dim: int, min_programs: int) -> tuple[int, int, int, int]:
-    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps): the bandwidth tile, shrunk for small grids."""
+def _tiles(
+    n: int, heads: int, dim: int, min_programs: int, min_tokens: int = 1
+) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_H, BLOCK_D, num_warps): the bandwidth tile, shrunk for small grids.
+
+    ``min_tokens``: tokens the tile should hold before heads (a dim-major V page's slots, so
+    one store covers a page's worth of consecutive slots); the grid shrink still applies.
+    """
     block_d = triton.next_power_of_2(dim)
     block_h = min(triton.next_power_of_2(heads), max(1, _HEAD_TILE_ELEMS // block_d))
+    if min_tokens > 1:
+        block_h = min(block_h, max(1, _TILE_ELEMS // (block_d * triton.next_power_of_2(min_tokens))))
     block_t = max(1, min(triton.next_power_of_2(max(n, 1)), _TILE_ELEMS // (block_h * block_d)))
 
     def programs() -> int:
@@ -231,7 +252,10 @@ def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp
     n, heads, dim = k.shape
     if n == 0:
         return
-    block_t, block_h, block_d, num_warps = _tiles(n, heads, dim, _sm_count(k.device))
+    v_dim_major = v_cache_dim_major(v_cache)
+    block_t, block_h, block_d, num_warps = _tiles(
+        n, heads, dim, _sm_count(k.device), min_tokens=k_cache.shape[1] if v_dim_major else 1
+    )
     if is_fp8:
         # store bytes through uint8 views: the kernel writes codes, never fp8 arithmetic
         kc, vc = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
@@ -248,6 +272,7 @@ def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp
         PAGE_SIZE=k_cache.shape[1],
         BLOCK_T=block_t, BLOCK_H=block_h, BLOCK_D=block_d,
         FP8=is_fp8, SOFT_FP8=soft_fp8, IN_BF16=k.dtype == torch.bfloat16,
+        V_DMAJOR=v_dim_major,
         num_warps=num_warps,
     )
 
