@@ -156,19 +156,28 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def make_write_inputs(
-    pool, n: int, *, seed: int = 0
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """New rows ``k``, ``v`` [n, Hkv, D] and ``n`` distinct slots scattered over the pool.
+#: Slot orders of make_write_inputs: scattered (the default) and in page order.
+WRITE_ORDERS = ("scattered", "pages")
 
-    Slots are drawn without replacement from the pages the pool's (fragmented) block table
-    hands to its sequences, in random order, so consecutive tokens land on unrelated pages;
-    when ``n`` exceeds those, the rest of the pool is used too. Inputs are fp16 for an fp8
-    pool (the engine's activations; quantized on write with the pool's scales), else the
-    pool's dtype. Seeded on the host generator: identical on every device.
+
+def make_write_inputs(
+    pool, n: int, *, seed: int = 0, order: str = "scattered"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """New rows ``k``, ``v`` [n, Hkv, D] and ``n`` distinct slots of the pool.
+
+    ``order="scattered"``: slots drawn without replacement from the pages the pool's
+    (fragmented) block table hands to its sequences, in random order, so consecutive tokens
+    land on unrelated pages. ``order="pages"``: the same pages' slots in order, sequence after
+    sequence, page after page of its block table, as a prefill writes them (runs of page_size
+    consecutive slots, on fragmented pages). Either way, when ``n`` exceeds those slots the
+    rest of the pool is used too. Inputs are fp16 for an fp8 pool (the engine's activations;
+    quantized on write with the pool's scales), else the pool's dtype. Seeded on the host
+    generator: identical on every device.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be an int >= 0, got {n!r}")
+    if order not in WRITE_ORDERS:
+        raise ValueError(f"order={order!r} is not accepted; accepted: {WRITE_ORDERS}")
     ps = pool.page_size
     total = pool.num_pages * ps
     if n > total:
@@ -177,11 +186,16 @@ def make_write_inputs(
     pages = torch.cat(
         [pool.block_table[i, : -(-length // ps)].cpu().to(torch.int64)
          for i, length in enumerate(pool.seq_lens_list)]
-    ).unique()
+    )
+    if order == "scattered":
+        pages = pages.unique()
     candidates = (pages[:, None] * ps + torch.arange(ps)[None, :]).reshape(-1)
     if n > candidates.numel():
         candidates = torch.arange(total)
-    slots = candidates[torch.randperm(candidates.numel(), generator=gen)[:n]]
+    if order == "scattered":
+        slots = candidates[torch.randperm(candidates.numel(), generator=gen)[:n]]
+    else:
+        slots = candidates[:n].clone()
     in_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float16}[
         pool.kv_dtype_name
     ]

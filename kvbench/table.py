@@ -407,9 +407,11 @@ def _graph_row(fn: Callable[[], Any]) -> Callable[[], Any]:
     return graph.replay
 
 
-def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "combined") -> None:
+def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "combined",
+               order: str = "scattered") -> None:
     """Check then time every kv_write row writing ``n`` tokens into a fresh pool (plus a CUDA
-    graph replay beside each decode-size row on a GPU)."""
+    graph replay beside each decode-size row on a GPU); ``order``: the slots' order
+    (checks.make_write_inputs)."""
     dev = _device()
     on_gpu = dev.type == "cuda"
     torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": "fp8"}[dtype]
@@ -418,13 +420,14 @@ def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "
         seqs, 4096, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
         dtype=torch_dtype, storage=storage, min_l2_multiple=8 if on_gpu else 0, device=dev,
     )
-    k, v, slots = checks.make_write_inputs(pool, n)
+    k, v, slots = checks.make_write_inputs(pool, n, order=order)
     args = (k, v, pool.k_cache, pool.v_cache, slots)
     kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     work = theory.kv_write_work(
         n, kv_heads=KV_HEADS, head_dim=HEAD_DIM, in_bytes=k.element_size(), cache_dtype=dtype,
     )
-    case = f"{label} {dtype}" + ("" if storage == "combined" else f" {storage}")
+    case = (f"{label} {dtype}" + ("" if storage == "combined" else f" {storage}")
+            + ("" if order == "scattered" else f" {order}-order"))
     table.explains[case] = _auto_explain("kv_write", lambda: ops.kv_write(*args, **kwargs))
     for name in _timed_rows(table, "kv_write", case, dev):
         try:
@@ -457,10 +460,13 @@ def table_kv_write(*, table: Table | None = None) -> Table:
         for dtype in ("fp16", "bf16", "fp8"):
             write_case(table, label, n, dtype)
     # What writing dim-major V pages costs (the fp8 decode's layout, docs/perf-notes.md
-    # experiment 16): each V element lands page_size elements from the next one.
+    # experiment 16): scattered slots (the cases above) and a prefill's slots in page order,
+    # where a page's run of V rows can be stored as vectors; token-major beside it.
     label, n = cases[0]
     for dtype in ("fp16", "fp8"):
         write_case(table, label, n, dtype, storage="v_dim_major")
+        for storage in ("combined", "v_dim_major"):
+            write_case(table, label, n, dtype, storage=storage, order="pages")
     return table
 
 

@@ -53,6 +53,33 @@ def test_write_matches_reference(impl, dtype, storage, n, device):
     assert check_kv_write(IMPLS[impl], pool, k, v, slots) == 0.0
 
 
+@pytest.mark.parametrize("storage", ["combined", "v_dim_major"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("impl", sorted(IMPLS))
+def test_write_in_page_order(impl, dtype, storage, device):
+    """Slots in page order, as a prefill writes (a dim-major V tile that is one aligned run
+    takes the vector store), then the same with one skipped token in a run and with the run
+    shifted 3 slots into its page (those tiles take the element-wise store)."""
+    pool = _small_pool(device, dtype, storage)
+    k, v, slots = make_write_inputs(pool, 130, seed=5, order="pages")
+    assert check_kv_write(IMPLS[impl], pool, k, v, slots) == 0.0
+    skipped = slots.clone()
+    skipped[20] = -1
+    assert check_kv_write(IMPLS[impl], pool, k, v, skipped) == 0.0
+    k, v, slots = make_write_inputs(pool, 133, seed=6, order="pages")
+    assert check_kv_write(IMPLS[impl], pool, k[3:], v[3:], slots[3:]) == 0.0
+
+
+def test_make_write_inputs_page_order_follows_the_block_table(device):
+    pool = _small_pool(device, "fp16")
+    _, _, slots = make_write_inputs(pool, 40, order="pages")
+    first = pool.block_table[0, :3].cpu().to(torch.int64)
+    want = (first[:, None] * 16 + torch.arange(16)[None, :]).reshape(-1)[:40]
+    assert slots.cpu().tolist() == want.tolist()
+    with pytest.raises(ValueError, match="order='sorted' is not accepted"):
+        make_write_inputs(pool, 4, order="sorted")
+
+
 @pytest.mark.parametrize("impl", sorted(IMPLS))
 def test_strided_inputs(impl, device):
     """k/v as column slices of a fused projection output (token stride > H*D)."""

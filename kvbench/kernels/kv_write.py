@@ -219,7 +219,35 @@ def _kv_write_kernel(
         v_out = vx
     if V_DMAJOR:
         v_out = tl.permute(v_out, (1, 2, 0))
-    tl.store(vc_ptr + dst_v, v_out, mask=mask_v)
+        _store_v_dim_major(vc_ptr, v_out, dst_v, mask_v, slot, row_ok, h, d, num_heads, head_dim,
+                           s_vcp, s_vco, s_vch, s_vcd, PAGE_SIZE, BLOCK_T)
+    else:
+        tl.store(vc_ptr + dst_v, v_out, mask=mask_v)
+
+
+@triton.jit
+def _store_v_dim_major(vc_ptr, v_out, dst_v, mask_v, slot, row_ok, h, d, num_heads, head_dim,
+                       s_vcp, s_vco, s_vch, s_vcd, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Store a [heads, D, tokens] V tile into dim-major pages.
+
+    When the tile's tokens are one run of slots in order, starting at a multiple of BLOCK_T
+    inside a page (a prefill writing a sequence's pages: checked here, per tile), the
+    destinations are rebuilt from an arange, which the compiler knows to be contiguous, and
+    each (head, dim) row of the page is written in 16-byte vectors. Any other tile (scattered
+    decode slots, skipped tokens, a run across pages) goes through ``dst_v`` element by
+    element, a warp's threads along tokens.
+    """
+    lane = tl.arange(0, BLOCK_T)
+    base = tl.sum(tl.where(lane == 0, slot, 0), axis=0)
+    in_order = tl.sum(((slot == base + lane) & row_ok).to(tl.int32), axis=0) == BLOCK_T
+    if BLOCK_T <= PAGE_SIZE and in_order and base % BLOCK_T == 0:
+        start = tl.multiple_of(base % PAGE_SIZE, BLOCK_T)  # true: checked just above
+        run = ((base // PAGE_SIZE) * s_vcp + (start + lane)[None, None, :] * s_vco
+               + h[:, None, None] * s_vch + d[None, :, None] * s_vcd)
+        keep = (h < num_heads)[:, None, None] & (d < head_dim)[None, :, None]
+        tl.store(vc_ptr + run, v_out, mask=keep & (lane >= 0)[None, None, :])
+    else:
+        tl.store(vc_ptr + dst_v, v_out, mask=mask_v)
 
 
 def _tiles(
