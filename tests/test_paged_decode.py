@@ -112,6 +112,15 @@ def test_block_table_loaded_a_tile_ahead(device, monkeypatch, fn, storage, dtype
     assert _run(run, pool, 4) >= 0.0
 
 
+@pytest.mark.parametrize("fn", TRITON, ids=_name)
+@pytest.mark.parametrize("page_size", [8, 256])
+def test_v_dim_major_other_page_sizes(device, fn, page_size):
+    """Runs of adjacent slots shorter than a tile (page 8) and longer than one (page 256)."""
+    pool = _pool(device, 2, [300, 45], dtype="fp16", storage="v_dim_major",
+                 page_size=page_size, num_pages=-(-700 // page_size))
+    assert _run(fn, pool, 4) >= 0.0
+
+
 def test_v_cache_layout_neither_token_nor_dim_major_is_refused():
     pool = _pool("cpu", 1, 20)
     q = make_decode_query(pool, 4)

@@ -28,8 +28,8 @@ tensors and, on CUDA, only when ``_validate.CHECK_VALUES_ON_DEVICE`` is set, bec
 read in the launcher would stall the launch queue inside every timed region. Accepted inputs:
 q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or uint8 e4m3
 bytes with ``k_scale``/``v_scale``, K token-major (D contiguous), V token-major or dim-major
-(page_size contiguous: ``_validate.v_cache_dim_major``); D a power of two in [16, 256]; page_size a power of two;
-block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
+(page_size contiguous: ``_validate.v_cache_dim_major``); D a power of two in [16, 256];
+page_size a power of two; block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
 values >= 0 (a length-0 sequence gets a zero output, as padded batch slots do in an engine).
 """
 
@@ -68,12 +68,12 @@ _ATOL = {"fp16": 5e-4, "bf16": 8e-3, "fp8": 2e-3}
 # BLOCK_N 128 / 4 warps / 2 stages is within 3% of the best point at every issue-6 case and
 # 25% faster than BLOCK_N 64 at batch 32 x 4k (133 vs 169 us); fp8 split 128 / 4 / 3, fp8
 # single pass 128 / 4 / 2 under a register cap (below).
-CONFIG: dict[str, dict[str, int]] = {
+CONFIG: dict[str, dict[str, int | bool]] = {
     "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
     "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128},
     # Split programs (few per SM) keep more of their own tiles in flight: block-table entries
     # one tile ahead ("bt_ahead", see _attend_range) with 3 stages double-buffers K/V.
-    # H200, 3 alternating rounds (docs/perf-notes.md, experiment 16): fp16 b1 x 32k 45.0-46.2
+    # H200, 3 alternating rounds (docs/perf-notes.md, experiment 17): fp16 b1 x 32k 45.0-46.2
     # -> 41.9-43.0 us at BLOCK_N 64 (b8 x 4k, b1 x 4k within their spread); fp8 b1 x 32k
     # 38.9-40.0 -> 34.2-35.2 us. Single pass (4 CTAs per SM) gained nothing from it.
     "split_kv": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
