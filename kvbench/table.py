@@ -304,10 +304,9 @@ def decode_case(
     dev = _device()
     _free()  # the previous case's tensors are gone once its function returned
     mult = (8 if dev.type == "cuda" else 0) if min_l2_multiple is None else min_l2_multiple
-    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": "fp8"}[dtype]
-    pool = paged_pool(
+    pool = paged_pool(  # dtype by name: the pool's names are the table's
         batch, context, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
-        dtype=torch_dtype, layout=layout, storage=storage, min_l2_multiple=mult, device=dev,
+        dtype=dtype, layout=layout, storage=storage, min_l2_multiple=mult, device=dev,
     )
     q = checks.make_decode_query(pool, Q_HEADS)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
@@ -414,11 +413,10 @@ def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "
     (checks.make_write_inputs)."""
     dev = _device()
     on_gpu = dev.type == "cuda"
-    torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": "fp8"}[dtype]
     seqs = max(1, -(-n // 4096))
     pool = paged_pool(
         seqs, 4096, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
-        dtype=torch_dtype, storage=storage, min_l2_multiple=8 if on_gpu else 0, device=dev,
+        dtype=dtype, storage=storage, min_l2_multiple=8 if on_gpu else 0, device=dev,
     )
     k, v, slots = checks.make_write_inputs(pool, n, order=order)
     args = (k, v, pool.k_cache, pool.v_cache, slots)

@@ -101,7 +101,7 @@ def _scale_tensor(name: str, scale: object, device: torch.device) -> torch.Tenso
 
 
 def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
-    """Host checks shared by both rows; returns (is_fp8, k_scale_t, v_scale_t)."""
+    """Host checks shared by both rows; returns (is_fp8, k_scale_t, v_scale_t, v_dim_major)."""
     check_ndim("k", k, 3, "[N, kv_heads, head_dim]")
     check_ndim("v", v, 3, "[N, kv_heads, head_dim]")
     check_dtype("k", k, _IN_DTYPES)
@@ -126,7 +126,7 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     check_shape("slot_mapping", slot_mapping, (n,))
     for name, t in (("k", k), ("v", v), ("k_cache", k_cache)):
         check_last_dim_contiguous(name, t)
-    v_cache_dim_major(v_cache)  # token- or dim-major; raises naming both otherwise
+    v_dim_major = v_cache_dim_major(v_cache)  # token- or dim-major; else raises naming both
     if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
         raise ValueError("k_cache and v_cache are the same memory; pass the K and V views")
     device = check_same_device(
@@ -146,11 +146,12 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         if k_scale is not None or v_scale is not None:
             raise ValueError("k_scale/v_scale apply to fp8 caches only; pass None for "
                              f"a {k_cache.dtype} cache")
-        return False, None, None
+        return False, None, None, v_dim_major
     if k_scale is None or v_scale is None:
         raise ValueError("fp8 caches need k_scale and v_scale (python floats or 1-element "
                          "float32 tensors on the cache's device)")
-    return True, _scale_tensor("k_scale", k_scale, device), _scale_tensor("v_scale", v_scale, device)
+    ks, vs = _scale_tensor("k_scale", k_scale, device), _scale_tensor("v_scale", v_scale, device)
+    return True, ks, vs, v_dim_major
 
 
 @triton.jit
@@ -276,11 +277,11 @@ def _tiles(
     return block_t, block_h, block_d, num_warps
 
 
-def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp8: bool):
+def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp8: bool,
+                   v_dim_major: bool = False):
     n, heads, dim = k.shape
     if n == 0:
         return
-    v_dim_major = v_cache_dim_major(v_cache)
     block_t, block_h, block_d, num_warps = _tiles(
         n, heads, dim, _sm_count(k.device), min_tokens=k_cache.shape[1] if v_dim_major else 1
     )
@@ -311,9 +312,9 @@ def kv_write_triton(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_sca
     Grid: (token blocks, head blocks). Under the Triton interpreter fp8 codes come from the
     integer RNE encoder (kernels/_fp8.py) because the interpreter's own cast is wrong.
     """
-    is_fp8, ks, vs = _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    is_fp8, ks, vs, v_dim_major = _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
     _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8,
-                   soft_fp8=is_interpreted(_kv_write_kernel))
+                   soft_fp8=is_interpreted(_kv_write_kernel), v_dim_major=v_dim_major)
 
 
 def _quantize_torch(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -343,7 +344,7 @@ def kv_write_torch(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scal
     negative (padding) slots uses ``nonzero``, which waits for the device once per call; the
     Triton row masks them in-kernel instead.
     """
-    is_fp8, ks, vs = _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    is_fp8, ks, vs, _ = _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
     keep = torch.nonzero(slot_mapping >= 0).squeeze(1)
     if keep.numel() == 0:
         return
