@@ -1,0 +1,191 @@
+"""Paged decode whose KV splits combine through a thread-block cluster (CUDA, sm_90).
+
+The kernel is ``kvbench/kernels/cuda/cluster_decode.cu`` (its header says why it exists and
+how one CTA works); this module validates the inputs, picks the split count (= the cluster
+size) and launches it through ctypes on torch's current stream. The library is built with nvcc
+on first use (``kvbench.kernels.cuda_build``).
+
+Accepted inputs, beyond paged_decode's (its ``_validate`` runs first, same messages): CUDA
+tensors on an sm_90+ device; fp16 / bf16 caches (fp8 bytes: use ``triton/split_kv``);
+head_dim 128; q heads per kv head 1, 2, 4 or 8; K and V token-major (d contiguous) with rows
+16-byte aligned (cp.async copies 16 bytes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import math
+
+import torch
+
+from kvbench.kernels import cuda_build
+from kvbench.kernels._device import sm_count
+from kvbench.kernels.paged_decode import _LOG2E
+from kvbench.kernels.paged_decode import _validate as _validate_decode
+
+LIBRARY = "cluster_decode"
+HEAD_DIM = 128
+GROUPS = (1, 2, 4, 8)
+#: sm_90's non-portable cluster limit (the kernel allows it on itself).
+MAX_SPLITS = 16
+#: A split shorter than this is not worth a CTA: its fixed chain (block table, copy, combine)
+#: would dominate.
+MIN_TOKENS_PER_SPLIT = 64
+_DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
+
+
+class DecodeArgs(ctypes.Structure):
+    """Mirror of ``struct DecodeArgs`` in cluster_decode.cu (checked against its sizeof)."""
+
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("block_table", ctypes.c_void_p),
+        ("seq_lens", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        *[(n, ctypes.c_int64) for n in (
+            "q_stride_b", "q_stride_h",
+            "k_stride_page", "k_stride_slot", "k_stride_head",
+            "v_stride_page", "v_stride_slot", "v_stride_head",
+            "bt_stride", "out_stride_b", "out_stride_h",
+        )],
+        *[(n, ctypes.c_int32) for n in ("batch", "q_heads", "kv_heads", "page_shift", "splits")],
+        ("qk_scale_log2", ctypes.c_float),
+    ]
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    lib = cuda_build.load(LIBRARY)
+    lib.kvb_cluster_decode.argtypes = [ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.c_void_p]
+    lib.kvb_max_active_clusters.argtypes = [
+        ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.POINTER(ctypes.c_int)
+    ]
+    lib.kvb_error_string.restype = ctypes.c_char_p
+    if lib.kvb_args_size() != ctypes.sizeof(DecodeArgs):
+        raise RuntimeError(
+            f"{LIBRARY}: DecodeArgs is {lib.kvb_args_size()} bytes in CUDA, "
+            f"{ctypes.sizeof(DecodeArgs)} in Python: the two definitions disagree"
+        )
+    return lib
+
+
+def _check(code: int, what: str) -> None:
+    if code != 0:
+        msg = _library().kvb_error_string(code).decode()
+        raise RuntimeError(f"{LIBRARY}: {what} failed: {msg} (cudaError {code})")
+
+
+def unavailable_reason(device: torch.device) -> str | None:
+    """None when the row can run on ``device``, else why not (registry availability)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return f"needs a CUDA device (sm_90+), problem is on {device}"
+    if torch.cuda.get_device_capability(device) < (9, 0):
+        return "needs sm_90+ (thread-block clusters and distributed shared memory)"
+    if cuda_build.find_nvcc() is None:
+        return "needs nvcc to build kvbench/kernels/cuda/cluster_decode.cu on first use"
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def max_active_clusters(device: torch.device, dtype: torch.dtype, group: int, splits: int) -> int:
+    """Clusters of ``splits`` CTAs that the device holds at once (CUDA's occupancy query)."""
+    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=splits)
+    n = ctypes.c_int(0)
+    with torch.cuda.device(device):
+        _check(_library().kvb_max_active_clusters(ctypes.byref(args), _DTYPE_CODE[dtype],
+                                                  ctypes.byref(n)), "cudaOccupancyMaxActiveClusters")
+    return n.value
+
+
+def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> int:
+    """The largest power-of-two split count (<= MAX_SPLITS) whose CTAs run in one wave.
+
+    ``programs`` = batch x kv heads; ``fits(splits)`` = clusters of that size the device holds
+    at once. A split count qualifies when programs x splits CTAs fit the SMs (one CTA per SM:
+    the ring takes ~200 KB of shared memory), all clusters are resident together, and each
+    split keeps >= MIN_TOKENS_PER_SPLIT tokens. 1 when none does (big batches: no split).
+    """
+    splits = MAX_SPLITS
+    while splits > 1:
+        if (programs * splits <= sms and max_context >= splits * MIN_TOKENS_PER_SPLIT
+                and programs <= fits(splits)):
+            return splits
+        splits //= 2
+    return 1
+
+
+def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
+    """What this kernel accepts beyond paged_decode's contract (shape and dtype first, so a
+    CPU caller learns them too, then the device, then the rows' alignment)."""
+    if p.fp8:
+        raise ValueError("cuda/cluster_decode accepts fp16 / bf16 caches; for fp8 (uint8) caches "
+                         "use triton/split_kv")
+    if p.head_dim != HEAD_DIM:
+        raise ValueError(f"cuda/cluster_decode needs head_dim {HEAD_DIM}, got {p.head_dim}")
+    if p.q_heads // p.kv_heads not in GROUPS:
+        raise ValueError(f"cuda/cluster_decode needs q_heads / kv_heads in {GROUPS}, got "
+                         f"{p.q_heads} / {p.kv_heads}")
+    if p.v_dim_major:
+        raise ValueError("cuda/cluster_decode needs a token-major v_cache (d contiguous); "
+                         "dim-major V pages: use triton/split_kv")
+    reason = unavailable_reason(q.device)
+    if reason:
+        raise ValueError(f"cuda/cluster_decode {reason}")
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.data_ptr() % 16 or any(s % 8 for s in cache.stride()[:3]):
+            raise ValueError(f"{name}: rows must be 16-byte aligned (data_ptr % 16 == 0, page, "
+                             f"slot and head strides multiples of 8 elements), got strides "
+                             f"{tuple(cache.stride())}")
+
+
+def paged_decode_cluster(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """CUDA flash-decode, one launch: the splits of a (sequence, kv head) are one cluster.
+
+    ``num_splits=None`` picks ``choose_cluster_splits`` from the shape (the block table's width
+    x page_size as the context bound: the host never reads seq_lens).
+    """
+    p = _validate_decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale,
+                         triton_kernel=False)
+    _check_cluster_inputs(q, k_cache, v_cache, p)
+    out = torch.empty((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
+    if p.batch == 0:
+        return out
+    group = p.q_heads // p.kv_heads
+    if num_splits is None:
+        num_splits = choose_cluster_splits(
+            p.batch * p.kv_heads, p.max_pages * p.page_size, sm_count(q.device),
+            lambda s: max_active_clusters(q.device, q.dtype, group, s),
+        )
+    elif (isinstance(num_splits, bool) or not isinstance(num_splits, int)
+          or not 1 <= num_splits <= MAX_SPLITS):
+        raise ValueError(f"num_splits must be None or an int in [1, {MAX_SPLITS}], "
+                         f"got {num_splits!r}")
+    args = DecodeArgs(
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_table.data_ptr(),
+        seq_lens.data_ptr(), out.data_ptr(),
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_table.stride(0), out.stride(0), out.stride(1),
+        p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits,
+        p.sm_scale * _LOG2E,
+    )
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    with torch.cuda.device(q.device):
+        _check(_library().kvb_cluster_decode(ctypes.byref(args), _DTYPE_CODE[q.dtype], stream),
+               "launch")
+    return out

@@ -1,0 +1,98 @@
+"""Cluster-combined CUDA decode against the Triton split-KV decode and the bytes-only bound (GPU)
+
+    python scripts/bench_cluster_decode.py [--json PATH] [--rounds N] [--splits 4,8,16]
+
+Experiment 18 (docs/perf-notes.md). At batch 1 x 4k the Triton split kernel plus its reduce
+take ~14.6 us against 8.7 us for reading the pages alone. ``cuda/cluster_decode`` combines the
+splits of a (sequence, kv head) through distributed shared memory in one launch. Per case and
+round, alternating rows so drift hits all of them: every decode row checked against the fp64
+reference first, then timed under the harness's cold-L2 bench():
+  - triton/split_kv (shipped, auto split count);
+  - cuda/cluster_decode at the auto split count and at each --splits value;
+  - page_read (the case's pages read and nothing else) and the event floor.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from functools import partial
+
+import torch
+from gpu_experiment import experiment_parser, start_experiment
+
+from kvbench import checks
+from kvbench.harness import bench, event_floor
+from kvbench.harness.stream_read import page_read_fn
+from kvbench.jsonfile import write_json_atomic
+from kvbench.kernels import paged_decode as pd
+from kvbench.kernels import paged_decode_cluster as pdc
+from kvbench.kernels._device import sm_count
+from kvbench.pool import paged_pool
+
+CASES = (
+    ("b1_c4k", 1, 4096, "fp16"),
+    ("b1_c4k", 1, 4096, "bf16"),
+    ("b1_c1k", 1, 1024, "fp16"),
+    ("b1_c32k", 1, 32768, "fp16"),
+    ("b8_c4k", 8, 4096, "fp16"),
+    ("b4_c4k", 4, 4096, "fp16"),
+)
+
+
+def run_case(batch: int, ctx: int, dtype: str, dev: torch.device, splits: list[int]) -> dict:
+    torch.cuda.empty_cache()
+    pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
+    q = checks.make_decode_query(pool, 32)
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    rows = {"triton/split_kv": pd.paged_decode_split_kv, "cluster auto": pdc.paged_decode_cluster}
+    for s in splits:
+        rows[f"cluster s{s}"] = partial(pdc.paged_decode_cluster, num_splits=s)
+    out: dict[str, float] = {}
+    for name, fn in rows.items():
+        out[f"{name} max_abs_diff"] = checks.check_paged_decode(fn, pool, q)
+    read = page_read_fn(pool.k_cache, pool.v_cache, pool.attended_page_ids(), sm_count(dev))
+    checks.check_page_read(read, pool)
+    for name, fn in rows.items():
+        out[name] = bench(partial(fn, *args)).median_us
+    out["page_read"] = bench(read).median_us
+    out["empty"] = event_floor(dev).median_us
+    group = 32 // pool.kv_heads
+    out["auto splits"] = pdc.choose_cluster_splits(
+        batch * pool.kv_heads, ctx, sm_count(dev),
+        lambda s: pdc.max_active_clusters(dev, q.dtype, group, s))
+    pool.free()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = experiment_parser(__doc__, rounds=3)
+    parser.add_argument("--splits", default="4,8,16", help="forced split counts to add")
+    started = start_experiment(parser, argv)
+    if started is None:
+        return 2
+    args, meta, dev = started
+    splits = [int(s) for s in args.splits.split(",") if s]
+    meta["max_active_clusters"] = {
+        s: pdc.max_active_clusters(dev, torch.float16, 4, s) for s in (1, 2, 4, 8, 16)}
+    print("max active clusters (fp16, group 4):", meta["max_active_clusters"], flush=True)
+    results: dict[str, list[dict]] = {}
+    for rnd in range(args.rounds):
+        for label, batch, ctx, dtype in CASES:
+            results.setdefault(f"{label}:{dtype}", []).append(
+                run_case(batch, ctx, dtype, dev, splits))
+            if args.json:
+                write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
+        print(f"round {rnd} done", flush=True)
+    cols = ["triton/split_kv", "cluster auto", *[f"cluster s{s}" for s in splits],
+            "page_read", "empty"]
+    print(f"\n{'case (mean us)':16s}" + "".join(f"{c:>16s}" for c in cols) + "   auto")
+    for key, rounds in results.items():
+        print(f"{key:16s}" + "".join(
+            f"{statistics.mean(r[c] for r in rounds):16.2f}" for c in cols)
+            + f"   {rounds[0]['auto splits']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""cuda/cluster_decode: the CUDA decode whose splits combine in a thread-block cluster.
+
+CPU: the library compiles for sm_90a with nvcc (no spills, one kernel per dtype x group) and
+its argument struct matches the ctypes mirror; the split policy; every input the kernel
+refuses, refused by name. GPU (`pytest -m gpu` on the H200): against the fp64 reference at
+every group size, page size and forced split count, ragged lengths (0, 1, a partial page, a
+partial tile, long), stale NaN in every unattended slot, and at decode geometry.
+"""
+
+import ctypes
+import re
+
+import pytest
+import torch
+
+from kvbench.checks import check_paged_decode, make_decode_query
+from kvbench.kernels import cuda_build
+from kvbench.kernels import paged_decode_cluster as pdc
+from kvbench.pool import paged_pool
+
+needs_nvcc = pytest.mark.skipif(cuda_build.find_nvcc() is None, reason="no nvcc on this machine")
+
+
+@needs_nvcc
+def test_library_compiles_for_sm90a_without_spills(tmp_path):
+    lib, log = cuda_build.compile_source(pdc.LIBRARY, tmp_path, extra=("-Xptxas", "-v"))
+    assert lib.is_file()
+    entries = re.findall(r"Compiling entry function '(\w+)' for 'sm_90a'", log)
+    assert len(entries) == 2 * len(pdc.GROUPS), log  # fp16 / bf16 x each group
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert len(spills) == len(entries) and all(s == ("0", "0") for s in spills), log
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
+    assert regs and max(regs) <= 255, log  # __launch_bounds__(256, 1)
+    assert ctypes.CDLL(str(lib)).kvb_args_size() == ctypes.sizeof(pdc.DecodeArgs)
+
+
+@needs_nvcc
+def test_rebuilds_when_the_source_changes(tmp_path, monkeypatch):
+    first, _ = cuda_build.compile_source(pdc.LIBRARY, tmp_path)
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    edited = (cuda_build.SOURCE_DIR / f"{pdc.LIBRARY}.cu").read_text() + "\n// edited\n"
+    (src_dir / f"{pdc.LIBRARY}.cu").write_text(edited)
+    monkeypatch.setattr(cuda_build, "SOURCE_DIR", src_dir)
+    second, _ = cuda_build.compile_source(pdc.LIBRARY, tmp_path)
+    assert first != second and first.is_file() and second.is_file()
+
+
+def test_missing_nvcc_is_named(monkeypatch):
+    monkeypatch.setattr(cuda_build, "find_nvcc", lambda: None)
+    with pytest.raises(cuda_build.BuildError, match="needs nvcc"):
+        cuda_build.compile_source(pdc.LIBRARY)
+
+
+def test_split_policy():
+    always = lambda s: 1000
+    # batch 1 x 8 kv heads on 132 SMs: 16 splits (128 CTAs, one wave)
+    assert pdc.choose_cluster_splits(8, 4096, 132, always) == 16
+    # clusters of 16 that the GPCs cannot all hold at once: the next size down
+    assert pdc.choose_cluster_splits(8, 4096, 132, lambda s: 7 if s == 16 else 1000) == 8
+    assert pdc.choose_cluster_splits(64, 4096, 132, always) == 2
+    # programs already fill the SMs: no split
+    assert pdc.choose_cluster_splits(132, 4096, 132, always) == 1
+    assert pdc.choose_cluster_splits(512, 8192, 132, always) == 1
+    # short contexts keep >= MIN_TOKENS_PER_SPLIT tokens per split
+    assert pdc.choose_cluster_splits(8, 256, 132, always) == 256 // pdc.MIN_TOKENS_PER_SPLIT
+    assert pdc.choose_cluster_splits(8, 16, 132, always) == 1
+
+
+def _cpu_pool(**kw):
+    args = {"kv_heads": 2, "head_dim": 128, "page_size": 16, "min_l2_multiple": 0, "seed": 0,
+            "device": "cpu"}
+    args.update(kw)
+    return paged_pool(2, [5, 40], **args)
+
+
+@pytest.mark.parametrize(
+    ("pool_kw", "q_heads", "match"),
+    [
+        ({"dtype": "fp8"}, 4, "fp16 / bf16 caches"),
+        ({"head_dim": 64}, 4, "head_dim 128"),
+        ({}, 6, r"q_heads / kv_heads in \(1, 2, 4, 8\)"),
+        ({"storage": "v_dim_major"}, 4, "token-major v_cache"),
+        ({}, 4, "needs a CUDA device"),
+    ],
+)
+def test_refused_inputs_are_named(pool_kw, q_heads, match):
+    pool = _cpu_pool(**pool_kw)
+    q = make_decode_query(pool, q_heads)
+    with pytest.raises(ValueError, match=match):
+        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens,
+                                 k_scale=pool.k_scale, v_scale=pool.v_scale)
+
+
+def test_paged_decode_contract_checked_first():
+    pool = _cpu_pool()
+    q = make_decode_query(pool, 4)
+    with pytest.raises(ValueError, match="seq_lens"):
+        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table,
+                                 pool.seq_lens.long())
+
+
+# ---- GPU ---------------------------------------------------------------------------------------
+
+_GPU = {"head_dim": 128, "min_l2_multiple": 0, "device": "cuda", "seed": 0}
+
+
+def _check(pool, q_heads, **kw):
+    q = make_decode_query(pool, q_heads, seed=1)
+    fn = pdc.paged_decode_cluster
+    if kw:
+        def fn(*a, **k):
+            return pdc.paged_decode_cluster(*a, **k, **kw)
+    return check_paged_decode(fn, pool, q)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("group", pdc.GROUPS)
+@pytest.mark.parametrize("page_size", [8, 16, 64])
+@pytest.mark.parametrize("splits", [None, 1, 3, 8, 16])
+def test_gpu_ragged(dtype, group, page_size, splits):
+    lens = [0, 1, 15, 17, 129, 1000, 4097]
+    pool = paged_pool(len(lens), lens, kv_heads=2, page_size=page_size, dtype=dtype, **_GPU)
+    try:
+        _check(pool, 2 * group, **({} if splits is None else {"num_splits": splits}))
+    finally:
+        pool.free()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_gpu_stale_nan_past_seq_len(dtype):
+    """Every slot no sequence attends holds NaN: the zero-filled rows past seq_len must not
+    read them (0 x NaN = NaN), and no split may touch a page outside its range."""
+    lens = [300, 17, 4096]
+    pool = paged_pool(3, lens, kv_heads=2, page_size=16, dtype=dtype, **_GPU)
+    try:
+        attended = torch.zeros(pool.num_pages, pool.page_size, dtype=torch.bool, device="cuda")
+        for seq, n in enumerate(lens):
+            t = torch.arange(n, device="cuda")
+            attended[pool.block_table[seq, t // pool.page_size].long(), t % pool.page_size] = True
+        for cache in (pool.k_cache, pool.v_cache):
+            cache[~attended] = float("nan")
+        for splits in (None, 5, 16):
+            _check(pool, 8, **({} if splits is None else {"num_splits": splits}))
+    finally:
+        pool.free()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize(("batch", "context"), [(1, 4096), (1, 32768), (8, 4096), (64, 1024)])
+def test_gpu_decode_geometry(dtype, batch, context):
+    pool = paged_pool(batch, context, kv_heads=8, head_dim=128, page_size=16, dtype=dtype,
+                      device="cuda")
+    try:
+        check_paged_decode(pdc.paged_decode_cluster, pool, make_decode_query(pool, 32))
+    finally:
+        pool.free()
+
+
+@pytest.mark.gpu
+def test_gpu_bad_num_splits():
+    pool = paged_pool(1, 64, kv_heads=2, page_size=16, dtype="fp16", **_GPU)
+    q = make_decode_query(pool, 4)
+    with pytest.raises(ValueError, match=r"num_splits must be None or an int in \[1, 16\]"):
+        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens,
+                                 num_splits=17)
