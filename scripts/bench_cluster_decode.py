@@ -67,14 +67,14 @@ def run_case(batch: int, ctx: int, dtype: str, dev: torch.device, splits: list[i
 
 def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__, rounds=3)
-    parser.add_argument("--splits", default="4,8,16", help="forced split counts to add")
+    parser.add_argument("--splits", default="8,12,16", help="forced split counts to add")
     started = start_experiment(parser, argv)
     if started is None:
         return 2
     args, meta, dev = started
     splits = [int(s) for s in args.splits.split(",") if s]
     meta["max_active_clusters"] = {
-        s: pdc.max_active_clusters(dev, torch.float16, 4, s) for s in (1, 2, 4, 8, 16)}
+        s: pdc.max_active_clusters(dev, torch.float16, 4, s) for s in range(1, 17)}
     print("max active clusters (fp16, group 4):", meta["max_active_clusters"], flush=True)
     results: dict[str, list[dict]] = {}
     for rnd in range(args.rounds):

@@ -56,9 +56,11 @@ def test_split_policy():
     always = lambda s: 1000
     # batch 1 x 8 kv heads on 132 SMs: 16 splits (128 CTAs, one wave)
     assert pdc.choose_cluster_splits(8, 4096, 132, always) == 16
-    # clusters of 16 that the GPCs cannot all hold at once: the next size down
-    assert pdc.choose_cluster_splits(8, 4096, 132, lambda s: 7 if s == 16 else 1000) == 8
+    # clusters of 16 that the GPCs cannot all hold at once: the next size that fits
+    assert pdc.choose_cluster_splits(8, 4096, 132, lambda s: 7 if s == 16 else 1000) == 15
+    assert pdc.choose_cluster_splits(8, 4096, 132, lambda s: 7 if s > 12 else 8) == 12
     assert pdc.choose_cluster_splits(64, 4096, 132, always) == 2
+    assert pdc.choose_cluster_splits(16, 4096, 132, always) == 8
     # programs already fill the SMs: no split
     assert pdc.choose_cluster_splits(132, 4096, 132, always) == 1
     assert pdc.choose_cluster_splits(512, 8192, 132, always) == 1
@@ -118,10 +120,11 @@ def _check(pool, q_heads, **kw):
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("group", pdc.GROUPS)
 @pytest.mark.parametrize("page_size", [8, 16, 64])
-@pytest.mark.parametrize("splits", [None, 1, 3, 8, 16])
+@pytest.mark.parametrize("splits", [None, 1, 3, 8, 14, 16])
 def test_gpu_ragged(dtype, group, page_size, splits):
-    lens = [0, 1, 15, 17, 129, 1000, 4097]
+    lens = [1, 1, 15, 17, 129, 1000, 4097]
     pool = paged_pool(len(lens), lens, kv_heads=2, page_size=page_size, dtype=dtype, **_GPU)
+    pool.seq_lens[0] = 0  # an empty slot of the batch: zero output
     try:
         _check(pool, 2 * group, **({} if splits is None else {"num_splits": splits}))
     finally:

@@ -101,19 +101,19 @@ def max_active_clusters(device: torch.device, dtype: torch.dtype, group: int, sp
 
 
 def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> int:
-    """The largest power-of-two split count (<= MAX_SPLITS) whose CTAs run in one wave.
+    """The largest split count (<= MAX_SPLITS) whose CTAs all run in one wave.
 
     ``programs`` = batch x kv heads; ``fits(splits)`` = clusters of that size the device holds
     at once. A split count qualifies when programs x splits CTAs fit the SMs (one CTA per SM:
     the ring takes ~200 KB of shared memory), all clusters are resident together, and each
-    split keeps >= MIN_TOKENS_PER_SPLIT tokens. 1 when none does (big batches: no split).
+    split keeps >= MIN_TOKENS_PER_SPLIT tokens. Any size, not only powers of two: the H200
+    holds 7 clusters of 16 (its GPCs), so batch 1 x 8 kv heads gets 14 x 8 CTAs, not 8 x 8.
+    1 when none qualifies (big batches: no split).
     """
-    splits = MAX_SPLITS
-    while splits > 1:
+    for splits in range(MAX_SPLITS, 1, -1):
         if (programs * splits <= sms and max_context >= splits * MIN_TOKENS_PER_SPLIT
                 and programs <= fits(splits)):
             return splits
-        splits //= 2
     return 1
 
 

@@ -168,23 +168,25 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   const char* v_base = static_cast<const char*>(a.v) + hk * a.v_stride_head * 2;
 
   // Stage one tile: thread copies chunk (tid % CHUNKS) of rows tid / CHUNKS + j * ROWS_PER_PASS.
-  // All block-table loads first, then all copies, so a tile costs one dependent round trip.
-  auto issue_tile = [&](int tile, int stage) {
-    unsigned char* ks = smem + stage * STAGE_BYTES;
-    unsigned char* vs = ks + K_STAGE_BYTES;
-    const int chunk = tid % CHUNKS;
-    const int row0 = tid / CHUNKS;
-    const int tile_start = start + tile * TILE_N;
-    int page[PASSES];
+  // The rows' block-table entries are loaded a tile ahead of their copies (load_pages for
+  // tile i + NSTAGE while tile i + NSTAGE - 1 is issued): a copy waiting on its entry would
+  // stall the warp for a DRAM round trip before it reaches the math of the current tile.
+  const int chunk = tid % CHUNKS;
+  const int row0 = tid / CHUNKS;
+  auto load_pages = [&](int tile, int* page) {
 #pragma unroll
     for (int j = 0; j < PASSES; ++j) {
-      const int tok = tile_start + row0 + j * ROWS_PER_PASS;
+      const int tok = start + tile * TILE_N + row0 + j * ROWS_PER_PASS;
       page[j] = tok < end ? bt_row[tok >> a.page_shift] : 0;
     }
+  };
+  auto issue_tile = [&](int tile, const int* page) {
+    unsigned char* ks = smem + (tile % NSTAGE) * STAGE_BYTES;
+    unsigned char* vs = ks + K_STAGE_BYTES;
 #pragma unroll
     for (int j = 0; j < PASSES; ++j) {
       const int row = row0 + j * ROWS_PER_PASS;
-      const int tok = tile_start + row;
+      const int tok = start + tile * TILE_N + row;
       const int bytes = tok < end ? 16 : 0;  // 0: zero-fill, nothing read
       const int64_t slot = tok & page_mask;
       const char* kp = k_base + (page[j] * a.k_stride_page + slot * a.k_stride_slot) * 2 + chunk * 16;
@@ -194,11 +196,18 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     }
   };
 
+  {
+    int pages[NSTAGE - 1][PASSES];
 #pragma unroll
-  for (int s = 0; s < NSTAGE - 1; ++s) {
-    if (s < num_tiles) issue_tile(s, s);
-    cp_async_commit();
+    for (int s = 0; s < NSTAGE - 1; ++s) load_pages(s, pages[s]);
+#pragma unroll
+    for (int s = 0; s < NSTAGE - 1; ++s) {
+      if (s < num_tiles) issue_tile(s, pages[s]);
+      cp_async_commit();
+    }
   }
+  int pages_ahead[PASSES];
+  load_pages(NSTAGE - 1, pages_ahead);
 
   const T* q_row = static_cast<const T*>(a.q) + b * a.q_stride_b + (hk * GROUP) * a.q_stride_h;
   for (int i = tid; i < GROUP * HEAD_DIM; i += THREADS) {
@@ -222,8 +231,9 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   for (int i = 0; i < num_tiles; ++i) {
     cp_async_wait<NSTAGE - 2>();
     __syncthreads();  // tile i visible to all; every warp is done with the stage refilled next
-    if (i + NSTAGE - 1 < num_tiles) issue_tile(i + NSTAGE - 1, (i + NSTAGE - 1) % NSTAGE);
+    if (i + NSTAGE - 1 < num_tiles) issue_tile(i + NSTAGE - 1, pages_ahead);
     cp_async_commit();
+    load_pages(i + NSTAGE, pages_ahead);
 
     const unsigned char* ks = smem + (i % NSTAGE) * STAGE_BYTES;
     const unsigned char* vs = ks + K_STAGE_BYTES;
