@@ -8,7 +8,8 @@ on first use (``kvbench.kernels.cuda_build``).
 Accepted inputs, beyond paged_decode's (its ``_validate`` runs first, same messages): CUDA
 tensors on an sm_90+ device; fp16 / bf16 caches (fp8 bytes: use ``triton/split_kv``);
 head_dim 128; q heads per kv head 1, 2, 4 or 8; K and V token-major (d contiguous) with rows
-16-byte aligned (cp.async copies 16 bytes).
+16-byte aligned (cp.async copies 16 bytes); q's head rows 4-byte aligned (q is
+loaded as pairs).
 """
 
 from __future__ import annotations
@@ -134,6 +135,9 @@ def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
     reason = unavailable_reason(q.device)
     if reason:
         raise ValueError(f"cuda/cluster_decode {reason}")
+    if q.data_ptr() % 4 or q.stride(0) % 2 or q.stride(1) % 2:
+        raise ValueError(f"q: head rows must be 4-byte aligned (data_ptr % 4 == 0, batch and head "
+                         f"strides even), got strides {tuple(q.stride())}")
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         if cache.data_ptr() % 16 or any(s % 8 for s in cache.stride()[:3]):
             raise ValueError(f"{name}: rows must be 16-byte aligned (data_ptr % 16 == 0, page, "

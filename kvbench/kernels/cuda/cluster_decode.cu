@@ -11,20 +11,20 @@
 // alive until all peers are done reading.
 //
 // Structure of one CTA (8 warps, TILE_N = 128 tokens per stage, NSTAGE-deep cp.async ring):
-//   * K rows are staged with 16 bytes of padding (272-byte stride) so the QK^T reads below,
-//     one token per lane, hit distinct banks; V rows are read along d and need none.
-//   * QK^T on CUDA cores: lane (t, half) of warp w owns token 16 w + t of the tile and half of
-//     d; q (pre-scaled by sm_scale * log2 e, in fp32) is read from shared memory as broadcasts.
-//     A decode group of <= 8 q heads is too narrow for tensor cores to matter at these sizes
-//     (the kernel is bound by its chain of latencies, not by FLOPs).
-//   * Online softmax per warp over its 16 tokens (shuffles within 16 lanes), no CTA barrier
-//     per tile except the ring's; P goes to a per-warp shared-memory row, then P @ V with lane
-//     l owning d in [4 l, 4 l + 4).
+//   * K and V rows are staged with 16 bytes of padding (272-byte stride) so ldmatrix's 8 row
+//     addresses per matrix hit distinct banks.
+//   * Warp w owns tokens [16 w, 16 w + 16) of each tile: S = q K^T and O += P V on tensor
+//     cores (mma.sync m16n8k16, fp32 accumulate), q's <= 8 heads as the A rows (the rest
+//     zero), K through ldmatrix, V through ldmatrix.trans. A first version on CUDA cores (one
+//     token per lane, commit ad4ef61) took ~2.7 us per tile on the H200, slower than Triton.
+//   * Online softmax per warp over its 16 tokens (a quad of lanes shares a row): no CTA
+//     barrier per tile except the ring's, and P stays in registers (S's accumulator layout is
+//     P @ V's A operand).
 //   * After the last tile: the 8 warps' partials combine in shared memory (one CTA partial),
 //     then the cluster combine above.
 // Rows past seq_len are zero-filled by cp.async (src-size 0) and masked to -inf.
 //
-// Accepted inputs are checked in Python (kvbench/kernels/paged_decode_cuda.py) before launch:
+// Accepted inputs are checked in Python (kvbench/kernels/paged_decode_cluster.py) before launch:
 // q [B, Hq, 128] fp16/bf16 (d contiguous); K and V token-major [pages, page_size, Hkv, 128] of
 // q's dtype (d contiguous); block_table int32 [B, >= pages used]; seq_lens int32 [B];
 // Hq / Hkv in {1, 2, 4, 8}; page_size a power of two; 1 <= splits <= 16.
@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace cg = cooperative_groups;
 
@@ -46,8 +47,10 @@ constexpr int THREADS = WARPS * 32;
 constexpr int TILE_N = 16 * WARPS;              // tokens per stage: 16 per warp
 constexpr int NSTAGE = 3;
 constexpr int ROW_BYTES = HEAD_DIM * 2;         // one fp16/bf16 row of one kv head
-constexpr int K_ROW_STRIDE = ROW_BYTES + 16;    // padded: 8 lanes of an LDS.128 phase, 8 banks groups
-constexpr int V_ROW_STRIDE = ROW_BYTES;
+// Rows padded by 16 bytes: the 8 row addresses of one ldmatrix 8x8 matrix (8 tokens, same d)
+// then fall in 8 distinct 16-byte bank groups instead of one.
+constexpr int K_ROW_STRIDE = ROW_BYTES + 16;
+constexpr int V_ROW_STRIDE = ROW_BYTES + 16;
 constexpr int CHUNKS = ROW_BYTES / 16;          // 16-byte cp.async chunks per row
 constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
 constexpr int PASSES = TILE_N / ROWS_PER_PASS;  // rows each thread copies per tile (K and V)
@@ -61,7 +64,7 @@ static_assert(THREADS % CHUNKS == 0 && TILE_N % ROWS_PER_PASS == 0, "copy mappin
 
 }  // namespace
 
-// Mirrored field by field by kvbench/kernels/paged_decode_cuda.py (ctypes.Structure): pointers,
+// Mirrored field by field by kvbench/kernels/paged_decode_cluster.py (ctypes.Structure): pointers,
 // then int64, then int32 / float, so both sides lay it out the same way.
 struct DecodeArgs {
   const void* q;
@@ -86,20 +89,20 @@ struct Elem;
 
 template <>
 struct Elem<__half> {
-  static __device__ __forceinline__ float2 pair(uint32_t w) {
-    return __half22float2(*reinterpret_cast<const __half2*>(&w));
-  }
-  static __device__ __forceinline__ float one(const __half* p) { return __half2float(*p); }
   static __device__ __forceinline__ __half from(float x) { return __float2half_rn(x); }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
 };
 
 template <>
 struct Elem<__nv_bfloat16> {
-  static __device__ __forceinline__ float2 pair(uint32_t w) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
-  }
-  static __device__ __forceinline__ float one(const __nv_bfloat16* p) { return __bfloat162float(*p); }
   static __device__ __forceinline__ __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
 };
 
 __device__ __forceinline__ float ex2(float x) {  // 2^x; -inf -> +0 (ftz is fine for weights)
@@ -125,11 +128,9 @@ __device__ __forceinline__ void cp_async_wait() {
 // Shared memory besides the ring (floats).
 template <int GROUP>
 struct Side {
-  static constexpr int Q = GROUP * HEAD_DIM;               // q * scale, fp32
-  static constexpr int P = WARPS * 16 * GROUP;             // per-warp probabilities
-  static constexpr int WML = 2 * WARPS * GROUP;            // per-warp max and sum
+  static constexpr int WML = 2 * WARPS * GROUP;              // per-warp max and sum
   static constexpr int PART = GROUP * HEAD_DIM + 2 * GROUP;  // the CTA partial: o, max, sum
-  static constexpr int FLOATS = Q + P + WML + PART;
+  static constexpr int FLOATS = WML + PART;
 };
 
 template <int GROUP>
@@ -139,12 +140,45 @@ constexpr int smem_bytes() {
   return NSTAGE * STAGE_BYTES + Side<GROUP>::FLOATS * 4;
 }
 
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 16-bit matrices; lane i gives the address of row (i % 8) of matrix (i / 8).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// c += A (16 x 16, row) * B (16 x 8, col), fp32 accumulate. A's rows 8-15 are always zero here
+// (a decode group has <= 8 q heads), so a1 = a3 = 0 and c[2], c[3] stay unused.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+  }
+}
+
 template <typename T, int GROUP>
 __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const DecodeArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
-  float* q_s = reinterpret_cast<float*>(smem + NSTAGE * STAGE_BYTES);
-  float* p_s = q_s + Side<GROUP>::Q;
-  float* wml_s = p_s + Side<GROUP>::P;
+  float* wml_s = reinterpret_cast<float*>(smem + NSTAGE * STAGE_BYTES);
   float* part_o = wml_s + Side<GROUP>::WML;
   float* part_ml = part_o + GROUP * HEAD_DIM;  // [0, GROUP): max, [GROUP, 2 GROUP): sum
 
@@ -209,24 +243,33 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   int pages_ahead[PASSES];
   load_pages(NSTAGE - 1, pages_ahead);
 
-  const T* q_row = static_cast<const T*>(a.q) + b * a.q_stride_b + (hk * GROUP) * a.q_stride_h;
-  for (int i = tid; i < GROUP * HEAD_DIM; i += THREADS) {
-    const int h = i / HEAD_DIM;
-    q_s[i] = Elem<T>::one(q_row + h * a.q_stride_h + (i % HEAD_DIM)) * a.qk_scale_log2;
+  // q as the A operand of S = q K^T: row r = lane / 4 (a q head; rows >= GROUP and 8-15 zero),
+  // d pairs 2 (lane % 4) and + 8 of each 16-wide k step, straight from global memory.
+  const int r = lane >> 2;
+  const int quad = lane & 3;
+  uint32_t qa[HEAD_DIM / 16][2];
+  {
+    const T* q_row = static_cast<const T*>(a.q) + b * a.q_stride_b + (hk * GROUP + r) * a.q_stride_h;
+#pragma unroll
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+      const bool real = r < GROUP;
+      qa[kk][0] = real ? *reinterpret_cast<const uint32_t*>(q_row + kk * 16 + 2 * quad) : 0u;
+      qa[kk][1] = real ? *reinterpret_cast<const uint32_t*>(q_row + kk * 16 + 8 + 2 * quad) : 0u;
+    }
   }
 
-  float m[GROUP], l[GROUP], acc[GROUP][4];
+  // This lane's softmax row is r; acc[nb] holds its outputs at d = 8 nb + 2 quad + {0, 1}.
+  float m_run = -INFINITY, l_run = 0.f;
+  float acc[HEAD_DIM / 8][4];
 #pragma unroll
-  for (int h = 0; h < GROUP; ++h) {
-    m[h] = -INFINITY;
-    l[h] = 0.f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[h][j] = 0.f;
-  }
+  for (int nb = 0; nb < HEAD_DIM / 8; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
 
-  const int t = lane & 15;
-  const int half_d = lane >> 4;
-  float* p_warp = p_s + warp * 16 * GROUP;
+  // ldmatrix row addresses: matrix mi = lane / 8, row lane % 8.
+  const int mi = lane >> 3;
+  const int k_tok = warp * 16 + ((mi >> 1) << 3) + (lane & 7);  // K: m0, m1 tokens 0-7; m2, m3 8-15
+  const int k_col = (mi & 1) << 3;                               //    m0, m2 d 0-7;     m1, m3 8-15
+  const int v_tok = warp * 16 + ((mi & 1) << 3) + (lane & 7);   // V: m0, m2 tokens 0-7; m1, m3 8-15
+  const int v_col = (mi >> 1) << 3;                              //    m0, m1 d 0-7;     m2, m3 8-15
 
   for (int i = 0; i < num_tiles; ++i) {
     cp_async_wait<NSTAGE - 2>();
@@ -235,84 +278,76 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     cp_async_commit();
     load_pages(i + NSTAGE, pages_ahead);
 
-    const unsigned char* ks = smem + (i % NSTAGE) * STAGE_BYTES;
-    const unsigned char* vs = ks + K_STAGE_BYTES;
-    const int row = warp * 16 + t;
-    const int tok = start + i * TILE_N + row;
+    const uint32_t ks = smem_addr(smem + (i % NSTAGE) * STAGE_BYTES);
+    const uint32_t vs = ks + K_STAGE_BYTES;
 
-    // scores of this lane's token, over its half of d
-    float s[GROUP];
+    // S (rows: q heads, columns: this warp's 16 tokens) = q K^T on tensor cores
+    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-    for (int h = 0; h < GROUP; ++h) s[h] = 0.f;
-    const uint4* krow = reinterpret_cast<const uint4*>(ks + row * K_ROW_STRIDE + half_d * (ROW_BYTES / 2));
-#pragma unroll
-    for (int c = 0; c < HEAD_DIM / 16; ++c) {
-      const uint4 kw = krow[c];
-      const float2 k0 = Elem<T>::pair(kw.x), k1 = Elem<T>::pair(kw.y);
-      const float2 k2 = Elem<T>::pair(kw.z), k3 = Elem<T>::pair(kw.w);
-#pragma unroll
-      for (int h = 0; h < GROUP; ++h) {
-        const float4* qp = reinterpret_cast<const float4*>(q_s + h * HEAD_DIM + half_d * (HEAD_DIM / 2) + c * 8);
-        const float4 qa = qp[0], qb = qp[1];
-        s[h] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y + qb.x * k2.x + qb.y * k2.y +
-                qb.z * k3.x + qb.w * k3.y;
-      }
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+      uint32_t kb[4];
+      ldmatrix_x4(ks + k_tok * K_ROW_STRIDE + (kk * 16 + k_col) * 2, kb);
+      mma_16816<T>(sc[0], qa[kk][0], qa[kk][1], kb[0], kb[1]);
+      mma_16816<T>(sc[1], qa[kk][0], qa[kk][1], kb[2], kb[3]);
     }
 
-    float p[GROUP];
+    // online softmax of row r over the 16 tokens (4 per lane, the quad's lanes share a row)
+    const int tok0 = start + i * TILE_N + warp * 16 + 2 * quad;
+    float sv[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
+    float mt = -INFINITY;
 #pragma unroll
-    for (int h = 0; h < GROUP; ++h) {
-      float sc = s[h] + __shfl_xor_sync(0xffffffffu, s[h], 16);
-      sc = tok < end ? sc : -INFINITY;
-      float mt = sc;
-#pragma unroll
-      for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
-      const float m_new = fmaxf(m[h], mt);
-      const float base = m_new == -INFINITY ? 0.f : m_new;
-      const float alpha = ex2(m[h] - base);
-      p[h] = ex2(sc - base);
-      float ps = p[h];
-#pragma unroll
-      for (int off = 8; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
-      l[h] = l[h] * alpha + ps;
-      m[h] = m_new;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[h][j] *= alpha;
+    for (int j = 0; j < 4; ++j) {
+      const int tok = tok0 + (j >> 1) * 8 + (j & 1);
+      sv[j] = tok < end ? sv[j] * a.qk_scale_log2 : -INFINITY;
+      mt = fmaxf(mt, sv[j]);
     }
-    if (half_d == 0) {
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    const float m_new = fmaxf(m_run, mt);
+    const float base = m_new == -INFINITY ? 0.f : m_new;
+    const float alpha = ex2(m_run - base);
+    float pv[4], ps = 0.f;
 #pragma unroll
-      for (int h = 0; h < GROUP; ++h) p_warp[t * GROUP + h] = p[h];
+    for (int j = 0; j < 4; ++j) {
+      pv[j] = ex2(sv[j] - base);
+      ps += pv[j];
     }
-    __syncwarp();
+    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+    ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+    l_run = l_run * alpha + ps;
+    m_run = m_new;
+#pragma unroll
+    for (int nb = 0; nb < HEAD_DIM / 8; ++nb) {
+      acc[nb][0] *= alpha;
+      acc[nb][1] *= alpha;
+    }
 
-    // P @ V: lane owns d in [4 lane, 4 lane + 4)
-#pragma unroll 4
-    for (int tt = 0; tt < 16; ++tt) {
-      const uint2 vw = *reinterpret_cast<const uint2*>(vs + (warp * 16 + tt) * V_ROW_STRIDE + lane * 8);
-      const float2 v0 = Elem<T>::pair(vw.x), v1 = Elem<T>::pair(vw.y);
+    // P (rounded to q's dtype, as the Triton kernels do) is S's accumulator layout = P @ V's
+    // A operand: tokens 2 quad, + 1 in a0 and + 8 in a2.
+    const uint32_t pa0 = Elem<T>::pack(pv[0], pv[1]);
+    const uint32_t pa2 = Elem<T>::pack(pv[2], pv[3]);
 #pragma unroll
-      for (int h = 0; h < GROUP; ++h) {
-        const float ph = p_warp[tt * GROUP + h];
-        acc[h][0] += ph * v0.x;
-        acc[h][1] += ph * v0.y;
-        acc[h][2] += ph * v1.x;
-        acc[h][3] += ph * v1.y;
-      }
+    for (int nb2 = 0; nb2 < HEAD_DIM / 16; ++nb2) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vs + v_tok * V_ROW_STRIDE + (nb2 * 16 + v_col) * 2, vb);
+      mma_16816<T>(acc[2 * nb2], pa0, pa2, vb[0], vb[1]);
+      mma_16816<T>(acc[2 * nb2 + 1], pa0, pa2, vb[2], vb[3]);
     }
-    __syncwarp();  // p_warp is rewritten by the next tile
   }
 
   // ---- the CTA's partial: combine its warps (the ring is free once every copy has landed)
   cp_async_wait<0>();
   __syncthreads();
   float* wacc = reinterpret_cast<float*>(smem);  // [WARPS][GROUP][HEAD_DIM]
+  if (r < GROUP) {
 #pragma unroll
-  for (int h = 0; h < GROUP; ++h) {
-    *reinterpret_cast<float4*>(wacc + (warp * GROUP + h) * HEAD_DIM + 4 * lane) =
-        make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
-    if (lane == 0) {
-      wml_s[warp * GROUP + h] = m[h];
-      wml_s[(WARPS + warp) * GROUP + h] = l[h];
+    for (int nb = 0; nb < HEAD_DIM / 8; ++nb) {
+      *reinterpret_cast<float2*>(wacc + (warp * GROUP + r) * HEAD_DIM + nb * 8 + 2 * quad) =
+          make_float2(acc[nb][0], acc[nb][1]);
+    }
+    if (quad == 0) {
+      wml_s[warp * GROUP + r] = m_run;
+      wml_s[(WARPS + warp) * GROUP + r] = l_run;
     }
   }
   __syncthreads();
