@@ -8,8 +8,7 @@ splits of a (sequence, kv head) through distributed shared memory in one launch.
 round, alternating rows so drift hits all of them: every decode row checked against the fp64
 reference first, then timed under the harness's cold-L2 bench():
   - triton/split_kv (shipped, auto split count);
-  - cuda/cluster_decode at the auto split count with each copy engine (bulk, cp.async), and
-    at each --splits value with the default engine;
+  - cuda/cluster_decode at the auto split count and at each --splits value;
   - page_read (the case's pages read and nothing else) and the event floor.
 """
 
@@ -41,25 +40,12 @@ CASES = (
 )
 
 
-def _with_engine(engine: str, fn):
-    """``fn`` with pdc.COPY_ENGINE set to ``engine`` for the call (the ablation's switch)."""
-    def call(*args, **kwargs):
-        saved, pdc.COPY_ENGINE = pdc.COPY_ENGINE, engine
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            pdc.COPY_ENGINE = saved
-    return call
-
-
 def run_case(batch: int, ctx: int, dtype: str, dev: torch.device, splits: list[int]) -> dict:
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
     q = checks.make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    rows = {"triton/split_kv": pd.paged_decode_split_kv}
-    for engine in pdc.COPY_ENGINES:
-        rows[f"cluster {engine}"] = _with_engine(engine, pdc.paged_decode_cluster)
+    rows = {"triton/split_kv": pd.paged_decode_split_kv, "cluster auto": pdc.paged_decode_cluster}
     for s in splits:
         rows[f"cluster s{s}"] = partial(pdc.paged_decode_cluster, num_splits=s)
     out: dict[str, float] = {}
@@ -98,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
         print(f"round {rnd} done", flush=True)
-    cols = ["triton/split_kv", *[f"cluster {e}" for e in pdc.COPY_ENGINES],
-            *[f"cluster s{s}" for s in splits],
+    cols = ["triton/split_kv", "cluster auto", *[f"cluster s{s}" for s in splits],
             "page_read", "empty"]
     print(f"\n{'case (mean us)':16s}" + "".join(f"{c:>16s}" for c in cols) + "   auto")
     for key, rounds in results.items():

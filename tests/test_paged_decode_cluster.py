@@ -26,8 +26,7 @@ def test_library_compiles_for_sm90a_without_spills(tmp_path):
     lib, log = cuda_build.compile_source(pdc.LIBRARY, tmp_path, extra=("-Xptxas", "-v"))
     assert lib.is_file()
     entries = re.findall(r"Compiling entry function '(\w+)' for 'sm_90a'", log)
-    # fp16 / bf16 x each group x both copy engines
-    assert len(entries) == 2 * len(pdc.GROUPS) * len(pdc.COPY_ENGINES), log
+    assert len(entries) == 2 * len(pdc.GROUPS), log  # fp16 / bf16 x each group
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert len(spills) == len(entries) and all(s == ("0", "0") for s in spills), log
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
@@ -117,18 +116,12 @@ def _check(pool, q_heads, **kw):
     return check_paged_decode(fn, pool, q)
 
 
-@pytest.fixture(params=pdc.COPY_ENGINES)
-def engine(request, monkeypatch):
-    monkeypatch.setattr(pdc, "COPY_ENGINE", request.param)
-    return request.param
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("group", pdc.GROUPS)
 @pytest.mark.parametrize("page_size", [8, 16, 64])
 @pytest.mark.parametrize("splits", [None, 1, 3, 8, 14, 16])
-def test_gpu_ragged(engine, dtype, group, page_size, splits):
+def test_gpu_ragged(dtype, group, page_size, splits):
     lens = [1, 1, 15, 17, 129, 1000, 4097]
     pool = paged_pool(len(lens), lens, kv_heads=2, page_size=page_size, dtype=dtype, **_GPU)
     pool.seq_lens[0] = 0  # an empty slot of the batch: zero output
@@ -140,7 +133,7 @@ def test_gpu_ragged(engine, dtype, group, page_size, splits):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_gpu_stale_nan_past_seq_len(engine, dtype):
+def test_gpu_stale_nan_past_seq_len(dtype):
     """Every slot no sequence attends holds NaN: the zero-filled rows past seq_len must not
     read them (0 x NaN = NaN), and no split may touch a page outside its range."""
     lens = [300, 17, 4096]
@@ -161,22 +154,13 @@ def test_gpu_stale_nan_past_seq_len(engine, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize(("batch", "context"), [(1, 4096), (1, 32768), (8, 4096), (64, 1024)])
-def test_gpu_decode_geometry(engine, dtype, batch, context):
+def test_gpu_decode_geometry(dtype, batch, context):
     pool = paged_pool(batch, context, kv_heads=8, head_dim=128, page_size=16, dtype=dtype,
                       device="cuda")
     try:
         check_paged_decode(pdc.paged_decode_cluster, pool, make_decode_query(pool, 32))
     finally:
         pool.free()
-
-
-def test_bad_copy_engine(monkeypatch):
-    monkeypatch.setattr(pdc, "COPY_ENGINE", "tma")
-    pool = paged_pool(1, 64, kv_heads=2, page_size=16, dtype="fp16", head_dim=128,
-                      min_l2_multiple=0, device="cpu")
-    q = make_decode_query(pool, 4)
-    with pytest.raises(ValueError, match="COPY_ENGINE must be one of"):
-        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
 
 
 @pytest.mark.gpu

@@ -34,12 +34,6 @@ MAX_SPLITS = 16
 #: would dominate.
 MIN_TOKENS_PER_SPLIT = 64
 _DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
-#: How K/V rows reach shared memory: "bulk" (the bulk copy engine, one instruction per row,
-#: completion counted by an mbarrier) or "cp.async" (16 bytes per thread per instruction).
-#: Module-level so scripts/bench_cluster_decode.py can ablate it (docs/perf-notes.md,
-#: experiment 18).
-COPY_ENGINE = "bulk"
-COPY_ENGINES = ("bulk", "cp.async")
 
 
 class DecodeArgs(ctypes.Structure):
@@ -58,8 +52,7 @@ class DecodeArgs(ctypes.Structure):
             "v_stride_page", "v_stride_slot", "v_stride_head",
             "bt_stride", "out_stride_b", "out_stride_h",
         )],
-        *[(n, ctypes.c_int32) for n in (
-            "batch", "q_heads", "kv_heads", "page_shift", "splits", "bulk_copy")],
+        *[(n, ctypes.c_int32) for n in ("batch", "q_heads", "kv_heads", "page_shift", "splits")],
         ("qk_scale_log2", ctypes.c_float),
     ]
 
@@ -139,8 +132,6 @@ def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
     if p.v_dim_major:
         raise ValueError("cuda/cluster_decode needs a token-major v_cache (d contiguous); "
                          "dim-major V pages: use triton/split_kv")
-    if COPY_ENGINE not in COPY_ENGINES:
-        raise ValueError(f"COPY_ENGINE must be one of {COPY_ENGINES}, got {COPY_ENGINE!r}")
     reason = unavailable_reason(q.device)
     if reason:
         raise ValueError(f"cuda/cluster_decode {reason}")
@@ -195,7 +186,7 @@ def paged_decode_cluster(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_table.stride(0), out.stride(0), out.stride(1),
         p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits,
-        COPY_ENGINE == "bulk", p.sm_scale * _LOG2E,
+        p.sm_scale * _LOG2E,
     )
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):

@@ -61,7 +61,6 @@ constexpr int MAX_GROUP = 8;
 constexpr int MAX_SPLITS = 16;                  // non-portable cluster size limit on sm_90
 
 static_assert(THREADS % CHUNKS == 0 && TILE_N % ROWS_PER_PASS == 0, "copy mapping");
-constexpr int BULK_ROWS = TILE_N / 32;            // rows each lane of warp 0 copies per tile (bulk)
 
 }  // namespace
 
@@ -80,7 +79,6 @@ struct DecodeArgs {
   int64_t bt_stride;
   int64_t out_stride_b, out_stride_h;
   int32_t batch, q_heads, kv_heads, page_shift, splits;
-  int32_t bulk_copy;    // 1: rows staged by the bulk copy engine, 0: cp.async (experiment 18)
   float qk_scale_log2;  // sm_scale * log2(e)
 };
 
@@ -122,36 +120,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
-// Hopper's bulk copy engine (TMA, non-tensor form): one instruction moves a whole row and
-// signals an mbarrier with the bytes it wrote.
-__device__ __forceinline__ void mbar_init(uint32_t mbar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mbar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint32_t mbar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint32_t mbar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(mbar),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t mbar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(mbar)
-      : "memory");
-}
-
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -162,8 +130,7 @@ template <int GROUP>
 struct Side {
   static constexpr int WML = 2 * WARPS * GROUP;              // per-warp max and sum
   static constexpr int PART = GROUP * HEAD_DIM + 2 * GROUP;  // the CTA partial: o, max, sum
-  static constexpr int FLOATS = WML + PART + 2 * NSTAGE;     // + NSTAGE 8-byte mbarriers
-  static_assert((WML + PART) % 2 == 0, "mbarriers 8-byte aligned");
+  static constexpr int FLOATS = WML + PART;
 };
 
 template <int GROUP>
@@ -208,13 +175,12 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   }
 }
 
-template <typename T, int GROUP, bool BULK>
+template <typename T, int GROUP>
 __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const DecodeArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* wml_s = reinterpret_cast<float*>(smem + NSTAGE * STAGE_BYTES);
   float* part_o = wml_s + Side<GROUP>::WML;
   float* part_ml = part_o + GROUP * HEAD_DIM;  // [0, GROUP): max, [GROUP, 2 GROUP): sum
-  const uint32_t mbar = smem_addr(part_ml + 2 * GROUP);  // NSTAGE mbarriers (BULK)
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -235,77 +201,47 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   const char* k_base = static_cast<const char*>(a.k) + hk * a.k_stride_head * 2;
   const char* v_base = static_cast<const char*>(a.v) + hk * a.v_stride_head * 2;
 
-  // Stage one tile. cp.async: thread copies chunk (tid % CHUNKS) of rows tid / CHUNKS +
-  // j * ROWS_PER_PASS (zero-filled past seq_len). Bulk: lane l of warp 0 copies rows l + 32 j
-  // whole and the stage's mbarrier counts the bytes; rows past seq_len are not copied (the
-  // tail's V rows are zeroed after the wait). Block-table entries are loaded a tile ahead of
-  // their copies: a copy waiting on its entry would stall the warp for a DRAM round trip.
+  // Stage one tile: thread copies chunk (tid % CHUNKS) of rows tid / CHUNKS + j * ROWS_PER_PASS.
+  // The rows' block-table entries are loaded a tile ahead of their copies (load_pages for
+  // tile i + NSTAGE while tile i + NSTAGE - 1 is issued): a copy waiting on its entry would
+  // stall the warp for a DRAM round trip before it reaches the math of the current tile.
   const int chunk = tid % CHUNKS;
-  const int row0 = BULK ? lane : tid / CHUNKS;
-  constexpr int ROW_STEP = BULK ? 32 : ROWS_PER_PASS;
-  constexpr int NROWS = BULK ? BULK_ROWS : PASSES;
+  const int row0 = tid / CHUNKS;
   auto load_pages = [&](int tile, int* page) {
 #pragma unroll
-    for (int j = 0; j < NROWS; ++j) {
-      const int tok = start + tile * TILE_N + row0 + j * ROW_STEP;
+    for (int j = 0; j < PASSES; ++j) {
+      const int tok = start + tile * TILE_N + row0 + j * ROWS_PER_PASS;
       page[j] = tok < end ? bt_row[tok >> a.page_shift] : 0;
     }
   };
   auto issue_tile = [&](int tile, const int* page) {
     unsigned char* ks = smem + (tile % NSTAGE) * STAGE_BYTES;
     unsigned char* vs = ks + K_STAGE_BYTES;
-    if constexpr (BULK) {
-      const uint32_t mb = mbar + 8 * (tile % NSTAGE);
-      const int valid = min(TILE_N, end - (start + tile * TILE_N));
-      if (lane == 0) mbar_expect_tx(mb, valid * ROW_BYTES * 2);
-      __syncwarp();
 #pragma unroll
-      for (int j = 0; j < NROWS; ++j) {
-        const int row = row0 + j * ROW_STEP;
-        const int tok = start + tile * TILE_N + row;
-        if (tok < end) {
-          const int64_t slot = tok & page_mask;
-          bulk_copy(smem_addr(ks + row * K_ROW_STRIDE),
-                    k_base + (page[j] * a.k_stride_page + slot * a.k_stride_slot) * 2, ROW_BYTES, mb);
-          bulk_copy(smem_addr(vs + row * V_ROW_STRIDE),
-                    v_base + (page[j] * a.v_stride_page + slot * a.v_stride_slot) * 2, ROW_BYTES, mb);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < NROWS; ++j) {
-        const int row = row0 + j * ROW_STEP;
-        const int tok = start + tile * TILE_N + row;
-        const int bytes = tok < end ? 16 : 0;  // 0: zero-fill, nothing read
-        const int64_t slot = tok & page_mask;
-        const char* kp = k_base + (page[j] * a.k_stride_page + slot * a.k_stride_slot) * 2 + chunk * 16;
-        const char* vp = v_base + (page[j] * a.v_stride_page + slot * a.v_stride_slot) * 2 + chunk * 16;
-        cp_async16(ks + row * K_ROW_STRIDE + chunk * 16, kp, bytes);
-        cp_async16(vs + row * V_ROW_STRIDE + chunk * 16, vp, bytes);
-      }
+    for (int j = 0; j < PASSES; ++j) {
+      const int row = row0 + j * ROWS_PER_PASS;
+      const int tok = start + tile * TILE_N + row;
+      const int bytes = tok < end ? 16 : 0;  // 0: zero-fill, nothing read
+      const int64_t slot = tok & page_mask;
+      const char* kp = k_base + (page[j] * a.k_stride_page + slot * a.k_stride_slot) * 2 + chunk * 16;
+      const char* vp = v_base + (page[j] * a.v_stride_page + slot * a.v_stride_slot) * 2 + chunk * 16;
+      cp_async16(ks + row * K_ROW_STRIDE + chunk * 16, kp, bytes);
+      cp_async16(vs + row * V_ROW_STRIDE + chunk * 16, vp, bytes);
     }
   };
 
-  const bool issuer = !BULK || warp == 0;
-  if constexpr (BULK) {
-    if (tid == 0) {
-      for (int s = 0; s < NSTAGE; ++s) mbar_init(mbar + 8 * s, 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-  }
-  int pages_ahead[NROWS];
-  if (issuer) {
-    int pages[NSTAGE - 1][NROWS];
+  {
+    int pages[NSTAGE - 1][PASSES];
 #pragma unroll
     for (int s = 0; s < NSTAGE - 1; ++s) load_pages(s, pages[s]);
 #pragma unroll
     for (int s = 0; s < NSTAGE - 1; ++s) {
       if (s < num_tiles) issue_tile(s, pages[s]);
-      if constexpr (!BULK) cp_async_commit();
+      cp_async_commit();
     }
-    load_pages(NSTAGE - 1, pages_ahead);
   }
+  int pages_ahead[PASSES];
+  load_pages(NSTAGE - 1, pages_ahead);
 
   // q as the A operand of S = q K^T: row r = lane / 4 (a q head; rows >= GROUP and 8-15 zero),
   // d pairs 2 (lane % 4) and + 8 of each 16-wide k step, straight from global memory.
@@ -336,26 +272,11 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   const int v_col = (mi >> 1) << 3;                              //    m0, m1 d 0-7;     m2, m3 8-15
 
   for (int i = 0; i < num_tiles; ++i) {
-    if constexpr (BULK) {
-      mbar_wait(mbar + 8 * (i % NSTAGE), (i / NSTAGE) & 1);
-      const int valid = end - (start + i * TILE_N);
-      if (valid < TILE_N) {  // the tail: V rows past seq_len hold stale bytes (0 x NaN = NaN)
-        unsigned char* vz = smem + (i % NSTAGE) * STAGE_BYTES + K_STAGE_BYTES;
-        for (int idx = tid; idx < (TILE_N - valid) * CHUNKS; idx += THREADS) {
-          *reinterpret_cast<uint4*>(vz + (valid + idx / CHUNKS) * V_ROW_STRIDE + (idx % CHUNKS) * 16) =
-              make_uint4(0u, 0u, 0u, 0u);
-        }
-      }
-    } else {
-      cp_async_wait<NSTAGE - 2>();
-    }
+    cp_async_wait<NSTAGE - 2>();
     __syncthreads();  // tile i visible to all; every warp is done with the stage refilled next
-    if (issuer) {
-      if constexpr (BULK) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      if (i + NSTAGE - 1 < num_tiles) issue_tile(i + NSTAGE - 1, pages_ahead);
-      if constexpr (!BULK) cp_async_commit();
-      load_pages(i + NSTAGE, pages_ahead);
-    }
+    if (i + NSTAGE - 1 < num_tiles) issue_tile(i + NSTAGE - 1, pages_ahead);
+    cp_async_commit();
+    load_pages(i + NSTAGE, pages_ahead);
 
     const uint32_t ks = smem_addr(smem + (i % NSTAGE) * STAGE_BYTES);
     const uint32_t vs = ks + K_STAGE_BYTES;
@@ -415,7 +336,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   }
 
   // ---- the CTA's partial: combine its warps (the ring is free once every copy has landed)
-  if constexpr (!BULK) cp_async_wait<0>();
+  cp_async_wait<0>();
   __syncthreads();
   float* wacc = reinterpret_cast<float*>(smem);  // [WARPS][GROUP][HEAD_DIM]
   if (r < GROUP) {
@@ -473,14 +394,14 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   cluster.sync();  // peers may still read this CTA's partial
 }
 
-template <typename T, int GROUP, bool BULK>
+template <typename T, int GROUP>
 cudaError_t configure(const DecodeArgs& a, cudaStream_t stream, cudaLaunchConfig_t* cfg,
                       cudaLaunchAttribute* attr) {
   constexpr int smem = smem_bytes<GROUP>();
   // Once per instantiation: the ring needs more than the default 48 KB of dynamic shared
   // memory, and clusters of 16 (one per kv head at batch 1 on 132 SMs) are non-portable.
   static const cudaError_t configured = [] {
-    auto kernel = cluster_decode_kernel<T, GROUP, BULK>;
+    auto kernel = cluster_decode_kernel<T, GROUP>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -499,22 +420,16 @@ cudaError_t configure(const DecodeArgs& a, cudaStream_t stream, cudaLaunchConfig
   return configured;
 }
 
-template <typename T, int GROUP, bool BULK>
-cudaError_t run_mode(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr;
-  cudaError_t e = configure<T, GROUP, BULK>(a, stream, &cfg, &attr);
-  if (e != cudaSuccess) return e;
-  if (max_clusters != nullptr) {
-    return cudaOccupancyMaxActiveClusters(max_clusters, cluster_decode_kernel<T, GROUP, BULK>, &cfg);
-  }
-  return cudaLaunchKernelEx(&cfg, cluster_decode_kernel<T, GROUP, BULK>, a);
-}
-
 template <typename T, int GROUP>
 cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
-  return a.bulk_copy ? run_mode<T, GROUP, true>(a, stream, max_clusters)
-                     : run_mode<T, GROUP, false>(a, stream, max_clusters);
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr;
+  cudaError_t e = configure<T, GROUP>(a, stream, &cfg, &attr);
+  if (e != cudaSuccess) return e;
+  if (max_clusters != nullptr) {
+    return cudaOccupancyMaxActiveClusters(max_clusters, cluster_decode_kernel<T, GROUP>, &cfg);
+  }
+  return cudaLaunchKernelEx(&cfg, cluster_decode_kernel<T, GROUP>, a);
 }
 
 template <typename T>
