@@ -108,7 +108,7 @@ def check_page_read(fn, pool, want: torch.Tensor | None = None) -> float:
     return verify(f"page_read[kv={pool.kv_dtype_name}, {pool.storage}]", got, want, rtol=0, atol=0)
 
 
-def selfcheck_paged_decode(fn, dtype: str, device) -> float:
+def selfcheck_paged_decode(fn, dtype: str, device, *, head_dim: int = 64) -> float:
     """Tiny ragged problem (lens 1, 17, 40; page 16; 2 kv / 8 q heads; D 64) through ``fn``.
 
     Covers a one-token sequence, a partial last page, several pages and GQA in one call;
@@ -122,7 +122,7 @@ def selfcheck_paged_decode(fn, dtype: str, device) -> float:
         3,
         [1, 17, 40],
         kv_heads=2,
-        head_dim=64,
+        head_dim=head_dim,
         page_size=16,
         dtype=dtype,
         min_l2_multiple=0,
@@ -134,6 +134,11 @@ def selfcheck_paged_decode(fn, dtype: str, device) -> float:
         return check_paged_decode(fn, pool, q)
     finally:
         pool.free()
+
+
+def selfcheck_paged_decode_d128(fn, dtype: str, device) -> float:
+    """``selfcheck_paged_decode`` at head_dim 128, for rows built for that head size only."""
+    return selfcheck_paged_decode(fn, dtype, device, head_dim=128)
 
 
 # ---- kv_write (owned by the kv_write / kv_gather_fp8 work) ------------------------------

@@ -485,6 +485,7 @@ def test_real_rows_match_architecture_table():
     assert spec_names("paged_decode") == (
         "triton/single_pass",
         "triton/split_kv",
+        "cuda/cluster_decode",
         "torch/gather_sdpa",
     )
     assert spec_names("kv_write") == ("triton/scatter", "torch/index_copy")

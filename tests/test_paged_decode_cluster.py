@@ -54,19 +54,21 @@ def test_missing_nvcc_is_named(monkeypatch):
 
 def test_split_policy():
     always = lambda s: 1000
-    # batch 1 x 8 kv heads on 132 SMs: 16 splits (128 CTAs, one wave)
+    # batch 1 x 8 kv heads, 4k, 132 SMs: 16 splits of 2 tiles (128 CTAs, one wave)
     assert pdc.choose_cluster_splits(8, 4096, 132, always) == 16
-    # clusters of 16 that the GPCs cannot all hold at once: the next size that fits
-    assert pdc.choose_cluster_splits(8, 4096, 132, lambda s: 7 if s == 16 else 1000) == 15
-    assert pdc.choose_cluster_splits(8, 4096, 132, lambda s: 7 if s > 12 else 8) == 12
+    # the H200's occupancy (7 clusters of 16, 9 of 9): 9 and 8 splits both give 4 tiles per
+    # CTA; the fewer CTAs win
+    h200 = lambda s: {16: 7, 15: 7, 14: 7, 13: 7, 12: 7, 11: 7, 10: 7}.get(s, 9)
+    assert pdc.choose_cluster_splits(8, 4096, 132, h200) == 8
+    assert pdc.choose_cluster_splits(8, 32768, 132, h200) == 9  # 29 tiles vs 32 at 8
     assert pdc.choose_cluster_splits(64, 4096, 132, always) == 2
     assert pdc.choose_cluster_splits(16, 4096, 132, always) == 8
     # programs already fill the SMs: no split
     assert pdc.choose_cluster_splits(132, 4096, 132, always) == 1
     assert pdc.choose_cluster_splits(512, 8192, 132, always) == 1
-    # short contexts keep >= MIN_TOKENS_PER_SPLIT tokens per split
-    assert pdc.choose_cluster_splits(8, 256, 132, always) == 256 // pdc.MIN_TOKENS_PER_SPLIT
-    assert pdc.choose_cluster_splits(8, 16, 132, always) == 1
+    # short contexts: no split beyond one tile each, none shorter than MIN_TOKENS_PER_SPLIT
+    assert pdc.choose_cluster_splits(8, 256, 132, always) == 2
+    assert pdc.choose_cluster_splits(8, 100, 132, always) == 1
 
 
 def _cpu_pool(**kw):

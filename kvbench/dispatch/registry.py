@@ -30,6 +30,7 @@ from kvbench.dispatch.spec import (
     LayoutRequirement,
     Preference,
     any_device,
+    cuda_sm90_with_nvcc,
     triton_device,
 )
 
@@ -212,6 +213,15 @@ PREFER_SINGLE = Preference(
     f"batch*kv_heads >= SM count or max context < {_SPLIT_MIN_CONTEXT}: no split cost",
 )
 
+def _cluster_geometry(shape: Mapping[str, Any]) -> str | None:
+    """cuda/cluster_decode's templates: head_dim 128, q heads per kv head 1, 2, 4 or 8."""
+    from kvbench.kernels.paged_decode_cluster import shape_unsupported
+
+    if "head_dim" not in shape or "q_heads" not in shape:
+        return "needs a paged problem with its head_dim and q_heads"
+    return shape_unsupported(shape["head_dim"], shape["q_heads"], shape.get("kv_heads", 1))
+
+
 _PD = "kvbench.kernels.paged_decode"
 _KW = "kvbench.kernels.kv_write"
 _KG = "kvbench.kernels.kv_gather_fp8"
@@ -241,6 +251,21 @@ ROWS: tuple[KernelSpec, ...] = (
         priority=20,
         preferences=(PREFER_SPLIT,),
         doc="flash-decode: the context split across programs, then a reduce",
+    ),
+    KernelSpec(
+        name="cuda/cluster_decode",
+        op="paged_decode",
+        dtypes=("fp16", "bf16"),
+        target="kvbench.kernels.paged_decode_cluster:paged_decode_cluster",
+        selfcheck="kvbench.checks:selfcheck_paged_decode_d128",
+        layout=LayoutRequirement(required=(PAGED,)),
+        available=cuda_sm90_with_nvcc,
+        # Below the Triton rows: measured faster only at batch 1 x 1k (docs/perf-notes.md,
+        # experiment 18); `kvbench tune` can still rank it first where it measures faster.
+        priority=15,
+        shape_gate=_cluster_geometry,
+        doc="CUDA flash-decode (sm_90): a (sequence, kv head)'s splits are one thread-block "
+        "cluster and combine through its shared memory, one launch",
     ),
     KernelSpec(
         name="torch/gather_sdpa",

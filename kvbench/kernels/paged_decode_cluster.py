@@ -20,10 +20,9 @@ import math
 
 import torch
 
+from kvbench.dispatch.spec import cuda_sm90_with_nvcc
 from kvbench.kernels import cuda_build
 from kvbench.kernels._device import sm_count
-from kvbench.kernels.paged_decode import _LOG2E
-from kvbench.kernels.paged_decode import _validate as _validate_decode
 
 LIBRARY = "cluster_decode"
 HEAD_DIM = 128
@@ -33,6 +32,8 @@ MAX_SPLITS = 16
 #: A split shorter than this is not worth a CTA: its fixed chain (block table, copy, combine)
 #: would dominate.
 MIN_TOKENS_PER_SPLIT = 64
+#: Tokens per pipeline stage of one CTA (cluster_decode.cu's TILE_N: 8 warps x 16).
+TILE_N = 128
 _DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
 
 
@@ -80,14 +81,8 @@ def _check(code: int, what: str) -> None:
 
 
 def unavailable_reason(device: torch.device) -> str | None:
-    """None when the row can run on ``device``, else why not (registry availability)."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return f"needs a CUDA device (sm_90+), problem is on {device}"
-    if torch.cuda.get_device_capability(device) < (9, 0):
-        return "needs sm_90+ (thread-block clusters and distributed shared memory)"
-    if cuda_build.find_nvcc() is None:
-        return "needs nvcc to build kvbench/kernels/cuda/cluster_decode.cu on first use"
-    return None
+    """None when the kernel can run on ``device``, else why not (the registry row's check)."""
+    return cuda_sm90_with_nvcc(device)
 
 
 @functools.lru_cache(maxsize=64)
@@ -101,21 +96,35 @@ def max_active_clusters(device: torch.device, dtype: torch.dtype, group: int, sp
     return n.value
 
 
+def shape_unsupported(head_dim: int, q_heads: int, kv_heads: int) -> str | None:
+    """None when the kernel's templates cover this geometry, else what it needs."""
+    if head_dim != HEAD_DIM:
+        return f"needs head_dim {HEAD_DIM}, got {head_dim}"
+    if q_heads % kv_heads or q_heads // kv_heads not in GROUPS:
+        return f"needs q_heads / kv_heads in {GROUPS}, got {q_heads} / {kv_heads}"
+    return None
+
+
 def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> int:
-    """The largest split count (<= MAX_SPLITS) whose CTAs all run in one wave.
+    """The split count (<= MAX_SPLITS) with the fewest tiles per CTA, all CTAs in one wave.
 
     ``programs`` = batch x kv heads; ``fits(splits)`` = clusters of that size the device holds
     at once. A split count qualifies when programs x splits CTAs fit the SMs (one CTA per SM:
-    the ring takes ~200 KB of shared memory), all clusters are resident together, and each
-    split keeps >= MIN_TOKENS_PER_SPLIT tokens. Any size, not only powers of two: the H200
-    holds 7 clusters of 16 (its GPCs), so batch 1 x 8 kv heads gets 14 x 8 CTAs, not 8 x 8.
-    1 when none qualifies (big batches: no split).
+    the ring takes ~210 KB of shared memory), all clusters are resident together, and each
+    split keeps >= MIN_TOKENS_PER_SPLIT tokens. Among those, the fewest TILE_N-token tiles per
+    split (the chain each CTA runs), then the fewest CTAs: on the H200 batch 1 x 4k ran 15.3 us
+    at 8 splits (4 whole tiles each) and 16.4 at 9 (3 tiles and a tail). Any size, not only
+    powers of two (the H200 holds 7 clusters of 16, 9 of 9). 1 when none qualifies.
     """
-    for splits in range(MAX_SPLITS, 1, -1):
-        if (programs * splits <= sms and max_context >= splits * MIN_TOKENS_PER_SPLIT
-                and programs <= fits(splits)):
-            return splits
-    return 1
+    best, best_tiles = 1, math.ceil(max_context / TILE_N)
+    for splits in range(2, MAX_SPLITS + 1):
+        if (programs * splits > sms or max_context < splits * MIN_TOKENS_PER_SPLIT
+                or programs > fits(splits)):
+            continue
+        tiles = math.ceil(math.ceil(max_context / splits) / TILE_N)
+        if tiles < best_tiles:
+            best, best_tiles = splits, tiles
+    return best
 
 
 def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
@@ -124,11 +133,9 @@ def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
     if p.fp8:
         raise ValueError("cuda/cluster_decode accepts fp16 / bf16 caches; for fp8 (uint8) caches "
                          "use triton/split_kv")
-    if p.head_dim != HEAD_DIM:
-        raise ValueError(f"cuda/cluster_decode needs head_dim {HEAD_DIM}, got {p.head_dim}")
-    if p.q_heads // p.kv_heads not in GROUPS:
-        raise ValueError(f"cuda/cluster_decode needs q_heads / kv_heads in {GROUPS}, got "
-                         f"{p.q_heads} / {p.kv_heads}")
+    reason = shape_unsupported(p.head_dim, p.q_heads, p.kv_heads)
+    if reason:
+        raise ValueError(f"cuda/cluster_decode {reason}")
     if p.v_dim_major:
         raise ValueError("cuda/cluster_decode needs a token-major v_cache (d contiguous); "
                          "dim-major V pages: use triton/split_kv")
@@ -162,6 +169,11 @@ def paged_decode_cluster(
     ``num_splits=None`` picks ``choose_cluster_splits`` from the shape (the block table's width
     x page_size as the context bound: the host never reads seq_lens).
     """
+    # Imported here: this module stays light for the registry's shape gate and availability
+    # (importing paged_decode decorates its Triton kernels, which fixes interpret mode).
+    from kvbench.kernels.paged_decode import _LOG2E
+    from kvbench.kernels.paged_decode import _validate as _validate_decode
+
     p = _validate_decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale,
                          triton_kernel=False)
     _check_cluster_inputs(q, k_cache, v_cache, p)
