@@ -109,7 +109,8 @@ def check_page_read(fn, pool, want: torch.Tensor | None = None) -> float:
 
 
 def selfcheck_paged_decode(fn, dtype: str, device, *, head_dim: int = 64) -> float:
-    """Tiny ragged problem (lens 1, 17, 40; page 16; 2 kv / 8 q heads; D 64) through ``fn``.
+    """Tiny ragged problem (lens 1, 17, 40; page 16; 2 kv / 8 q heads; D ``head_dim``, 64
+    unless a row needs another) through ``fn``.
 
     Covers a one-token sequence, a partial last page, several pages and GQA in one call;
     fp8 runs through the real quantizer with fp16 q.

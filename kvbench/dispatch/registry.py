@@ -213,6 +213,7 @@ PREFER_SINGLE = Preference(
     f"batch*kv_heads >= SM count or max context < {_SPLIT_MIN_CONTEXT}: no split cost",
 )
 
+
 def _cluster_geometry(shape: Mapping[str, Any]) -> str | None:
     """cuda/cluster_decode's templates: head_dim 128, q heads per kv head 1, 2, 4 or 8."""
     from kvbench.kernels.paged_decode_cluster import shape_unsupported

@@ -80,8 +80,10 @@ def _check(code: int, what: str) -> None:
         raise RuntimeError(f"{LIBRARY}: {what} failed: {msg} (cudaError {code})")
 
 
+@functools.lru_cache(maxsize=16)
 def unavailable_reason(device: torch.device) -> str | None:
-    """None when the kernel can run on ``device``, else why not (the registry row's check)."""
+    """None when the kernel can run on ``device``, else why not (the registry row's check;
+    cached: the launcher asks on every call, and the answer needs a PATH search)."""
     return cuda_sm90_with_nvcc(device)
 
 
