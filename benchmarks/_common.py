@@ -166,6 +166,8 @@ def check_then_time(op: str, selector: str, dev: str, *, check: Callable[[], flo
     then that row's kernel is timed (`time_row(kernel)`, once per row: see timed_once)."""
     if dev == "cpu" and selector.startswith("triton/"):
         raise Skip("Triton rows need CUDA (the interpreter's CPU timings mean nothing)")
+    if dev == "cpu" and selector.startswith("cuda/"):
+        raise Skip("CUDA rows need a GPU")
     set_selector(op, selector)
     diff = check()
     sel = last_selection(op)

@@ -19,7 +19,8 @@ from typing import ClassVar
 from . import _common as c
 
 OP = "paged_decode"
-SELECTORS = ["auto", "triton/single_pass", "triton/split_kv", "torch/gather_sdpa"]
+SELECTORS = ["auto", "triton/single_pass", "triton/split_kv", "cuda/cluster_decode",
+             "torch/gather_sdpa"]
 DTYPES = ["fp16", "bf16", "fp8"]
 #: case -> (batch, context tokens)
 CASES = {
@@ -46,12 +47,15 @@ VARIANTS = {
     "frag_v_dim_major_fp8": ("fragmented", "v_dim_major", "fp8"),
 }
 ABLATION_CASE = "b32_c4k"
-#: Rows of the cross product not measured per commit: the torch peer at bf16 runs the same
-#: torch code as at fp16 (gather, SDPA) in another dtype, kvbench's own bf16 kernel path is
-#: covered by the Triton and auto rows, and the peer's six bf16 rows cost ~3 s of the H200's
-#: per-commit budget (docs/history.md). fp16 and fp8 keep the peer.
-TRIMMED_ROWS = {("torch/gather_sdpa", "bf16")}
-TRIMMED_ROWS_REASON = "the torch peer is measured at fp16 and fp8 only"
+#: Rows of the cross product not measured per commit, with why: the torch peer at bf16 runs
+#: the same torch code as at fp16 (gather, SDPA) in another dtype, kvbench's own bf16 kernel
+#: path is covered by the Triton and auto rows, and the peer's six bf16 rows cost ~3 s of the
+#: H200's per-commit budget (docs/history.md); fp16 and fp8 keep the peer. The CUDA cluster
+#: row has no fp8 path (nor a dim-major V one: see measure_ablation).
+TRIMMED_ROWS = {
+    ("torch/gather_sdpa", "bf16"): "the torch peer is measured at fp16 and fp8 only",
+    ("cuda/cluster_decode", "fp8"): "cuda/cluster_decode serves fp16 / bf16 caches only",
+}
 
 
 def _measure_pool(dev: str, pool, dtype: str, keys: list[tuple[str, ...]], results: dict) -> None:
@@ -113,8 +117,9 @@ def measure_decode() -> dict:
     dev = c.prepare_process()
     for case in CASES:
         for dtype in DTYPES:
-            c.skip_all([(s, dtype, case) for s in SELECTORS if (s, dtype) in TRIMMED_ROWS],
-                       f"{c.TRIMMED}: {TRIMMED_ROWS_REASON}", results)
+            for (row, row_dtype), why in TRIMMED_ROWS.items():
+                if row_dtype == dtype:
+                    c.skip_all([(row, dtype, case)], f"{c.TRIMMED}: {why}", results)
             keys = [(s, dtype, case) for s in SELECTORS if (s, dtype) not in TRIMMED_ROWS]
             if dev == "cpu" and case not in CPU_CASES:
                 c.skip_all(keys, f"{case} is a GPU-size case; a CPU runs {', '.join(CPU_CASES)}",
@@ -130,6 +135,11 @@ def measure_ablation() -> dict:
     dev = "cpu" if c.no_nvidia_driver() else c.prepare_process()
     for variant, (layout, storage, dtype) in VARIANTS.items():
         keys = [(s, variant) for s in SELECTORS]
+        if dtype == "fp8" or storage == "v_dim_major":  # token-major fp16/bf16 only
+            unserved = [k for k in keys if k[0] == "cuda/cluster_decode"]
+            c.skip_all(unserved, f"{c.TRIMMED}: cuda/cluster_decode serves token-major V, "
+                       "fp16 / bf16 only", results)
+            keys = [k for k in keys if k not in unserved]
         if dev == "cpu":
             c.skip_all(keys, f"the ablation runs at {ABLATION_CASE}, a GPU-size case", results)
         else:

@@ -286,7 +286,7 @@ MEASURES = {
     "dispatch_overhead": dispatch_overhead.measure,
 }
 #: Skip reasons a CPU machine may give; anything else is a bug.
-CPU_SKIPS = ("Triton rows need CUDA", "GPU-size case")
+CPU_SKIPS = ("Triton rows need CUDA", "CUDA rows need a GPU", "GPU-size case")
 #: Skips any machine may give: rows of a cross product left out of the suite on purpose.
 ALWAYS_SKIPS = (_common.TRIMMED,)
 
