@@ -8,8 +8,7 @@ splits of a (sequence, kv head) through distributed shared memory in one launch.
 round, alternating rows so drift hits all of them: every decode row checked against the fp64
 reference first, then timed under the harness's cold-L2 bench():
   - triton/split_kv (shipped, auto split count);
-  - cuda/cluster_decode at 8 and 4 warps per CTA (auto split count each), and at 4 warps
-    with each --splits value;
+  - cuda/cluster_decode at the auto split count and at each --splits value;
   - page_read (the case's pages read and nothing else) and the event floor.
 """
 
@@ -41,27 +40,14 @@ CASES = (
 )
 
 
-def _with_warps(warps: int, fn):
-    """``fn`` with pdc.WARPS set to ``warps`` for the call (the ablation's switch)."""
-    def call(*args, **kwargs):
-        saved, pdc.WARPS = pdc.WARPS, warps
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            pdc.WARPS = saved
-    return call
-
-
 def run_case(batch: int, ctx: int, dtype: str, dev: torch.device, splits: list[int]) -> dict:
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
     q = checks.make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    rows = {"triton/split_kv": pd.paged_decode_split_kv}
-    for w in pdc.WARPS_CHOICES:
-        rows[f"cluster w{w}"] = _with_warps(w, pdc.paged_decode_cluster)
+    rows = {"triton/split_kv": pd.paged_decode_split_kv, "cluster auto": pdc.paged_decode_cluster}
     for s in splits:
-        rows[f"cluster w4 s{s}"] = _with_warps(4, partial(pdc.paged_decode_cluster, num_splits=s))
+        rows[f"cluster s{s}"] = partial(pdc.paged_decode_cluster, num_splits=s)
     out: dict[str, float] = {}
     for name, fn in rows.items():
         out[f"{name} max_abs_diff"] = checks.check_paged_decode(fn, pool, q)
@@ -71,24 +57,24 @@ def run_case(batch: int, ctx: int, dtype: str, dev: torch.device, splits: list[i
         out[name] = bench(partial(fn, *args)).median_us
     out["page_read"] = bench(read).median_us
     out["empty"] = event_floor(dev).median_us
-    for w in pdc.WARPS_CHOICES:
-        out[f"auto splits w{w}"] = _with_warps(w, pdc.auto_splits)(
-            dev, q.dtype, 32 // pool.kv_heads, batch * pool.kv_heads, ctx)
+    group = 32 // pool.kv_heads
+    out["auto splits"] = pdc.choose_cluster_splits(
+        batch * pool.kv_heads, ctx, sm_count(dev),
+        lambda s: pdc.max_active_clusters(dev, q.dtype, group, s))
     pool.free()
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__, rounds=3)
-    parser.add_argument("--splits", default="16", help="forced split counts to add")
+    parser.add_argument("--splits", default="8,12,16", help="forced split counts to add")
     started = start_experiment(parser, argv)
     if started is None:
         return 2
     args, meta, dev = started
     splits = [int(s) for s in args.splits.split(",") if s]
     meta["max_active_clusters"] = {
-        f"w{w}": {s: pdc.max_active_clusters(dev, torch.float16, 4, s, w) for s in range(1, 17)}
-        for w in pdc.WARPS_CHOICES}
+        s: pdc.max_active_clusters(dev, torch.float16, 4, s) for s in range(1, 17)}
     print("max active clusters (fp16, group 4):", meta["max_active_clusters"], flush=True)
     results: dict[str, list[dict]] = {}
     for rnd in range(args.rounds):
@@ -98,14 +84,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
         print(f"round {rnd} done", flush=True)
-    cols = ["triton/split_kv", *[f"cluster w{w}" for w in pdc.WARPS_CHOICES],
-            *[f"cluster w4 s{s}" for s in splits],
+    cols = ["triton/split_kv", "cluster auto", *[f"cluster s{s}" for s in splits],
             "page_read", "empty"]
     print(f"\n{'case (mean us)':16s}" + "".join(f"{c:>16s}" for c in cols) + "   auto")
     for key, rounds in results.items():
         print(f"{key:16s}" + "".join(
             f"{statistics.mean(r[c] for r in rounds):16.2f}" for c in cols)
-            + "   " + "/".join(str(rounds[0][f"auto splits w{w}"]) for w in pdc.WARPS_CHOICES))
+            + f"   {rounds[0]['auto splits']}")
     return 0
 
 

@@ -26,8 +26,7 @@ def test_library_compiles_for_sm90a_without_spills(tmp_path):
     lib, log = cuda_build.compile_source(pdc.LIBRARY, tmp_path, extra=("-Xptxas", "-v"))
     assert lib.is_file()
     entries = re.findall(r"Compiling entry function '(\w+)' for 'sm_90a'", log)
-    # fp16 / bf16 x each group x 4 / 8 warps
-    assert len(entries) == 2 * len(pdc.GROUPS) * len(pdc.WARPS_CHOICES), log
+    assert len(entries) == 2 * len(pdc.GROUPS), log  # fp16 / bf16 x each group
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert len(spills) == len(entries) and all(s == ("0", "0") for s in spills), log
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
@@ -53,14 +52,6 @@ def test_missing_nvcc_is_named(monkeypatch):
         cuda_build.compile_source(pdc.LIBRARY)
 
 
-def test_bad_warps(monkeypatch):
-    monkeypatch.setattr(pdc, "WARPS", 6)
-    pool = _cpu_pool()
-    q = make_decode_query(pool, 4)
-    with pytest.raises(ValueError, match=r"WARPS must be one of \(4, 8\)"):
-        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-
-
 def test_split_policy():
     always = lambda s: 1000
     # batch 1 x 8 kv heads, 4k, 132 SMs: 16 splits of 2 tiles (128 CTAs, one wave)
@@ -78,8 +69,6 @@ def test_split_policy():
     # short contexts: no split beyond one tile each, none shorter than MIN_TOKENS_PER_SPLIT
     assert pdc.choose_cluster_splits(8, 256, 132, always) == 2
     assert pdc.choose_cluster_splits(8, 100, 132, always) == 1
-    # 64-token tiles (4 warps): 16 splits of 4k are 4 tiles, 8 splits 8
-    assert pdc.choose_cluster_splits(8, 4096, 132, always, tile_n=64) == 16
 
 
 def _cpu_pool(**kw):
@@ -129,18 +118,12 @@ def _check(pool, q_heads, **kw):
     return check_paged_decode(fn, pool, q)
 
 
-@pytest.fixture(params=pdc.WARPS_CHOICES)
-def warps(request, monkeypatch):
-    monkeypatch.setattr(pdc, "WARPS", request.param)
-    return request.param
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("group", pdc.GROUPS)
 @pytest.mark.parametrize("page_size", [8, 16, 64])
 @pytest.mark.parametrize("splits", [None, 1, 3, 8, 14, 16])
-def test_gpu_ragged(warps, dtype, group, page_size, splits):
+def test_gpu_ragged(dtype, group, page_size, splits):
     lens = [1, 1, 15, 17, 129, 1000, 4097]
     pool = paged_pool(len(lens), lens, kv_heads=2, page_size=page_size, dtype=dtype, **_GPU)
     pool.seq_lens[0] = 0  # an empty slot of the batch: zero output
@@ -152,7 +135,7 @@ def test_gpu_ragged(warps, dtype, group, page_size, splits):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_gpu_stale_nan_past_seq_len(warps, dtype):
+def test_gpu_stale_nan_past_seq_len(dtype):
     """Every slot no sequence attends holds NaN: the zero-filled rows past seq_len must not
     read them (0 x NaN = NaN), and no split may touch a page outside its range."""
     lens = [300, 17, 4096]
@@ -173,7 +156,7 @@ def test_gpu_stale_nan_past_seq_len(warps, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize(("batch", "context"), [(1, 4096), (1, 32768), (8, 4096), (64, 1024)])
-def test_gpu_decode_geometry(warps, dtype, batch, context):
+def test_gpu_decode_geometry(dtype, batch, context):
     pool = paged_pool(batch, context, kv_heads=8, head_dim=128, page_size=16, dtype=dtype,
                       device="cuda")
     try:

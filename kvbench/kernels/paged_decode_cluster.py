@@ -32,11 +32,8 @@ MAX_SPLITS = 16
 #: A split shorter than this is not worth a CTA: its fixed chain (block table, copy, combine)
 #: would dominate.
 MIN_TOKENS_PER_SPLIT = 64
-#: Warps per CTA, module-level so scripts/bench_cluster_decode.py can ablate it: 8 (128-token
-#: tiles, a 204 KiB ring, one CTA per SM) or 4 (64-token tiles, 102 KiB, two CTAs per SM).
-#: A CTA's tile is 16 tokens per warp (cluster_decode.cu's Tile).
-WARPS = 8
-WARPS_CHOICES = (4, 8)
+#: Tokens per pipeline stage of one CTA (cluster_decode.cu's TILE_N: 8 warps x 16).
+TILE_N = 128
 _DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
 
 
@@ -56,8 +53,7 @@ class DecodeArgs(ctypes.Structure):
             "v_stride_page", "v_stride_slot", "v_stride_head",
             "bt_stride", "out_stride_b", "out_stride_h",
         )],
-        *[(n, ctypes.c_int32) for n in (
-            "batch", "q_heads", "kv_heads", "page_shift", "splits", "warps")],
+        *[(n, ctypes.c_int32) for n in ("batch", "q_heads", "kv_heads", "page_shift", "splits")],
         ("qk_scale_log2", ctypes.c_float),
     ]
 
@@ -91,12 +87,10 @@ def unavailable_reason(device: torch.device) -> str | None:
     return cuda_sm90_with_nvcc(device)
 
 
-@functools.lru_cache(maxsize=256)
-def max_active_clusters(device: torch.device, dtype: torch.dtype, group: int, splits: int,
-                        warps: int) -> int:
-    """Clusters of ``splits`` CTAs of ``warps`` warps that the device holds at once (CUDA's
-    occupancy query)."""
-    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=splits, warps=warps)
+@functools.lru_cache(maxsize=64)
+def max_active_clusters(device: torch.device, dtype: torch.dtype, group: int, splits: int) -> int:
+    """Clusters of ``splits`` CTAs that the device holds at once (CUDA's occupancy query)."""
+    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=splits)
     n = ctypes.c_int(0)
     with torch.cuda.device(device):
         _check(_library().kvb_max_active_clusters(ctypes.byref(args), _DTYPE_CODE[dtype],
@@ -113,36 +107,26 @@ def shape_unsupported(head_dim: int, q_heads: int, kv_heads: int) -> str | None:
     return None
 
 
-def choose_cluster_splits(programs: int, max_context: int, sms: int, fits,
-                          tile_n: int = 128) -> int:
+def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> int:
     """The split count (<= MAX_SPLITS) with the fewest tiles per CTA, all CTAs in one wave.
 
     ``programs`` = batch x kv heads; ``fits(splits)`` = clusters of that size the device holds
     at once. A split count qualifies when programs x splits CTAs fit the SMs (one CTA per SM:
-    on distinct SMs), all clusters are resident together, and each split keeps
-    >= MIN_TOKENS_PER_SPLIT tokens. Among those, the fewest ``tile_n``-token tiles per
+    the ring takes 204 KiB of shared memory), all clusters are resident together, and each
+    split keeps >= MIN_TOKENS_PER_SPLIT tokens. Among those, the fewest TILE_N-token tiles per
     split (the chain each CTA runs), then the fewest CTAs: on the H200 batch 1 x 4k ran 15.3 us
     at 8 splits (4 whole tiles each) and 16.4 at 9 (3 tiles and a tail). Any size, not only
     powers of two (the H200 holds 7 clusters of 16, 9 of 9). 1 when none qualifies.
     """
-    best, best_tiles = 1, math.ceil(max_context / tile_n)
+    best, best_tiles = 1, math.ceil(max_context / TILE_N)
     for splits in range(2, MAX_SPLITS + 1):
         if (programs * splits > sms or max_context < splits * MIN_TOKENS_PER_SPLIT
                 or programs > fits(splits)):
             continue
-        tiles = math.ceil(math.ceil(max_context / splits) / tile_n)
+        tiles = math.ceil(math.ceil(max_context / splits) / TILE_N)
         if tiles < best_tiles:
             best, best_tiles = splits, tiles
     return best
-
-
-def auto_splits(device: torch.device, dtype: torch.dtype, group: int, programs: int,
-                max_context: int) -> int:
-    """choose_cluster_splits with this device's SMs and occupancy, at the current WARPS."""
-    return choose_cluster_splits(
-        programs, max_context, sm_count(device),
-        lambda s: max_active_clusters(device, dtype, group, s, WARPS), 16 * WARPS,
-    )
 
 
 def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
@@ -157,8 +141,6 @@ def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
     if p.v_dim_major:
         raise ValueError("cuda/cluster_decode needs a token-major v_cache (d contiguous); "
                          "dim-major V pages: use triton/split_kv")
-    if WARPS not in WARPS_CHOICES:
-        raise ValueError(f"WARPS must be one of {WARPS_CHOICES}, got {WARPS!r}")
     reason = unavailable_reason(q.device)
     if reason:
         raise ValueError(f"cuda/cluster_decode {reason}")
@@ -202,8 +184,10 @@ def paged_decode_cluster(
         return out
     group = p.q_heads // p.kv_heads
     if num_splits is None:
-        num_splits = auto_splits(q.device, q.dtype, group, p.batch * p.kv_heads,
-                                 p.max_pages * p.page_size)
+        num_splits = choose_cluster_splits(
+            p.batch * p.kv_heads, p.max_pages * p.page_size, sm_count(q.device),
+            lambda s: max_active_clusters(q.device, q.dtype, group, s),
+        )
     elif (isinstance(num_splits, bool) or not isinstance(num_splits, int)
           or not 1 <= num_splits <= MAX_SPLITS):
         raise ValueError(f"num_splits must be None or an int in [1, {MAX_SPLITS}], "
@@ -215,7 +199,7 @@ def paged_decode_cluster(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_table.stride(0), out.stride(0), out.stride(1),
-        p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits, WARPS,
+        p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits,
         p.sm_scale * _LOG2E,
     )
     stream = torch.cuda.current_stream(q.device).cuda_stream

@@ -10,8 +10,7 @@
 // outputs by reading its peers' shared memory (DSMEM), then a second barrier keeps that memory
 // alive until all peers are done reading.
 //
-// Structure of one CTA (4 or 8 warps, TILE_N = 16 tokens per warp per stage, NSTAGE-deep
-// cp.async ring):
+// Structure of one CTA (8 warps, TILE_N = 128 tokens per stage, NSTAGE-deep cp.async ring):
 //   * K and V rows are staged with 16 bytes of padding (272-byte stride) so ldmatrix's 8 row
 //     addresses per matrix hit distinct banks.
 //   * Warp w owns tokens [16 w, 16 w + 16) of each tile: S = q K^T and O += P V on tensor
@@ -43,6 +42,9 @@ namespace cg = cooperative_groups;
 namespace {
 
 constexpr int HEAD_DIM = 128;
+constexpr int WARPS = 8;
+constexpr int THREADS = WARPS * 32;
+constexpr int TILE_N = 16 * WARPS;              // tokens per stage: 16 per warp
 constexpr int NSTAGE = 3;
 constexpr int ROW_BYTES = HEAD_DIM * 2;         // one fp16/bf16 row of one kv head
 // Rows padded by 16 bytes: the 8 row addresses of one ldmatrix 8x8 matrix (8 tokens, same d)
@@ -50,23 +52,15 @@ constexpr int ROW_BYTES = HEAD_DIM * 2;         // one fp16/bf16 row of one kv h
 constexpr int K_ROW_STRIDE = ROW_BYTES + 16;
 constexpr int V_ROW_STRIDE = ROW_BYTES + 16;
 constexpr int CHUNKS = ROW_BYTES / 16;          // 16-byte cp.async chunks per row
+constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
+constexpr int PASSES = TILE_N / ROWS_PER_PASS;  // rows each thread copies per tile (K and V)
+constexpr int K_STAGE_BYTES = TILE_N * K_ROW_STRIDE;
+constexpr int V_STAGE_BYTES = TILE_N * V_ROW_STRIDE;
+constexpr int STAGE_BYTES = K_STAGE_BYTES + V_STAGE_BYTES;
 constexpr int MAX_GROUP = 8;
 constexpr int MAX_SPLITS = 16;                  // non-portable cluster size limit on sm_90
 
-// The sizes that follow from the warps per CTA: 8 warps (128-token tiles, a 204 KiB ring, one
-// CTA per SM) or 4 (64-token tiles, 102 KiB, two CTAs per SM, so more clusters fit at once).
-template <int W>
-struct Tile {
-  static constexpr int WARPS = W;
-  static constexpr int THREADS = W * 32;
-  static constexpr int TILE_N = 16 * W;                 // tokens per stage: 16 per warp
-  static constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
-  static constexpr int PASSES = TILE_N / ROWS_PER_PASS;  // rows each thread copies (K and V)
-  static constexpr int K_STAGE_BYTES = TILE_N * K_ROW_STRIDE;
-  static constexpr int V_STAGE_BYTES = TILE_N * V_ROW_STRIDE;
-  static constexpr int STAGE_BYTES = K_STAGE_BYTES + V_STAGE_BYTES;
-  static_assert(THREADS % CHUNKS == 0 && TILE_N % ROWS_PER_PASS == 0, "copy mapping");
-};
+static_assert(THREADS % CHUNKS == 0 && TILE_N % ROWS_PER_PASS == 0, "copy mapping");
 
 }  // namespace
 
@@ -85,7 +79,6 @@ struct DecodeArgs {
   int64_t bt_stride;
   int64_t out_stride_b, out_stride_h;
   int32_t batch, q_heads, kv_heads, page_shift, splits;
-  int32_t warps;        // 4 or 8 per CTA (Tile)
   float qk_scale_log2;  // sm_scale * log2(e)
 };
 
@@ -133,19 +126,18 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // Shared memory besides the ring (floats).
-template <int GROUP, int WARPS>
+template <int GROUP>
 struct Side {
   static constexpr int WML = 2 * WARPS * GROUP;              // per-warp max and sum
   static constexpr int PART = GROUP * HEAD_DIM + 2 * GROUP;  // the CTA partial: o, max, sum
   static constexpr int FLOATS = WML + PART;
 };
 
-template <int GROUP, int WARPS>
+template <int GROUP>
 constexpr int smem_bytes() {
   // The warps' partial outputs (WARPS x GROUP x HEAD_DIM floats) reuse the ring after the loop.
-  constexpr int ring = NSTAGE * Tile<WARPS>::STAGE_BYTES;
-  static_assert(WARPS * GROUP * HEAD_DIM * 4 <= ring, "combine fits the ring");
-  return ring + Side<GROUP, WARPS>::FLOATS * 4;
+  static_assert(WARPS * GROUP * HEAD_DIM * 4 <= NSTAGE * STAGE_BYTES, "combine fits the ring");
+  return NSTAGE * STAGE_BYTES + Side<GROUP>::FLOATS * 4;
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -183,15 +175,11 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   }
 }
 
-template <typename T, int GROUP, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) cluster_decode_kernel(const DecodeArgs a) {
-  using C = Tile<WARPS>;
-  constexpr int THREADS = C::THREADS, TILE_N = C::TILE_N, ROWS_PER_PASS = C::ROWS_PER_PASS;
-  constexpr int PASSES = C::PASSES, K_STAGE_BYTES = C::K_STAGE_BYTES;
-  constexpr int STAGE_BYTES = C::STAGE_BYTES;
+template <typename T, int GROUP>
+__global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const DecodeArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* wml_s = reinterpret_cast<float*>(smem + NSTAGE * STAGE_BYTES);
-  float* part_o = wml_s + Side<GROUP, WARPS>::WML;
+  float* part_o = wml_s + Side<GROUP>::WML;
   float* part_ml = part_o + GROUP * HEAD_DIM;  // [0, GROUP): max, [GROUP, 2 GROUP): sum
 
   cg::cluster_group cluster = cg::this_cluster();
@@ -406,21 +394,21 @@ __global__ void __launch_bounds__(WARPS * 32) cluster_decode_kernel(const Decode
   cluster.sync();  // peers may still read this CTA's partial
 }
 
-template <typename T, int GROUP, int WARPS>
+template <typename T, int GROUP>
 cudaError_t configure(const DecodeArgs& a, cudaStream_t stream, cudaLaunchConfig_t* cfg,
                       cudaLaunchAttribute* attr) {
-  constexpr int smem = smem_bytes<GROUP, WARPS>();
+  constexpr int smem = smem_bytes<GROUP>();
   // Once per instantiation: the ring needs more than the default 48 KB of dynamic shared
   // memory, and clusters of 16 (one per kv head at batch 1 on 132 SMs) are non-portable.
   static const cudaError_t configured = [] {
-    auto kernel = cluster_decode_kernel<T, GROUP, WARPS>;
+    auto kernel = cluster_decode_kernel<T, GROUP>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   }();
   *cfg = cudaLaunchConfig_t{};
   cfg->gridDim = dim3(a.splits, a.kv_heads, a.batch);
-  cfg->blockDim = dim3(WARPS * 32, 1, 1);
+  cfg->blockDim = dim3(THREADS, 1, 1);
   cfg->dynamicSmemBytes = smem;
   cfg->stream = stream;
   attr->id = cudaLaunchAttributeClusterDimension;
@@ -432,23 +420,16 @@ cudaError_t configure(const DecodeArgs& a, cudaStream_t stream, cudaLaunchConfig
   return configured;
 }
 
-template <typename T, int GROUP, int WARPS>
-cudaError_t run_warps(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr;
-  cudaError_t e = configure<T, GROUP, WARPS>(a, stream, &cfg, &attr);
-  if (e != cudaSuccess) return e;
-  if (max_clusters != nullptr) {
-    return cudaOccupancyMaxActiveClusters(max_clusters, cluster_decode_kernel<T, GROUP, WARPS>, &cfg);
-  }
-  return cudaLaunchKernelEx(&cfg, cluster_decode_kernel<T, GROUP, WARPS>, a);
-}
-
 template <typename T, int GROUP>
 cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
-  if (a.warps == 4) return run_warps<T, GROUP, 4>(a, stream, max_clusters);
-  if (a.warps == 8) return run_warps<T, GROUP, 8>(a, stream, max_clusters);
-  return cudaErrorInvalidValue;
+  cudaLaunchConfig_t cfg;
+  cudaLaunchAttribute attr;
+  cudaError_t e = configure<T, GROUP>(a, stream, &cfg, &attr);
+  if (e != cudaSuccess) return e;
+  if (max_clusters != nullptr) {
+    return cudaOccupancyMaxActiveClusters(max_clusters, cluster_decode_kernel<T, GROUP>, &cfg);
+  }
+  return cudaLaunchKernelEx(&cfg, cluster_decode_kernel<T, GROUP>, a);
 }
 
 template <typename T>
