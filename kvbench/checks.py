@@ -108,7 +108,8 @@ def check_page_read(fn, pool, want: torch.Tensor | None = None) -> float:
     return verify(f"page_read[kv={pool.kv_dtype_name}, {pool.storage}]", got, want, rtol=0, atol=0)
 
 
-def selfcheck_paged_decode(fn, dtype: str, device, *, head_dim: int = 64) -> float:
+def selfcheck_paged_decode(fn, dtype: str, device, *, head_dim: int = 64,
+                           storage: str = "combined") -> float:
     """Tiny ragged problem (lens 1, 17, 40; page 16; 2 kv / 8 q heads; D ``head_dim``, 64
     unless a row needs another) through ``fn``.
 
@@ -126,6 +127,7 @@ def selfcheck_paged_decode(fn, dtype: str, device, *, head_dim: int = 64) -> flo
         head_dim=head_dim,
         page_size=16,
         dtype=dtype,
+        storage=storage,
         min_l2_multiple=0,
         device=device,
         seed=0,
@@ -137,9 +139,11 @@ def selfcheck_paged_decode(fn, dtype: str, device, *, head_dim: int = 64) -> flo
         pool.free()
 
 
-def selfcheck_paged_decode_d128(fn, dtype: str, device) -> float:
-    """``selfcheck_paged_decode`` at head_dim 128, for rows built for that head size only."""
-    return selfcheck_paged_decode(fn, dtype, device, head_dim=128)
+def selfcheck_paged_decode_cluster(fn, dtype: str, device) -> float:
+    """``selfcheck_paged_decode`` for cuda/cluster_decode: head_dim 128 (its only size), fp8
+    on dim-major V pages (the only fp8 layout it reads)."""
+    storage = "v_dim_major" if dtype == "fp8" else "combined"
+    return selfcheck_paged_decode(fn, dtype, device, head_dim=128, storage=storage)
 
 
 # ---- kv_write (owned by the kv_write / kv_gather_fp8 work) ------------------------------

@@ -8,7 +8,8 @@ splits of a (sequence, kv head) through distributed shared memory in one launch.
 round, alternating rows so drift hits all of them: every decode row checked against the fp64
 reference first, then timed under the harness's cold-L2 bench():
   - triton/split_kv (shipped, auto split count);
-  - cuda/cluster_decode at the auto split count and at each --splits value;
+  - cuda/cluster_decode at the auto split count (fp8: at each ring depth FP8_STAGE_CHOICES too)
+    and at each --splits value;
   - page_read (the case's pages read and nothing else) and the event floor.
 """
 
@@ -30,22 +31,40 @@ from kvbench.kernels import paged_decode_cluster as pdc
 from kvbench.kernels._device import sm_count
 from kvbench.pool import paged_pool
 
+#: (label, batch, context, KV dtype, pool storage): fp8 runs on dim-major V pages, the layout
+#: the cluster kernel reads fp8 from (and the Triton kernel's fastest fp8 storage, exp. 16).
 CASES = (
-    ("b1_c4k", 1, 4096, "fp16"),
-    ("b1_c4k", 1, 4096, "bf16"),
-    ("b1_c1k", 1, 1024, "fp16"),
-    ("b1_c32k", 1, 32768, "fp16"),
-    ("b8_c4k", 8, 4096, "fp16"),
-    ("b4_c4k", 4, 4096, "fp16"),
+    ("b1_c4k", 1, 4096, "fp16", "combined"),
+    ("b1_c1k", 1, 1024, "fp16", "combined"),
+    ("b8_c4k", 8, 4096, "fp16", "combined"),
+    ("b64_c8k", 64, 8192, "fp16", "combined"),
+    ("b64_c8k", 64, 8192, "fp8", "v_dim_major"),
+    ("b1_c32k", 1, 32768, "fp8", "v_dim_major"),
+    ("b32_c4k", 32, 4096, "fp8", "v_dim_major"),
 )
 
 
-def run_case(batch: int, ctx: int, dtype: str, dev: torch.device, splits: list[int]) -> dict:
+def _with_fp8_stages(stages: int, fn):
+    """``fn`` with pdc.FP8_STAGES set to ``stages`` for the call (the ablation's switch)."""
+    def call(*args, **kwargs):
+        saved, pdc.FP8_STAGES = pdc.FP8_STAGES, stages
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            pdc.FP8_STAGES = saved
+    return call
+
+
+def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
+             splits: list[int]) -> dict:
     torch.cuda.empty_cache()
-    pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
+    pool = paged_pool(batch, ctx, dtype=dtype, storage=storage, device=dev)
     q = checks.make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     rows = {"triton/split_kv": pd.paged_decode_split_kv, "cluster auto": pdc.paged_decode_cluster}
+    if dtype == "fp8":
+        for st in pdc.FP8_STAGE_CHOICES:
+            rows[f"cluster st{st}"] = _with_fp8_stages(st, pdc.paged_decode_cluster)
     for s in splits:
         rows[f"cluster s{s}"] = partial(pdc.paged_decode_cluster, num_splits=s)
     out: dict[str, float] = {}
@@ -53,21 +72,22 @@ def run_case(batch: int, ctx: int, dtype: str, dev: torch.device, splits: list[i
         out[f"{name} max_abs_diff"] = checks.check_paged_decode(fn, pool, q)
     read = page_read_fn(pool.k_cache, pool.v_cache, pool.attended_page_ids(), sm_count(dev))
     checks.check_page_read(read, pool)
+    kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     for name, fn in rows.items():
-        out[name] = bench(partial(fn, *args)).median_us
+        out[name] = bench(partial(fn, *args, **kw)).median_us
     out["page_read"] = bench(read).median_us
     out["empty"] = event_floor(dev).median_us
     group = 32 // pool.kv_heads
     out["auto splits"] = pdc.choose_cluster_splits(
         batch * pool.kv_heads, ctx, sm_count(dev),
-        lambda s: pdc.max_active_clusters(dev, q.dtype, group, s))
+        lambda s: pdc.max_active_clusters(dev, pool.k_cache.dtype, group, s, pdc.FP8_STAGES))
     pool.free()
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__, rounds=3)
-    parser.add_argument("--splits", default="8,12,16", help="forced split counts to add")
+    parser.add_argument("--splits", default="", help="forced split counts to add")
     started = start_experiment(parser, argv)
     if started is None:
         return 2
@@ -78,18 +98,20 @@ def main(argv: list[str] | None = None) -> int:
     print("max active clusters (fp16, group 4):", meta["max_active_clusters"], flush=True)
     results: dict[str, list[dict]] = {}
     for rnd in range(args.rounds):
-        for label, batch, ctx, dtype in CASES:
+        for label, batch, ctx, dtype, storage in CASES:
             results.setdefault(f"{label}:{dtype}", []).append(
-                run_case(batch, ctx, dtype, dev, splits))
+                run_case(batch, ctx, dtype, storage, dev, splits))
             if args.json:
                 write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
         print(f"round {rnd} done", flush=True)
-    cols = ["triton/split_kv", "cluster auto", *[f"cluster s{s}" for s in splits],
+    cols = ["triton/split_kv", "cluster auto", *[f"cluster st{st}" for st in pdc.FP8_STAGE_CHOICES],
+            *[f"cluster s{s}" for s in splits],
             "page_read", "empty"]
     print(f"\n{'case (mean us)':16s}" + "".join(f"{c:>16s}" for c in cols) + "   auto")
     for key, rounds in results.items():
         print(f"{key:16s}" + "".join(
-            f"{statistics.mean(r[c] for r in rounds):16.2f}" for c in cols)
+            f"{statistics.mean(r[c] for r in rounds):16.2f}" if c in rounds[0] else f"{'-':>16s}"
+            for c in cols)
             + f"   {rounds[0]['auto splits']}")
     return 0
 

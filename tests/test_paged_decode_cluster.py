@@ -26,7 +26,8 @@ def test_library_compiles_for_sm90a_without_spills(tmp_path):
     lib, log = cuda_build.compile_source(pdc.LIBRARY, tmp_path, extra=("-Xptxas", "-v"))
     assert lib.is_file()
     entries = re.findall(r"Compiling entry function '(\w+)' for 'sm_90a'", log)
-    assert len(entries) == 2 * len(pdc.GROUPS), log  # fp16 / bf16 x each group
+    # fp16 / bf16 and fp8 at each ring depth, x each group
+    assert len(entries) == (2 + len(pdc.FP8_STAGE_CHOICES)) * len(pdc.GROUPS), log
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert len(spills) == len(entries) and all(s == ("0", "0") for s in spills), log
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
@@ -81,16 +82,22 @@ def _cpu_pool(**kw):
 @pytest.mark.parametrize(
     ("pool_kw", "q_heads", "match"),
     [
-        ({"dtype": "fp8"}, 4, "fp16 / bf16 caches"),
+        ({"dtype": "fp8"}, 4, "fp8 V from dim-major pages"),
+        ({"dtype": "fp8", "storage": "v_dim_major", "page_size": 8}, 4, "page_size >= 16"),
+        ({"dtype": "fp8", "storage": "v_dim_major", "q_dtype": torch.bfloat16}, 4,
+         "fp8 caches with fp16 q"),
         ({"head_dim": 64}, 4, "head_dim 128"),
         ({}, 6, r"q_heads / kv_heads in \(1, 2, 4, 8\)"),
         ({"storage": "v_dim_major"}, 4, "token-major v_cache"),
         ({}, 4, "needs a CUDA device"),
+        ({"dtype": "fp8", "storage": "v_dim_major"}, 4, "needs a CUDA device"),
     ],
 )
 def test_refused_inputs_are_named(pool_kw, q_heads, match):
+    pool_kw = dict(pool_kw)
+    q_dtype = pool_kw.pop("q_dtype", None)
     pool = _cpu_pool(**pool_kw)
-    q = make_decode_query(pool, q_heads)
+    q = make_decode_query(pool, q_heads, dtype=q_dtype)
     with pytest.raises(ValueError, match=match):
         pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens,
                                  k_scale=pool.k_scale, v_scale=pool.v_scale)
@@ -133,20 +140,43 @@ def test_gpu_ragged(dtype, group, page_size, splits):
         pool.free()
 
 
+@pytest.fixture(params=pdc.FP8_STAGE_CHOICES)
+def fp8_stages(request, monkeypatch):
+    monkeypatch.setattr(pdc, "FP8_STAGES", request.param)
+    return request.param
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_gpu_stale_nan_past_seq_len(dtype):
+@pytest.mark.parametrize("group", pdc.GROUPS)
+@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("splits", [None, 1, 3, 16])
+def test_gpu_ragged_fp8(fp8_stages, group, page_size, splits):
+    """fp8 bytes (K token-major, V dim-major) against the same bytes widened by torch."""
+    lens = [1, 1, 15, 17, 129, 1000, 4097]
+    pool = paged_pool(len(lens), lens, kv_heads=2, page_size=page_size, dtype="fp8",
+                      storage="v_dim_major", **_GPU)
+    pool.seq_lens[0] = 0
+    try:
+        _check(pool, 2 * group, **({} if splits is None else {"num_splits": splits}))
+    finally:
+        pool.free()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("dtype", "storage"), [("fp16", "combined"), ("bf16", "combined"),
+                                                ("fp8", "v_dim_major")])
+def test_gpu_stale_nan_past_seq_len(dtype, storage):
     """Every slot no sequence attends holds NaN: the zero-filled rows past seq_len must not
     read them (0 x NaN = NaN), and no split may touch a page outside its range."""
     lens = [300, 17, 4096]
-    pool = paged_pool(3, lens, kv_heads=2, page_size=16, dtype=dtype, **_GPU)
+    pool = paged_pool(3, lens, kv_heads=2, page_size=16, dtype=dtype, storage=storage, **_GPU)
     try:
         attended = torch.zeros(pool.num_pages, pool.page_size, dtype=torch.bool, device="cuda")
         for seq, n in enumerate(lens):
             t = torch.arange(n, device="cuda")
             attended[pool.block_table[seq, t // pool.page_size].long(), t % pool.page_size] = True
         for cache in (pool.k_cache, pool.v_cache):
-            cache[~attended] = float("nan")
+            cache[~attended] = 0x7F if dtype == "fp8" else float("nan")  # e4m3 NaN: 0x7F
         for splits in (None, 5, 16):
             _check(pool, 8, **({} if splits is None else {"num_splits": splits}))
     finally:
@@ -154,11 +184,12 @@ def test_gpu_stale_nan_past_seq_len(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize(("dtype", "storage"), [("fp16", "combined"), ("bf16", "combined"),
+                                                ("fp8", "v_dim_major")])
 @pytest.mark.parametrize(("batch", "context"), [(1, 4096), (1, 32768), (8, 4096), (64, 1024)])
-def test_gpu_decode_geometry(dtype, batch, context):
+def test_gpu_decode_geometry(dtype, storage, batch, context):
     pool = paged_pool(batch, context, kv_heads=8, head_dim=128, page_size=16, dtype=dtype,
-                      device="cuda")
+                      storage=storage, device="cuda")
     try:
         check_paged_decode(pdc.paged_decode_cluster, pool, make_decode_query(pool, 32))
     finally:

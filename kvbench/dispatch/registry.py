@@ -256,9 +256,9 @@ ROWS: tuple[KernelSpec, ...] = (
     KernelSpec(
         name="cuda/cluster_decode",
         op="paged_decode",
-        dtypes=("fp16", "bf16"),
+        dtypes=("fp16", "bf16", "fp8"),
         target="kvbench.kernels.paged_decode_cluster:paged_decode_cluster",
-        selfcheck="kvbench.checks:selfcheck_paged_decode_d128",
+        selfcheck="kvbench.checks:selfcheck_paged_decode_cluster",
         layout=LayoutRequirement(required=(PAGED,)),
         available=cuda_sm90_with_nvcc,
         # Below the Triton rows: measured faster only at batch 1 x 1k (docs/perf-notes.md,
@@ -266,7 +266,7 @@ ROWS: tuple[KernelSpec, ...] = (
         priority=15,
         shape_gate=_cluster_geometry,
         doc="CUDA flash-decode (sm_90): a (sequence, kv head)'s splits are one thread-block "
-        "cluster and combine through its shared memory, one launch",
+        "cluster and combine through its shared memory, one launch; fp8 from dim-major V pages",
     ),
     KernelSpec(
         name="torch/gather_sdpa",

@@ -6,10 +6,11 @@ size) and launches it through ctypes on torch's current stream. The library is b
 on first use (``kvbench.kernels.cuda_build``).
 
 Accepted inputs, beyond paged_decode's (its ``_validate`` runs first, same messages): CUDA
-tensors on an sm_90+ device; fp16 / bf16 caches (fp8 bytes: use ``triton/split_kv``);
-head_dim 128; q heads per kv head 1, 2, 4 or 8; K and V token-major (d contiguous) with rows
-16-byte aligned (cp.async copies 16 bytes); q's head rows 4-byte aligned (q is
-loaded as pairs).
+tensors on an sm_90+ device; head_dim 128; q heads per kv head 1, 2, 4 or 8; fp16 / bf16
+caches with K and V token-major (d contiguous), or fp8 e4m3 bytes with fp16 q, K token-major
+and V dim-major pages (``paged_pool(storage="v_dim_major")``; page_size >= 16, so 16 tokens of
+a d row are one 16-byte copy); cache rows 16-byte aligned (cp.async copies 16 bytes); q's
+head rows 4-byte aligned (q is loaded as pairs).
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ MAX_SPLITS = 16
 MIN_TOKENS_PER_SPLIT = 64
 #: Tokens per pipeline stage of one CTA (cluster_decode.cu's TILE_N: 8 warps x 16).
 TILE_N = 128
+#: Ring depth of the fp8 kernel (stages of 36 KiB: 3 or 6), module-level so
+#: scripts/bench_cluster_decode.py can ablate it; 16-bit KV always runs 3 (68 KiB stages).
+FP8_STAGES = 6
+FP8_STAGE_CHOICES = (3, 6)
 _DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
+_FP8_CODE = 2  # e4m3 KV bytes with fp16 q
 
 
 class DecodeArgs(ctypes.Structure):
@@ -47,14 +53,17 @@ class DecodeArgs(ctypes.Structure):
         ("block_table", ctypes.c_void_p),
         ("seq_lens", ctypes.c_void_p),
         ("out", ctypes.c_void_p),
+        ("k_scale_ptr", ctypes.c_void_p),
+        ("v_scale_ptr", ctypes.c_void_p),
         *[(n, ctypes.c_int64) for n in (
             "q_stride_b", "q_stride_h",
             "k_stride_page", "k_stride_slot", "k_stride_head",
-            "v_stride_page", "v_stride_slot", "v_stride_head",
+            "v_stride_page", "v_stride_slot", "v_stride_head", "v_stride_d",
             "bt_stride", "out_stride_b", "out_stride_h",
         )],
-        *[(n, ctypes.c_int32) for n in ("batch", "q_heads", "kv_heads", "page_shift", "splits")],
-        ("qk_scale_log2", ctypes.c_float),
+        *[(n, ctypes.c_int32) for n in (
+            "batch", "q_heads", "kv_heads", "page_shift", "splits", "stages")],
+        *[(n, ctypes.c_float) for n in ("qk_scale_log2", "k_scale", "v_scale")],
     ]
 
 
@@ -88,13 +97,16 @@ def unavailable_reason(device: torch.device) -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
-def max_active_clusters(device: torch.device, dtype: torch.dtype, group: int, splits: int) -> int:
-    """Clusters of ``splits`` CTAs that the device holds at once (CUDA's occupancy query)."""
-    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=splits)
+def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int, splits: int,
+                        fp8_stages: int = 6) -> int:
+    """Clusters of ``splits`` CTAs that the device holds at once (CUDA's occupancy query), for
+    a cache of ``kv_dtype`` (torch.uint8: fp8 bytes, at ``fp8_stages``)."""
+    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=splits, stages=fp8_stages)
     n = ctypes.c_int(0)
+    code = _FP8_CODE if kv_dtype == torch.uint8 else _DTYPE_CODE[kv_dtype]
     with torch.cuda.device(device):
-        _check(_library().kvb_max_active_clusters(ctypes.byref(args), _DTYPE_CODE[dtype],
-                                                  ctypes.byref(n)), "cudaOccupancyMaxActiveClusters")
+        _check(_library().kvb_max_active_clusters(ctypes.byref(args), code, ctypes.byref(n)),
+               "cudaOccupancyMaxActiveClusters")
     return n.value
 
 
@@ -132,15 +144,24 @@ def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> in
 def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
     """What this kernel accepts beyond paged_decode's contract (shape and dtype first, so a
     CPU caller learns them too, then the device, then the rows' alignment)."""
-    if p.fp8:
-        raise ValueError("cuda/cluster_decode accepts fp16 / bf16 caches; for fp8 (uint8) caches "
-                         "use triton/split_kv")
     reason = shape_unsupported(p.head_dim, p.q_heads, p.kv_heads)
     if reason:
         raise ValueError(f"cuda/cluster_decode {reason}")
-    if p.v_dim_major:
-        raise ValueError("cuda/cluster_decode needs a token-major v_cache (d contiguous); "
-                         "dim-major V pages: use triton/split_kv")
+    if p.fp8:
+        if q.dtype != torch.float16:
+            raise ValueError(f"cuda/cluster_decode reads fp8 caches with fp16 q, got {q.dtype}")
+        if not p.v_dim_major:
+            raise ValueError("cuda/cluster_decode reads fp8 V from dim-major pages "
+                             "(paged_pool(storage='v_dim_major')); token-major fp8 V: use "
+                             "triton/split_kv")
+        if p.page_size < 16:
+            raise ValueError(f"cuda/cluster_decode needs page_size >= 16 for fp8 (16 tokens of a "
+                             f"d row are one copy), got {p.page_size}")
+        if FP8_STAGES not in FP8_STAGE_CHOICES:
+            raise ValueError(f"FP8_STAGES must be one of {FP8_STAGE_CHOICES}, got {FP8_STAGES!r}")
+    elif p.v_dim_major:
+        raise ValueError("cuda/cluster_decode needs a token-major v_cache (d contiguous) for "
+                         "fp16 / bf16; dim-major V pages: use triton/split_kv")
     reason = unavailable_reason(q.device)
     if reason:
         raise ValueError(f"cuda/cluster_decode {reason}")
@@ -148,10 +169,12 @@ def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
         raise ValueError(f"q: head rows must be 4-byte aligned (data_ptr % 4 == 0, batch and head "
                          f"strides even), got strides {tuple(q.stride())}")
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if cache.data_ptr() % 16 or any(s % 8 for s in cache.stride()[:3]):
-            raise ValueError(f"{name}: rows must be 16-byte aligned (data_ptr % 16 == 0, page, "
-                             f"slot and head strides multiples of 8 elements), got strides "
-                             f"{tuple(cache.stride())}")
+        elems = 16 // cache.element_size()  # elements per 16 bytes
+        strides = [s for i, s in enumerate(cache.stride()) if s != 1 or i == 0]
+        if cache.data_ptr() % 16 or any(s % elems for s in strides):
+            raise ValueError(f"{name}: rows must be 16-byte aligned (data_ptr % 16 == 0, every "
+                             f"stride but the contiguous one a multiple of {elems} elements), "
+                             f"got strides {tuple(cache.stride())}")
 
 
 def paged_decode_cluster(
@@ -186,24 +209,27 @@ def paged_decode_cluster(
     if num_splits is None:
         num_splits = choose_cluster_splits(
             p.batch * p.kv_heads, p.max_pages * p.page_size, sm_count(q.device),
-            lambda s: max_active_clusters(q.device, q.dtype, group, s),
+            lambda s: max_active_clusters(q.device, k_cache.dtype, group, s, FP8_STAGES),
         )
     elif (isinstance(num_splits, bool) or not isinstance(num_splits, int)
           or not 1 <= num_splits <= MAX_SPLITS):
         raise ValueError(f"num_splits must be None or an int in [1, {MAX_SPLITS}], "
                          f"got {num_splits!r}")
+    scale_ptrs = [s.data_ptr() if isinstance(s, torch.Tensor) else None
+                  for s in (p.k_scale, p.v_scale)]
+    scale_vals = [1.0 if isinstance(s, torch.Tensor) else float(s) for s in (p.k_scale, p.v_scale)]
     args = DecodeArgs(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_table.data_ptr(),
-        seq_lens.data_ptr(), out.data_ptr(),
+        seq_lens.data_ptr(), out.data_ptr(), *scale_ptrs,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         block_table.stride(0), out.stride(0), out.stride(1),
-        p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits,
-        p.sm_scale * _LOG2E,
+        p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits, FP8_STAGES,
+        p.sm_scale * _LOG2E, *scale_vals,
     )
     stream = torch.cuda.current_stream(q.device).cuda_stream
+    code = _FP8_CODE if p.fp8 else _DTYPE_CODE[q.dtype]
     with torch.cuda.device(q.device):
-        _check(_library().kvb_cluster_decode(ctypes.byref(args), _DTYPE_CODE[q.dtype], stream),
-               "launch")
+        _check(_library().kvb_cluster_decode(ctypes.byref(args), code, stream), "launch")
     return out

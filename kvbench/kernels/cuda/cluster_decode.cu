@@ -10,7 +10,7 @@
 // outputs by reading its peers' shared memory (DSMEM), then a second barrier keeps that memory
 // alive until all peers are done reading.
 //
-// Structure of one CTA (8 warps, TILE_N = 128 tokens per stage, NSTAGE-deep cp.async ring):
+// Structure of one CTA (8 warps, TILE_N = 128 tokens per stage, a cp.async ring of NSTAGE):
 //   * K and V rows are staged with 16 bytes of padding (272-byte stride) so ldmatrix's 8 row
 //     addresses per matrix hit distinct banks.
 //   * Warp w owns tokens [16 w, 16 w + 16) of each tile: S = q K^T and O += P V on tensor
@@ -24,10 +24,15 @@
 //     then the cluster combine above.
 // Rows past seq_len are zero-filled by cp.async (src-size 0) and masked to -inf.
 //
+// fp8 (e4m3 bytes, fp16 q): K rows token-major as above, V pages dim-major, so the P @ V
+// operand is a byte row along tokens that ldmatrix reads whole; codes are widened to fp16 in
+// registers (cvt.rn.f16x2.e4m3x2), k_scale folded into the score scale, v_scale into the output.
+//
 // Accepted inputs are checked in Python (kvbench/kernels/paged_decode_cluster.py) before launch:
 // q [B, Hq, 128] fp16/bf16 (d contiguous); K and V token-major [pages, page_size, Hkv, 128] of
-// q's dtype (d contiguous); block_table int32 [B, >= pages used]; seq_lens int32 [B];
-// Hq / Hkv in {1, 2, 4, 8}; page_size a power of two; 1 <= splits <= 16.
+// q's dtype (d contiguous), or fp8 with V dim-major and page_size >= 16; block_table int32
+// [B, >= pages used]; seq_lens int32 [B]; Hq / Hkv in {1, 2, 4, 8}; page_size a power of two;
+// 1 <= splits <= 16.
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -45,22 +50,33 @@ constexpr int HEAD_DIM = 128;
 constexpr int WARPS = 8;
 constexpr int THREADS = WARPS * 32;
 constexpr int TILE_N = 16 * WARPS;              // tokens per stage: 16 per warp
-constexpr int NSTAGE = 3;
-constexpr int ROW_BYTES = HEAD_DIM * 2;         // one fp16/bf16 row of one kv head
-// Rows padded by 16 bytes: the 8 row addresses of one ldmatrix 8x8 matrix (8 tokens, same d)
-// then fall in 8 distinct 16-byte bank groups instead of one.
-constexpr int K_ROW_STRIDE = ROW_BYTES + 16;
-constexpr int V_ROW_STRIDE = ROW_BYTES + 16;
-constexpr int CHUNKS = ROW_BYTES / 16;          // 16-byte cp.async chunks per row
-constexpr int ROWS_PER_PASS = THREADS / CHUNKS;
-constexpr int PASSES = TILE_N / ROWS_PER_PASS;  // rows each thread copies per tile (K and V)
-constexpr int K_STAGE_BYTES = TILE_N * K_ROW_STRIDE;
-constexpr int V_STAGE_BYTES = TILE_N * V_ROW_STRIDE;
-constexpr int STAGE_BYTES = K_STAGE_BYTES + V_STAGE_BYTES;
 constexpr int MAX_GROUP = 8;
 constexpr int MAX_SPLITS = 16;                  // non-portable cluster size limit on sm_90
 
-static_assert(THREADS % CHUNKS == 0 && TILE_N % ROWS_PER_PASS == 0, "copy mapping");
+// One stage of the ring, by KV element. Rows are padded by 16 bytes so the 8 row addresses of
+// one ldmatrix 8x8 matrix fall in 8 distinct 16-byte bank groups.
+//   16-bit KV: K and V tiles [TILE_N tokens][HEAD_DIM], 272-byte rows (3 stages: 204 KiB).
+//   fp8 KV: K [TILE_N tokens][HEAD_DIM bytes] and V^T [HEAD_DIM][TILE_N tokens] (dim-major V
+//   pages: the P @ V operand runs along tokens, and sm_90 has no 8-bit ldmatrix.trans),
+//   144-byte rows: half the bytes of a 16-bit stage, so NST stages can go deeper.
+template <bool FP8, int NST>
+struct Stage {
+  static constexpr int NSTAGE = NST;
+  static constexpr int ESZ = FP8 ? 1 : 2;                 // bytes per element
+  static constexpr int K_ROW = HEAD_DIM * ESZ;
+  static constexpr int K_STRIDE = K_ROW + 16;
+  static constexpr int V_ROWS = FP8 ? HEAD_DIM : TILE_N;  // fp8: rows of V^T are d
+  static constexpr int V_ROW = FP8 ? TILE_N : HEAD_DIM * 2;
+  static constexpr int V_STRIDE = V_ROW + 16;
+  static constexpr int K_BYTES = TILE_N * K_STRIDE;
+  static constexpr int BYTES = K_BYTES + V_ROWS * V_STRIDE;
+  static constexpr int K_CHUNKS = K_ROW / 16;             // 16-byte copies per row
+  static constexpr int V_CHUNKS = V_ROW / 16;
+  static constexpr int K_PASSES = TILE_N * K_CHUNKS / THREADS;  // copies per thread per tile
+  static constexpr int V_PASSES = V_ROWS * V_CHUNKS / THREADS;
+  static_assert(THREADS % K_CHUNKS == 0 && THREADS % V_CHUNKS == 0, "copy mapping");
+  static_assert(FP8 || K_CHUNKS == V_CHUNKS, "16-bit K and V rows share their pages");
+};
 
 }  // namespace
 
@@ -73,13 +89,17 @@ struct DecodeArgs {
   const int32_t* block_table;
   const int32_t* seq_lens;
   void* out;
+  const float* k_scale_ptr;  // fp8: device scalars, or nullptr to use k_scale / v_scale below
+  const float* v_scale_ptr;
   int64_t q_stride_b, q_stride_h;
   int64_t k_stride_page, k_stride_slot, k_stride_head;
-  int64_t v_stride_page, v_stride_slot, v_stride_head;
+  int64_t v_stride_page, v_stride_slot, v_stride_head, v_stride_d;
   int64_t bt_stride;
   int64_t out_stride_b, out_stride_h;
   int32_t batch, q_heads, kv_heads, page_shift, splits;
+  int32_t stages;       // fp8 ring depth (3 or 6); 16-bit KV always 3
   float qk_scale_log2;  // sm_scale * log2(e)
+  float k_scale, v_scale;
 };
 
 namespace {
@@ -133,11 +153,19 @@ struct Side {
   static constexpr int FLOATS = WML + PART;
 };
 
-template <int GROUP>
+template <int GROUP, typename S>
 constexpr int smem_bytes() {
   // The warps' partial outputs (WARPS x GROUP x HEAD_DIM floats) reuse the ring after the loop.
-  static_assert(WARPS * GROUP * HEAD_DIM * 4 <= NSTAGE * STAGE_BYTES, "combine fits the ring");
-  return NSTAGE * STAGE_BYTES + Side<GROUP>::FLOATS * 4;
+  static_assert(WARPS * GROUP * HEAD_DIM * 4 <= S::NSTAGE * S::BYTES, "combine fits the ring");
+  return S::NSTAGE * S::BYTES + Side<GROUP>::FLOATS * 4;
+}
+
+// Four e4m3 codes -> two f16x2 words: (c0, c1) and (c2, c3), exact (every e4m3 value is an
+// fp16 value).
+__device__ __forceinline__ void e4m3x4_to_f16x4(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\n"
+      "cvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi) : "r"(w));
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -175,10 +203,12 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   }
 }
 
-template <typename T, int GROUP>
+template <typename T, bool FP8, int NST, int GROUP>
 __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const DecodeArgs a) {
+  using S = Stage<FP8, NST>;
+  constexpr int NSTAGE = S::NSTAGE;
   extern __shared__ __align__(16) unsigned char smem[];
-  float* wml_s = reinterpret_cast<float*>(smem + NSTAGE * STAGE_BYTES);
+  float* wml_s = reinterpret_cast<float*>(smem + NSTAGE * S::BYTES);
   float* part_o = wml_s + Side<GROUP>::WML;
   float* part_ml = part_o + GROUP * HEAD_DIM;  // [0, GROUP): max, [GROUP, 2 GROUP): sum
 
@@ -198,40 +228,69 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   const int num_tiles = (end - start + TILE_N - 1) / TILE_N;
   const int32_t* bt_row = a.block_table + static_cast<int64_t>(b) * a.bt_stride;
   const int page_mask = (1 << a.page_shift) - 1;
-  const char* k_base = static_cast<const char*>(a.k) + hk * a.k_stride_head * 2;
-  const char* v_base = static_cast<const char*>(a.v) + hk * a.v_stride_head * 2;
+  const char* k_base = static_cast<const char*>(a.k) + hk * a.k_stride_head * S::ESZ;
+  const char* v_base = static_cast<const char*>(a.v) + hk * a.v_stride_head * S::ESZ;
 
-  // Stage one tile: thread copies chunk (tid % CHUNKS) of rows tid / CHUNKS + j * ROWS_PER_PASS.
-  // The rows' block-table entries are loaded a tile ahead of their copies (load_pages for
-  // tile i + NSTAGE while tile i + NSTAGE - 1 is issued): a copy waiting on its entry would
-  // stall the warp for a DRAM round trip before it reaches the math of the current tile.
-  const int chunk = tid % CHUNKS;
-  const int row0 = tid / CHUNKS;
+  // Stage one tile. K (and 16-bit V) rows: thread copies chunk kc of rows kr0 + j * K_STEP,
+  // zero-filled past seq_len. fp8 V^T: thread copies the 16 tokens of chunk vc (one page:
+  // page_size >= 16) of d rows vr0 + j * V_STEP, the tokens past seq_len zero-filled (0 x NaN
+  // would be NaN). Block-table entries are loaded a tile ahead of their copies: a copy waiting
+  // on its entry would stall the warp for a DRAM round trip before the math of the current tile.
+  constexpr int K_STEP = THREADS / S::K_CHUNKS;
+  constexpr int V_STEP = THREADS / S::V_CHUNKS;
+  constexpr int NPAGES = S::K_PASSES + (FP8 ? 1 : 0);  // fp8: + the page of chunk vc
+  const int kc = tid % S::K_CHUNKS, kr0 = tid / S::K_CHUNKS;
+  const int vc = tid % S::V_CHUNKS, vr0 = tid / S::V_CHUNKS;
+  // fp8 K rows are stored permuted within each 16-token group (see k8_tok below), so each
+  // ldmatrix matrix reads 8 consecutive rows: 8 distinct bank groups at a 144-byte stride.
+  auto k_smem_row = [](int row) {
+    if constexpr (!FP8) return row;
+    const int t = row & 15;
+    return (row & ~15) | (8 * ((t >> 1) & 1) + 2 * (t >> 2) + (t & 1));
+  };
   auto load_pages = [&](int tile, int* page) {
+    const int t0 = start + tile * TILE_N;
 #pragma unroll
-    for (int j = 0; j < PASSES; ++j) {
-      const int tok = start + tile * TILE_N + row0 + j * ROWS_PER_PASS;
+    for (int j = 0; j < S::K_PASSES; ++j) {
+      const int tok = t0 + kr0 + j * K_STEP;
       page[j] = tok < end ? bt_row[tok >> a.page_shift] : 0;
+    }
+    if constexpr (FP8) {
+      const int tok = t0 + 16 * vc;
+      page[S::K_PASSES] = tok < end ? bt_row[tok >> a.page_shift] : 0;
     }
   };
   auto issue_tile = [&](int tile, const int* page) {
-    unsigned char* ks = smem + (tile % NSTAGE) * STAGE_BYTES;
-    unsigned char* vs = ks + K_STAGE_BYTES;
+    unsigned char* ks = smem + (tile % NSTAGE) * S::BYTES;
+    unsigned char* vs = ks + S::K_BYTES;
+    const int t0 = start + tile * TILE_N;
 #pragma unroll
-    for (int j = 0; j < PASSES; ++j) {
-      const int row = row0 + j * ROWS_PER_PASS;
-      const int tok = start + tile * TILE_N + row;
+    for (int j = 0; j < S::K_PASSES; ++j) {
+      const int row = kr0 + j * K_STEP;
+      const int tok = t0 + row;
       const int bytes = tok < end ? 16 : 0;  // 0: zero-fill, nothing read
       const int64_t slot = tok & page_mask;
-      const char* kp = k_base + (page[j] * a.k_stride_page + slot * a.k_stride_slot) * 2 + chunk * 16;
-      const char* vp = v_base + (page[j] * a.v_stride_page + slot * a.v_stride_slot) * 2 + chunk * 16;
-      cp_async16(ks + row * K_ROW_STRIDE + chunk * 16, kp, bytes);
-      cp_async16(vs + row * V_ROW_STRIDE + chunk * 16, vp, bytes);
+      const int64_t k_off = (page[j] * a.k_stride_page + slot * a.k_stride_slot) * S::ESZ;
+      cp_async16(ks + k_smem_row(row) * S::K_STRIDE + kc * 16, k_base + k_off + kc * 16, bytes);
+      if constexpr (!FP8) {
+        const int64_t v_off = (page[j] * a.v_stride_page + slot * a.v_stride_slot) * 2;
+        cp_async16(vs + row * S::V_STRIDE + kc * 16, v_base + v_off + kc * 16, bytes);
+      }
+    }
+    if constexpr (FP8) {
+      const int tok = t0 + 16 * vc;
+      const int bytes = max(0, min(16, end - tok));
+      const int64_t base = page[S::K_PASSES] * a.v_stride_page + (tok & page_mask) * a.v_stride_slot;
+#pragma unroll
+      for (int j = 0; j < S::V_PASSES; ++j) {
+        const int d = vr0 + j * V_STEP;
+        cp_async16(vs + d * S::V_STRIDE + vc * 16, v_base + base + d * a.v_stride_d, bytes);
+      }
     }
   };
 
   {
-    int pages[NSTAGE - 1][PASSES];
+    int pages[NSTAGE - 1][NPAGES];
 #pragma unroll
     for (int s = 0; s < NSTAGE - 1; ++s) load_pages(s, pages[s]);
 #pragma unroll
@@ -240,23 +299,34 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       cp_async_commit();
     }
   }
-  int pages_ahead[PASSES];
+  int pages_ahead[NPAGES];
   load_pages(NSTAGE - 1, pages_ahead);
 
   // q as the A operand of S = q K^T: row r = lane / 4 (a q head; rows >= GROUP and 8-15 zero),
-  // d pairs 2 (lane % 4) and + 8 of each 16-wide k step, straight from global memory.
+  // straight from global memory. 16-bit KV: d pairs 2 (lane % 4) and + 8 of each 16-wide k
+  // step. fp8: the k step's d order is permuted to match what ldmatrix gives from byte rows
+  // (lane % 4 holds d 4 (lane % 4) .. + 3 of each 16): d pairs 4 (lane % 4) and + 2. A sum
+  // over d does not care about the order as long as q and K agree.
   const int r = lane >> 2;
   const int quad = lane & 3;
   uint32_t qa[HEAD_DIM / 16][2];
   {
     const T* q_row = static_cast<const T*>(a.q) + b * a.q_stride_b + (hk * GROUP + r) * a.q_stride_h;
+    const int d0 = FP8 ? 4 * quad : 2 * quad;
+    const int d1 = FP8 ? 4 * quad + 2 : 2 * quad + 8;
 #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
       const bool real = r < GROUP;
-      qa[kk][0] = real ? *reinterpret_cast<const uint32_t*>(q_row + kk * 16 + 2 * quad) : 0u;
-      qa[kk][1] = real ? *reinterpret_cast<const uint32_t*>(q_row + kk * 16 + 8 + 2 * quad) : 0u;
+      qa[kk][0] = real ? *reinterpret_cast<const uint32_t*>(q_row + kk * 16 + d0) : 0u;
+      qa[kk][1] = real ? *reinterpret_cast<const uint32_t*>(q_row + kk * 16 + d1) : 0u;
     }
   }
+  float k_scale = 1.f, v_scale = 1.f;
+  if constexpr (FP8) {
+    k_scale = a.k_scale_ptr ? *a.k_scale_ptr : a.k_scale;
+    v_scale = a.v_scale_ptr ? *a.v_scale_ptr : a.v_scale;
+  }
+  const float qk_scale = a.qk_scale_log2 * k_scale;
 
   // This lane's softmax row is r; acc[nb] holds its outputs at d = 8 nb + 2 quad + {0, 1}.
   float m_run = -INFINITY, l_run = 0.f;
@@ -266,10 +336,19 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 
   // ldmatrix row addresses: matrix mi = lane / 8, row lane % 8.
   const int mi = lane >> 3;
-  const int k_tok = warp * 16 + ((mi >> 1) << 3) + (lane & 7);  // K: m0, m1 tokens 0-7; m2, m3 8-15
-  const int k_col = (mi & 1) << 3;                               //    m0, m2 d 0-7;     m1, m3 8-15
-  const int v_tok = warp * 16 + ((mi & 1) << 3) + (lane & 7);   // V: m0, m2 tokens 0-7; m1, m3 8-15
-  const int v_col = (mi >> 1) << 3;                              //    m0, m1 d 0-7;     m2, m3 8-15
+  const int lr = lane & 7;
+  // 16-bit: K m0, m1 tokens 0-7 / m2, m3 8-15, d +0 / +8; V (trans) m0, m2 tokens 0-7 / m1, m3
+  // 8-15, d +0 / +8.
+  const int k_tok = warp * 16 + ((mi >> 1) << 3) + lr;
+  const int k_col = (mi & 1) << 3;
+  const int v_tok = warp * 16 + ((mi & 1) << 3) + lr;
+  const int v_col = (mi >> 1) << 3;
+  // fp8: a matrix is 8 rows x 16 bytes. K: matrix mi = (n-block mi >> 1, k step 2 j + (mi & 1));
+  // n-block nb's column n is token 4 (n >> 1) + (n & 1) + 2 nb, so that S's accumulator holds,
+  // per lane, tokens 4 quad .. + 3 in the order P @ V's B operand (V^T rows) gives them; the
+  // copy stored those tokens at rows 8 nb + n (k_smem_row).
+  const int k8_tok = warp * 16 + 8 * (mi >> 1) + lr;
+  const int k8_col = (mi & 1) * 16;
 
   for (int i = 0; i < num_tiles; ++i) {
     cp_async_wait<NSTAGE - 2>();
@@ -278,27 +357,43 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     cp_async_commit();
     load_pages(i + NSTAGE, pages_ahead);
 
-    const uint32_t ks = smem_addr(smem + (i % NSTAGE) * STAGE_BYTES);
-    const uint32_t vs = ks + K_STAGE_BYTES;
+    const uint32_t ks = smem_addr(smem + (i % NSTAGE) * S::BYTES);
+    const uint32_t vs = ks + S::K_BYTES;
 
     // S (rows: q heads, columns: this warp's 16 tokens) = q K^T on tensor cores
     float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    if constexpr (FP8) {
 #pragma unroll
-    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-      uint32_t kb[4];
-      ldmatrix_x4(ks + k_tok * K_ROW_STRIDE + (kk * 16 + k_col) * 2, kb);
-      mma_16816<T>(sc[0], qa[kk][0], qa[kk][1], kb[0], kb[1]);
-      mma_16816<T>(sc[1], qa[kk][0], qa[kk][1], kb[2], kb[3]);
+      for (int j = 0; j < HEAD_DIM / 32; ++j) {
+        uint32_t kb[4];
+        ldmatrix_x4(ks + k8_tok * S::K_STRIDE + j * 32 + k8_col, kb);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          uint32_t b0, b1;
+          e4m3x4_to_f16x4(kb[m], b0, b1);
+          const int kk = 2 * j + (m & 1);
+          mma_16816<T>(sc[m >> 1], qa[kk][0], qa[kk][1], b0, b1);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+        uint32_t kb[4];
+        ldmatrix_x4(ks + k_tok * S::K_STRIDE + (kk * 16 + k_col) * 2, kb);
+        mma_16816<T>(sc[0], qa[kk][0], qa[kk][1], kb[0], kb[1]);
+        mma_16816<T>(sc[1], qa[kk][0], qa[kk][1], kb[2], kb[3]);
+      }
     }
 
-    // online softmax of row r over the 16 tokens (4 per lane, the quad's lanes share a row)
-    const int tok0 = start + i * TILE_N + warp * 16 + 2 * quad;
+    // online softmax of row r over the 16 tokens (4 per lane, the quad's lanes share a row);
+    // sv[j] is token tok_j: 16-bit 2 quad + 8 (j >> 1) + (j & 1), fp8 4 quad + 2 (j >> 1) + (j & 1)
+    const int tile_tok = start + i * TILE_N + warp * 16;
     float sv[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
     float mt = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int tok = tok0 + (j >> 1) * 8 + (j & 1);
-      sv[j] = tok < end ? sv[j] * a.qk_scale_log2 : -INFINITY;
+      const int tok = tile_tok + (FP8 ? 4 * quad + 2 * (j >> 1) : 2 * quad + 8 * (j >> 1)) + (j & 1);
+      sv[j] = tok < end ? sv[j] * qk_scale : -INFINITY;
       mt = fmaxf(mt, sv[j]);
     }
     mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
@@ -323,15 +418,30 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     }
 
     // P (rounded to q's dtype, as the Triton kernels do) is S's accumulator layout = P @ V's
-    // A operand: tokens 2 quad, + 1 in a0 and + 8 in a2.
+    // A operand: a0 = sv[0..1], a2 = sv[2..3] (their tokens match the B operand's k order).
     const uint32_t pa0 = Elem<T>::pack(pv[0], pv[1]);
     const uint32_t pa2 = Elem<T>::pack(pv[2], pv[3]);
+    if constexpr (FP8) {
+      // V^T rows d, the warp's 16 token bytes: one matrix = one n-block (8 d) x 16 tokens
 #pragma unroll
-    for (int nb2 = 0; nb2 < HEAD_DIM / 16; ++nb2) {
-      uint32_t vb[4];
-      ldmatrix_x4_trans(vs + v_tok * V_ROW_STRIDE + (nb2 * 16 + v_col) * 2, vb);
-      mma_16816<T>(acc[2 * nb2], pa0, pa2, vb[0], vb[1]);
-      mma_16816<T>(acc[2 * nb2 + 1], pa0, pa2, vb[2], vb[3]);
+      for (int j = 0; j < HEAD_DIM / 32; ++j) {
+        uint32_t vb[4];
+        ldmatrix_x4(vs + ((4 * j + mi) * 8 + lr) * S::V_STRIDE + warp * 16, vb);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          uint32_t b0, b1;
+          e4m3x4_to_f16x4(vb[m], b0, b1);
+          mma_16816<T>(acc[4 * j + m], pa0, pa2, b0, b1);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nb2 = 0; nb2 < HEAD_DIM / 16; ++nb2) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vs + v_tok * S::V_STRIDE + (nb2 * 16 + v_col) * 2, vb);
+        mma_16816<T>(acc[2 * nb2], pa0, pa2, vb[0], vb[1]);
+        mma_16816<T>(acc[2 * nb2 + 1], pa0, pa2, vb[2], vb[3]);
+      }
     }
   }
 
@@ -389,56 +499,48 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       den = den * sa + peer_ml[GROUP + h] * sb;
       mx = m_new;
     }
-    out_row[h * a.out_stride_h + (o % HEAD_DIM)] = Elem<T>::from(den > 0.f ? num / den : 0.f);
+    out_row[h * a.out_stride_h + (o % HEAD_DIM)] =
+        Elem<T>::from(den > 0.f ? num / den * v_scale : 0.f);
   }
   cluster.sync();  // peers may still read this CTA's partial
 }
 
-template <typename T, int GROUP>
-cudaError_t configure(const DecodeArgs& a, cudaStream_t stream, cudaLaunchConfig_t* cfg,
-                      cudaLaunchAttribute* attr) {
-  constexpr int smem = smem_bytes<GROUP>();
+template <typename T, bool FP8, int NST, int GROUP>
+cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
+  auto kernel = cluster_decode_kernel<T, FP8, NST, GROUP>;
+  constexpr int smem = smem_bytes<GROUP, Stage<FP8, NST>>();
   // Once per instantiation: the ring needs more than the default 48 KB of dynamic shared
   // memory, and clusters of 16 (one per kv head at batch 1 on 132 SMs) are non-portable.
   static const cudaError_t configured = [] {
-    auto kernel = cluster_decode_kernel<T, GROUP>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    auto k = cluster_decode_kernel<T, FP8, NST, GROUP>;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    return cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   }();
-  *cfg = cudaLaunchConfig_t{};
-  cfg->gridDim = dim3(a.splits, a.kv_heads, a.batch);
-  cfg->blockDim = dim3(THREADS, 1, 1);
-  cfg->dynamicSmemBytes = smem;
-  cfg->stream = stream;
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = a.splits;
-  attr->val.clusterDim.y = 1;
-  attr->val.clusterDim.z = 1;
-  cfg->attrs = attr;
-  cfg->numAttrs = 1;
-  return configured;
+  if (configured != cudaSuccess) return configured;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(a.splits, a.kv_heads, a.batch);
+  cfg.blockDim = dim3(THREADS, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = a.splits;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (max_clusters != nullptr) return cudaOccupancyMaxActiveClusters(max_clusters, kernel, &cfg);
+  return cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
-template <typename T, int GROUP>
-cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
-  cudaLaunchConfig_t cfg;
-  cudaLaunchAttribute attr;
-  cudaError_t e = configure<T, GROUP>(a, stream, &cfg, &attr);
-  if (e != cudaSuccess) return e;
-  if (max_clusters != nullptr) {
-    return cudaOccupancyMaxActiveClusters(max_clusters, cluster_decode_kernel<T, GROUP>, &cfg);
-  }
-  return cudaLaunchKernelEx(&cfg, cluster_decode_kernel<T, GROUP>, a);
-}
-
-template <typename T>
+template <typename T, bool FP8, int NST>
 cudaError_t run_group(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
   switch (a.q_heads / a.kv_heads) {
-    case 1: return run<T, 1>(a, stream, max_clusters);
-    case 2: return run<T, 2>(a, stream, max_clusters);
-    case 4: return run<T, 4>(a, stream, max_clusters);
-    case 8: return run<T, 8>(a, stream, max_clusters);
+    case 1: return run<T, FP8, NST, 1>(a, stream, max_clusters);
+    case 2: return run<T, FP8, NST, 2>(a, stream, max_clusters);
+    case 4: return run<T, FP8, NST, 4>(a, stream, max_clusters);
+    case 8: return run<T, FP8, NST, 8>(a, stream, max_clusters);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -449,14 +551,17 @@ cudaError_t dispatch(const DecodeArgs* a, int dtype, void* stream, int* max_clus
     return cudaErrorInvalidValue;
   }
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (dtype == 0) return run_group<__half>(*a, s, max_clusters);
-  if (dtype == 1) return run_group<__nv_bfloat16>(*a, s, max_clusters);
+  if (dtype == 0) return run_group<__half, false, 3>(*a, s, max_clusters);
+  if (dtype == 1) return run_group<__nv_bfloat16, false, 3>(*a, s, max_clusters);
+  if (dtype == 2 && a->stages == 3) return run_group<__half, true, 3>(*a, s, max_clusters);
+  if (dtype == 2 && a->stages == 6) return run_group<__half, true, 6>(*a, s, max_clusters);
   return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
-// ---- the C interface loaded by ctypes (dtype: 0 fp16, 1 bf16; returns a cudaError_t)
+// ---- the C interface loaded by ctypes (dtype: 0 fp16, 1 bf16, 2 fp8 e4m3 KV with fp16 q;
+// returns a cudaError_t)
 
 extern "C" int kvb_cluster_decode(const DecodeArgs* a, int dtype, void* stream) {
   return static_cast<int>(dispatch(a, dtype, stream, nullptr));
