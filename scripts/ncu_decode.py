@@ -59,6 +59,18 @@ def profile_once(label: str, call) -> None:
     print(f"profiled {label}", file=sys.stderr)
 
 
+DECODE_ROWS = ("triton/split_kv", "cuda/cluster_decode")
+
+
+def _decode_fn(row: str):
+    """The decode row's function (the CUDA one imported only when asked: it builds with nvcc)."""
+    if row == "cuda/cluster_decode":
+        from kvbench.kernels.paged_decode_cluster import paged_decode_cluster
+
+        return paged_decode_cluster
+    return pd.paged_decode_split_kv
+
+
 def fp8_config(text: str) -> dict[str, int]:
     """'BLOCK_N,warps,stages[,maxnreg]' -> a paged_decode CONFIG entry."""
     parts = [int(x) for x in text.split(",")]
@@ -78,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="launch config of the fp8 decode kernels (single pass and split)")
     parser.add_argument("--storage", choices=STORAGES, default="combined",
                         help="the decode cases' pool storage (v_dim_major: experiment 16)")
+    parser.add_argument("--row", choices=DECODE_ROWS, default="triton/split_kv",
+                        help="the decode row profiled (cuda/cluster_decode: experiment 18)")
     args_ns = parser.parse_args(argv)
     known = {f"{label}:{dtype}" for label, _, _, dtype in CASES}
     known |= {f"{label}:{dtype}" for label, _ in WRITE_CASES for dtype in _DTYPES}
@@ -97,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         q = make_decode_query(pool, 32)
         args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
         kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-        profile_once(f"{label}_{dtype}", lambda: pd.paged_decode_split_kv(*args, **kwargs))  # noqa: B023
+        decode = _decode_fn(args_ns.row)
+        profile_once(f"{label}_{dtype}", lambda: decode(*args, **kwargs))  # noqa: B023
         del q, args
         pool.free()
     for label, n in WRITE_CASES:
