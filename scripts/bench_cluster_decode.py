@@ -8,8 +8,7 @@ splits of a (sequence, kv head) through distributed shared memory in one launch.
 round, alternating rows so drift hits all of them: every decode row checked against the fp64
 reference first, then timed under the harness's cold-L2 bench():
   - triton/split_kv (shipped, auto split count);
-  - cuda/cluster_decode at the auto split count (fp8: at each ring depth FP8_STAGE_CHOICES too)
-    and at each --splits value;
+  - cuda/cluster_decode at the auto split count and at each --splits value;
   - page_read (the case's pages read and nothing else) and the event floor.
 """
 
@@ -44,17 +43,6 @@ CASES = (
 )
 
 
-def _with_fp8_stages(stages: int, fn):
-    """``fn`` with pdc.FP8_STAGES set to ``stages`` for the call (the ablation's switch)."""
-    def call(*args, **kwargs):
-        saved, pdc.FP8_STAGES = pdc.FP8_STAGES, stages
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            pdc.FP8_STAGES = saved
-    return call
-
-
 def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
              splits: list[int]) -> dict:
     torch.cuda.empty_cache()
@@ -62,9 +50,6 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
     q = checks.make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     rows = {"triton/split_kv": pd.paged_decode_split_kv, "cluster auto": pdc.paged_decode_cluster}
-    if dtype == "fp8":
-        for st in pdc.FP8_STAGE_CHOICES:
-            rows[f"cluster st{st}"] = _with_fp8_stages(st, pdc.paged_decode_cluster)
     for s in splits:
         rows[f"cluster s{s}"] = partial(pdc.paged_decode_cluster, num_splits=s)
     out: dict[str, float] = {}
@@ -80,7 +65,7 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
     group = 32 // pool.kv_heads
     out["auto splits"] = pdc.choose_cluster_splits(
         batch * pool.kv_heads, ctx, sm_count(dev),
-        lambda s: pdc.max_active_clusters(dev, pool.k_cache.dtype, group, s, pdc.FP8_STAGES))
+        lambda s: pdc.max_active_clusters(dev, pool.k_cache.dtype, group, s))
     pool.free()
     return out
 
@@ -104,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
         print(f"round {rnd} done", flush=True)
-    cols = ["triton/split_kv", "cluster auto", *[f"cluster st{st}" for st in pdc.FP8_STAGE_CHOICES],
-            *[f"cluster s{s}" for s in splits],
+    cols = ["triton/split_kv", "cluster auto", *[f"cluster s{s}" for s in splits],
             "page_read", "empty"]
     print(f"\n{'case (mean us)':16s}" + "".join(f"{c:>16s}" for c in cols) + "   auto")
     for key, rounds in results.items():

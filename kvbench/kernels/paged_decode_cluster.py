@@ -35,10 +35,6 @@ MAX_SPLITS = 16
 MIN_TOKENS_PER_SPLIT = 64
 #: Tokens per pipeline stage of one CTA (cluster_decode.cu's TILE_N: 8 warps x 16).
 TILE_N = 128
-#: Ring depth of the fp8 kernel (stages of 36 KiB: 3 or 6), module-level so
-#: scripts/bench_cluster_decode.py can ablate it; 16-bit KV always runs 3 (68 KiB stages).
-FP8_STAGES = 6
-FP8_STAGE_CHOICES = (3, 6)
 _DTYPE_CODE = {torch.float16: 0, torch.bfloat16: 1}
 _FP8_CODE = 2  # e4m3 KV bytes with fp16 q
 
@@ -62,7 +58,7 @@ class DecodeArgs(ctypes.Structure):
             "bt_stride", "out_stride_b", "out_stride_h",
         )],
         *[(n, ctypes.c_int32) for n in (
-            "batch", "q_heads", "kv_heads", "page_shift", "splits", "stages")],
+            "batch", "q_heads", "kv_heads", "page_shift", "splits")],
         *[(n, ctypes.c_float) for n in ("qk_scale_log2", "k_scale", "v_scale")],
     ]
 
@@ -97,11 +93,10 @@ def unavailable_reason(device: torch.device) -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
-def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int, splits: int,
-                        fp8_stages: int = 6) -> int:
+def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int, splits: int) -> int:
     """Clusters of ``splits`` CTAs that the device holds at once (CUDA's occupancy query), for
-    a cache of ``kv_dtype`` (torch.uint8: fp8 bytes, at ``fp8_stages``)."""
-    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=splits, stages=fp8_stages)
+    a cache of ``kv_dtype`` (torch.uint8: fp8 bytes)."""
+    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=splits)
     n = ctypes.c_int(0)
     code = _FP8_CODE if kv_dtype == torch.uint8 else _DTYPE_CODE[kv_dtype]
     with torch.cuda.device(device):
@@ -157,8 +152,6 @@ def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
         if p.page_size < 16:
             raise ValueError(f"cuda/cluster_decode needs page_size >= 16 for fp8 (16 tokens of a "
                              f"d row are one copy), got {p.page_size}")
-        if FP8_STAGES not in FP8_STAGE_CHOICES:
-            raise ValueError(f"FP8_STAGES must be one of {FP8_STAGE_CHOICES}, got {FP8_STAGES!r}")
     elif p.v_dim_major:
         raise ValueError("cuda/cluster_decode needs a token-major v_cache (d contiguous) for "
                          "fp16 / bf16; dim-major V pages: use triton/split_kv")
@@ -209,7 +202,7 @@ def paged_decode_cluster(
     if num_splits is None:
         num_splits = choose_cluster_splits(
             p.batch * p.kv_heads, p.max_pages * p.page_size, sm_count(q.device),
-            lambda s: max_active_clusters(q.device, k_cache.dtype, group, s, FP8_STAGES),
+            lambda s: max_active_clusters(q.device, k_cache.dtype, group, s),
         )
     elif (isinstance(num_splits, bool) or not isinstance(num_splits, int)
           or not 1 <= num_splits <= MAX_SPLITS):
@@ -225,7 +218,7 @@ def paged_decode_cluster(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         block_table.stride(0), out.stride(0), out.stride(1),
-        p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits, FP8_STAGES,
+        p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits,
         p.sm_scale * _LOG2E, *scale_vals,
     )
     stream = torch.cuda.current_stream(q.device).cuda_stream

@@ -58,10 +58,11 @@ constexpr int MAX_SPLITS = 16;                  // non-portable cluster size lim
 //   16-bit KV: K and V tiles [TILE_N tokens][HEAD_DIM], 272-byte rows (3 stages: 204 KiB).
 //   fp8 KV: K [TILE_N tokens][HEAD_DIM bytes] and V^T [HEAD_DIM][TILE_N tokens] (dim-major V
 //   pages: the P @ V operand runs along tokens, and sm_90 has no 8-bit ldmatrix.trans),
-//   144-byte rows: half the bytes of a 16-bit stage, so NST stages can go deeper.
-template <bool FP8, int NST>
+//   144-byte rows, 3 stages (108 KiB). A 6-stage fp8 ring, and 3 stages at two CTAs per SM
+//   (128 registers), were measured no faster (docs/perf-notes.md, experiment 18).
+template <bool FP8>
 struct Stage {
-  static constexpr int NSTAGE = NST;
+  static constexpr int NSTAGE = 3;
   static constexpr int ESZ = FP8 ? 1 : 2;                 // bytes per element
   static constexpr int K_ROW = HEAD_DIM * ESZ;
   static constexpr int K_STRIDE = K_ROW + 16;
@@ -97,7 +98,6 @@ struct DecodeArgs {
   int64_t bt_stride;
   int64_t out_stride_b, out_stride_h;
   int32_t batch, q_heads, kv_heads, page_shift, splits;
-  int32_t stages;       // fp8 ring depth (3 or 6); 16-bit KV always 3
   float qk_scale_log2;  // sm_scale * log2(e)
   float k_scale, v_scale;
 };
@@ -203,9 +203,9 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   }
 }
 
-template <typename T, bool FP8, int NST, int GROUP>
+template <typename T, bool FP8, int GROUP>
 __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const DecodeArgs a) {
-  using S = Stage<FP8, NST>;
+  using S = Stage<FP8>;
   constexpr int NSTAGE = S::NSTAGE;
   extern __shared__ __align__(16) unsigned char smem[];
   float* wml_s = reinterpret_cast<float*>(smem + NSTAGE * S::BYTES);
@@ -505,14 +505,14 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   cluster.sync();  // peers may still read this CTA's partial
 }
 
-template <typename T, bool FP8, int NST, int GROUP>
+template <typename T, bool FP8, int GROUP>
 cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
-  auto kernel = cluster_decode_kernel<T, FP8, NST, GROUP>;
-  constexpr int smem = smem_bytes<GROUP, Stage<FP8, NST>>();
+  auto kernel = cluster_decode_kernel<T, FP8, GROUP>;
+  constexpr int smem = smem_bytes<GROUP, Stage<FP8>>();
   // Once per instantiation: the ring needs more than the default 48 KB of dynamic shared
   // memory, and clusters of 16 (one per kv head at batch 1 on 132 SMs) are non-portable.
   static const cudaError_t configured = [] {
-    auto k = cluster_decode_kernel<T, FP8, NST, GROUP>;
+    auto k = cluster_decode_kernel<T, FP8, GROUP>;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     return cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -534,13 +534,13 @@ cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
   return cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
-template <typename T, bool FP8, int NST>
+template <typename T, bool FP8>
 cudaError_t run_group(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
   switch (a.q_heads / a.kv_heads) {
-    case 1: return run<T, FP8, NST, 1>(a, stream, max_clusters);
-    case 2: return run<T, FP8, NST, 2>(a, stream, max_clusters);
-    case 4: return run<T, FP8, NST, 4>(a, stream, max_clusters);
-    case 8: return run<T, FP8, NST, 8>(a, stream, max_clusters);
+    case 1: return run<T, FP8, 1>(a, stream, max_clusters);
+    case 2: return run<T, FP8, 2>(a, stream, max_clusters);
+    case 4: return run<T, FP8, 4>(a, stream, max_clusters);
+    case 8: return run<T, FP8, 8>(a, stream, max_clusters);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -551,10 +551,9 @@ cudaError_t dispatch(const DecodeArgs* a, int dtype, void* stream, int* max_clus
     return cudaErrorInvalidValue;
   }
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (dtype == 0) return run_group<__half, false, 3>(*a, s, max_clusters);
-  if (dtype == 1) return run_group<__nv_bfloat16, false, 3>(*a, s, max_clusters);
-  if (dtype == 2 && a->stages == 3) return run_group<__half, true, 3>(*a, s, max_clusters);
-  if (dtype == 2 && a->stages == 6) return run_group<__half, true, 6>(*a, s, max_clusters);
+  if (dtype == 0) return run_group<__half, false>(*a, s, max_clusters);
+  if (dtype == 1) return run_group<__nv_bfloat16, false>(*a, s, max_clusters);
+  if (dtype == 2) return run_group<__half, true>(*a, s, max_clusters);
   return cudaErrorInvalidValue;
 }
 
