@@ -62,10 +62,8 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
         out[name] = bench(partial(fn, *args, **kw)).median_us
     out["page_read"] = bench(read).median_us
     out["empty"] = event_floor(dev).median_us
-    group = 32 // pool.kv_heads
-    out["auto splits"] = pdc.choose_cluster_splits(
-        batch * pool.kv_heads, ctx, sm_count(dev),
-        lambda s: pdc.max_active_clusters(dev, pool.k_cache.dtype, group, s))
+    out["auto splits"] = pdc.auto_splits(dev, pool.k_cache.dtype, 32 // pool.kv_heads,
+                                         batch * pool.kv_heads, ctx)
     pool.free()
     return out
 

@@ -156,6 +156,14 @@ def check_power_of_two(
         raise ValueError(f"{name} must be a power of two >= {minimum}{upper}, got {value!r}")
 
 
+def check_optional_int_range(name: str, value: object, low: int, high: int) -> None:
+    """``value`` is None (the callee picks) or an int (not a bool) in [low, high]."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be None or an int in [{low}, {high}], got {value!r}")
+
+
 def check_one_of(name: str, value: object, accepted: Iterable[object]) -> None:
     """Raise unless ``value`` is one of ``accepted`` (for string / enum options)."""
     accepted = tuple(accepted)

@@ -826,6 +826,7 @@ def paged_decode_split_kv(
     p = _validate(
         q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale, triton_kernel=True
     )
+    V.check_optional_int_range("num_splits", num_splits, 1, 4096)
     if num_splits is None:
         if p.batch == 0 or p.max_pages == 0:
             num_splits = 1
@@ -833,12 +834,6 @@ def paged_decode_split_kv(
             num_splits = choose_num_splits(
                 p.batch, p.kv_heads, p.max_pages * p.page_size, _sm_count(q.device), p.page_size
             )
-    elif (
-        isinstance(num_splits, bool)
-        or not isinstance(num_splits, int)
-        or not (1 <= num_splits <= 4096)
-    ):
-        raise ValueError(f"num_splits must be None or an int in [1, 4096], got {num_splits!r}")
     return _launch(p, q, k_cache, v_cache, block_table, seq_lens, num_splits)
 
 

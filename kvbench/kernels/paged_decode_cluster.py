@@ -24,6 +24,7 @@ import torch
 from kvbench.dispatch.spec import cuda_sm90_with_nvcc
 from kvbench.kernels import cuda_build
 from kvbench.kernels._device import sm_count
+from kvbench.kernels._validate import check_optional_int_range
 
 LIBRARY = "cluster_decode"
 HEAD_DIM = 128
@@ -136,6 +137,16 @@ def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> in
     return best
 
 
+def auto_splits(device: torch.device, kv_dtype: torch.dtype, group: int, programs: int,
+                max_context: int) -> int:
+    """choose_cluster_splits with this device's SM count and cluster occupancy (the launcher's
+    choice when num_splits is None)."""
+    return choose_cluster_splits(
+        programs, max_context, sm_count(device),
+        lambda s: max_active_clusters(device, kv_dtype, group, s),
+    )
+
+
 def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
     """What this kernel accepts beyond paged_decode's contract (shape and dtype first, so a
     CPU caller learns them too, then the device, then the rows' alignment)."""
@@ -195,19 +206,13 @@ def paged_decode_cluster(
     p = _validate_decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale,
                          triton_kernel=False)
     _check_cluster_inputs(q, k_cache, v_cache, p)
+    check_optional_int_range("num_splits", num_splits, 1, MAX_SPLITS)
     out = torch.empty((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
     if p.batch == 0:
         return out
-    group = p.q_heads // p.kv_heads
     if num_splits is None:
-        num_splits = choose_cluster_splits(
-            p.batch * p.kv_heads, p.max_pages * p.page_size, sm_count(q.device),
-            lambda s: max_active_clusters(q.device, k_cache.dtype, group, s),
-        )
-    elif (isinstance(num_splits, bool) or not isinstance(num_splits, int)
-          or not 1 <= num_splits <= MAX_SPLITS):
-        raise ValueError(f"num_splits must be None or an int in [1, {MAX_SPLITS}], "
-                         f"got {num_splits!r}")
+        num_splits = auto_splits(q.device, k_cache.dtype, p.q_heads // p.kv_heads,
+                                 p.batch * p.kv_heads, p.max_pages * p.page_size)
     scale_ptrs = [s.data_ptr() if isinstance(s, torch.Tensor) else None
                   for s in (p.k_scale, p.v_scale)]
     scale_vals = [1.0 if isinstance(s, torch.Tensor) else float(s) for s in (p.k_scale, p.v_scale)]

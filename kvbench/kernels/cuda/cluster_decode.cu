@@ -488,9 +488,9 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     const int h = o / HEAD_DIM;
     float mx = -INFINITY, num = 0.f, den = 0.f;
 #pragma unroll 4
-    for (int r = 0; r < splits; ++r) {
-      const float* peer_o = cluster.map_shared_rank(part_o, r);
-      const float* peer_ml = cluster.map_shared_rank(part_ml, r);
+    for (int peer = 0; peer < splits; ++peer) {  // every CTA's partial, this one's included
+      const float* peer_o = cluster.map_shared_rank(part_o, peer);
+      const float* peer_ml = cluster.map_shared_rank(part_ml, peer);
       const float pm = peer_ml[h];
       const float m_new = fmaxf(mx, pm);
       const float base = m_new == -INFINITY ? 0.f : m_new;
