@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="launch config of the fp8 decode kernels (single pass and split)")
     parser.add_argument("--storage", choices=STORAGES, default="combined",
                         help="the decode cases' pool storage (v_dim_major: experiment 16)")
+    parser.add_argument("--v-page-rows", action="store_true",
+                        help="paged_decode CONFIG 'v_page_rows' on (experiment 19)")
     parser.add_argument("--row", choices=DECODE_ROWS, default="triton/split_kv",
                         help="the decode row profiled (cuda/cluster_decode: experiment 18)")
     args_ns = parser.parse_args(argv)
@@ -102,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         pd.FP8_DEQUANT = args_ns.fp8_dequant
     if args_ns.fp8_config:
         pd.CONFIG["single_pass_fp8"] = pd.CONFIG["split_kv_fp8"] = args_ns.fp8_config
+    if args_ns.v_page_rows:
+        for key in ("single_pass", "single_pass_fp8", "split_kv", "split_kv_fp8"):
+            pd.CONFIG[key] = {**pd.CONFIG[key], "v_page_rows": True}
     wanted = set(args_ns.case or known)
     dev = torch.device("cuda")
     for label, batch, ctx, dtype in CASES:

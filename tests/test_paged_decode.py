@@ -113,6 +113,32 @@ def test_block_table_loaded_a_tile_ahead(device, monkeypatch, fn, storage, dtype
 
 
 @pytest.mark.parametrize("fn", TRITON, ids=_name)
+@pytest.mark.parametrize("bt_ahead", [False, True])
+@pytest.mark.parametrize(("dtype", "page_size"), [("fp16", 16), ("bf16", 32), ("fp8", 16),
+                                                  ("fp8", 8), ("fp16", 256)])
+def test_v_page_rows(device, monkeypatch, fn, bt_ahead, dtype, page_size):
+    """CONFIG "v_page_rows" (each dim-major page of a whole tile loaded as one contiguous
+    row, then reordered to [tokens, d]): whole tiles, a tail (the masked path), a sequence
+    shorter than one tile, 3 forced splits; stale poison in every slot no sequence attends.
+    Page 256 is longer than a tile: the option does not apply there and must not break it."""
+    for key in ("single_pass", "single_pass_fp8", "split_kv", "split_kv_fp8"):
+        monkeypatch.setitem(pd.CONFIG, key,
+                            {**pd.CONFIG[key], "v_page_rows": True, "bt_ahead": bt_ahead})
+    block_n = pd.CONFIG["single_pass"]["BLOCK_N"]
+    lens = [2 * block_n, 2 * block_n + 19, 7]
+    pool = _pool(device, 3, lens, dtype=dtype, storage="v_dim_major", page_size=page_size,
+                 num_pages=-(-900 // page_size))
+    used = torch.zeros(pool.num_pages, pool.page_size, dtype=torch.bool, device=device)
+    for seq, n in enumerate(lens):
+        for t in range(n):
+            used[pool.block_table[seq, t // pool.page_size], t % pool.page_size] = True
+    for cache in (pool.k_cache, pool.v_cache):
+        cache[~used] = 0x7F if dtype == "fp8" else float("nan")
+    run = functools.partial(fn, num_splits=3) if fn is SPLIT else fn
+    assert _run(run, pool, 4) >= 0.0
+
+
+@pytest.mark.parametrize("fn", TRITON, ids=_name)
 @pytest.mark.parametrize("page_size", [8, 256])
 def test_v_dim_major_other_page_sizes(device, fn, page_size):
     """Runs of adjacent slots shorter than a tile (page 8) and longer than one (page 256)."""
@@ -574,7 +600,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
                  "DOT_F32": False, "FP8_BITS": fp8 and mode == "bits",
                  "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split,
-                 "V_DMAJOR": v_dim_major, "BT_AHEAD": cfg.get("bt_ahead", False)}
+                 "V_DMAJOR": v_dim_major, "BT_AHEAD": cfg.get("bt_ahead", False),
+                 "V_PAGE_ROWS": cfg.get("v_page_rows", False) and v_dim_major}
         # A launch specializes a stride of 1 as a constant: V's last dim, or its slots.
         const["stride_vs" if v_dim_major else "stride_vd"] = 1
         for k in const:

@@ -214,6 +214,7 @@ def _attend_tile(
     P_SCALED: tl.constexpr,
     V_DMAJOR: tl.constexpr,
     MASKED: tl.constexpr,
+    V_PAGE_ROWS: tl.constexpr,
     page_in=None,
 ):
     """Online-softmax update of (m_i, l_i, acc) by tokens [start, start + BLOCK_N).
@@ -260,24 +261,38 @@ def _attend_tile(
     else:
         p = tl.exp2(scores - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-    if V_DMAJOR:
-        # Slots of one page are adjacent: tell the compiler (it cannot see through the
-        # block-table load) so the tile is loaded PAGE_SIZE tokens per vector.
-        v_off = page * stride_vp + slot
-        RUN: tl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N  # noqa: FURB136
-        v_off = tl.max_contiguous(tl.multiple_of(v_off, RUN), RUN)
-        v_ptrs = v_head + v_off[:, None] + offs_d[None, :] * stride_vd
+    if V_PAGE_ROWS and not MASKED:
+        # A dim-major page of one head is [HEAD_DIM][PAGE_SIZE] contiguous (stride_vd ==
+        # PAGE_SIZE, checked on the host): each page loads as one contiguous row, so a warp's
+        # loads cover whole 128-byte lines (one L2 tag lookup each) instead of PAGE_SIZE-byte
+        # pieces of BLOCK_N / PAGE_SIZE pages; the reorder to [tokens, d] is a register
+        # relabelling (sm_90 TTGIR: the shared-memory tile is read straight into the dot
+        # operand's layout). docs/perf-notes.md, experiment 19.
+        PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE
+        page_p = tl.max(tl.reshape(page, (PAGES, PAGE_SIZE)), 1)  # equal over a page's slots
+        offs_f = tl.arange(0, HEAD_DIM * PAGE_SIZE)
+        v = tl.load(v_head + (page_p * stride_vp)[:, None] + offs_f[None, :])
+        v = tl.reshape(v, (PAGES, HEAD_DIM, PAGE_SIZE))
+        v = tl.reshape(tl.permute(v, (0, 2, 1)), (BLOCK_N, HEAD_DIM))
     else:
-        v_ptrs = v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :]
-    if MASKED and V_DMAJOR:
-        # Past ``hi`` the page loaded above is page 0 (the masked table load's ``other``): a
-        # valid page, so the whole tile loads as vectors; the rows past ``hi`` are then zeroed
-        # (a stale NaN there would survive p = 0).
-        v = tl.where(mask_n[:, None], tl.load(v_ptrs), 0)
-    elif MASKED:
-        v = tl.load(v_ptrs, mask=mask_n[:, None], other=0)
-    else:
-        v = tl.load(v_ptrs)
+        if V_DMAJOR:
+            # Slots of one page are adjacent: tell the compiler (it cannot see through the
+            # block-table load) so the tile is loaded PAGE_SIZE tokens per vector.
+            v_off = page * stride_vp + slot
+            RUN: tl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N  # noqa: FURB136
+            v_off = tl.max_contiguous(tl.multiple_of(v_off, RUN), RUN)
+            v_ptrs = v_head + v_off[:, None] + offs_d[None, :] * stride_vd
+        else:
+            v_ptrs = v_head + (page * stride_vp + slot * stride_vs)[:, None] + offs_d[None, :]
+        if MASKED and V_DMAJOR:
+            # Past ``hi`` the page loaded above is page 0 (the masked table load's ``other``):
+            # a valid page, so the whole tile loads as vectors; the rows past ``hi`` are then
+            # zeroed (a stale NaN there would survive p = 0).
+            v = tl.where(mask_n[:, None], tl.load(v_ptrs), 0)
+        elif MASKED:
+            v = tl.load(v_ptrs, mask=mask_n[:, None], other=0)
+        else:
+            v = tl.load(v_ptrs)
     if FP8:
         v = _widen_e4m3(v, q, FP8_BITS)
     if DOT_F32:
@@ -316,6 +331,7 @@ def _attend_range(
     V_DMAJOR: tl.constexpr,
     MASKED: tl.constexpr,
     BT_AHEAD: tl.constexpr,
+    V_PAGE_ROWS: tl.constexpr,
 ):
     """``_attend_tile`` over the tiles starting at lo, lo + BLOCK_N, ... below ``end``.
 
@@ -337,7 +353,7 @@ def _attend_range(
                 q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
                 HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, V_DMAJOR, MASKED,
-                page,
+                V_PAGE_ROWS, page,
             )
     else:
         for start in range(lo, end, BLOCK_N):
@@ -345,6 +361,7 @@ def _attend_range(
                 q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
                 HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, V_DMAJOR, MASKED,
+                V_PAGE_ROWS,
             )
     return m_i, l_i, acc
 
@@ -389,6 +406,7 @@ def _decode_kernel(
     PDL: tl.constexpr,
     V_DMAJOR: tl.constexpr,
     BT_AHEAD: tl.constexpr,
+    V_PAGE_ROWS: tl.constexpr,
 ):
     """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
     if PDL:
@@ -443,12 +461,14 @@ def _decode_kernel(
             q, m_i, l_i, acc, lo, full_end, hi, bt_row, k_head, v_head, scale,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
             HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, False, BT_AHEAD,
+            V_PAGE_ROWS,
         )
         if full_end < hi:
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
                 HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, True,
+                V_PAGE_ROWS,
             )
     else:
         # Token-major V: every tile masked (one loop: the peeled form costs the fp8 kernel
@@ -457,6 +477,7 @@ def _decode_kernel(
             q, m_i, l_i, acc, lo, hi, hi, bt_row, k_head, v_head, scale,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
             HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, False, True, BT_AHEAD,
+            False,
         )
 
     has = l_i > 0.0
@@ -767,6 +788,8 @@ def _launch(
         PDL=pdl,
         V_DMAJOR=p.v_dim_major,
         BT_AHEAD=bool(cfg.get("bt_ahead", False)),
+        V_PAGE_ROWS=bool(cfg.get("v_page_rows", False)) and p.v_dim_major
+        and v_cache.stride(3) == p.page_size and p.page_size < cfg["BLOCK_N"],
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),

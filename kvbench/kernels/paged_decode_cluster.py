@@ -66,7 +66,12 @@ class DecodeArgs(ctypes.Structure):
 
 @functools.cache
 def _library() -> ctypes.CDLL:
-    lib = cuda_build.load(LIBRARY)
+    return configure_library(cuda_build.load(LIBRARY))
+
+
+def configure_library(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """Declare the C interface's argument types on a loaded build of cluster_decode.cu and
+    check its DecodeArgs against this module's (experiments load older builds through this)."""
     lib.kvb_cluster_decode.argtypes = [ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.c_void_p]
     lib.kvb_max_active_clusters.argtypes = [
         ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.POINTER(ctypes.c_int)

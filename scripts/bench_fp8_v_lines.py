@@ -1,0 +1,140 @@
+"""Do fp8 decodes wait on the L2's tag lookups? Whole-line V copies against half-line ones (GPU)
+
+    python scripts/bench_fp8_v_lines.py [--json PATH] [--rounds N] [--cluster-lib LABEL=PATH]
+
+Experiment 19 (docs/perf-notes.md). Nsight Compute put both fp8 decodes on dim-major V pages
+at 80-84% of the L2's tag-lookup rate with DRAM at 53-66%: their V tiles are copied as eight
+64-byte pieces per warp-wide copy (8 pages x 4 d rows), two lookups per 128-byte line, where
+a dim-major page of one head is 2 KiB contiguous. Rows per case, alternating, each checked
+against the fp64 reference at full size first, then timed under the harness's cold-L2 bench():
+  - triton/split_kv as shipped, and with CONFIG "v_page_rows" (each page loaded as one
+    contiguous row, reordered to [tokens, d] in registers);
+  - cuda/cluster_decode as built from this tree, plus any --cluster-lib build (e.g. the
+    previous commit's, for the copy mapping before and after in one call).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import statistics
+import sys
+from functools import partial
+
+import torch
+from gpu_experiment import experiment_parser, start_experiment
+
+from kvbench import checks
+from kvbench.harness import bench
+from kvbench.jsonfile import write_json_atomic
+from kvbench.kernels import paged_decode as pd
+from kvbench.kernels import paged_decode_cluster as pdc
+from kvbench.pool import paged_pool
+
+#: (label, batch, context, KV dtype, pool storage). fp16 combined is the fp8 target's
+#: denominator; fp16 dim-major shows what the Triton load change does to 16-bit pages.
+CASES = (
+    ("b64_c8k", 64, 8192, "fp8", "v_dim_major"),
+    ("b32_c4k", 32, 4096, "fp8", "v_dim_major"),
+    ("b1_c32k", 1, 32768, "fp8", "v_dim_major"),
+    ("b64_c8k", 64, 8192, "fp16", "v_dim_major"),
+    ("b64_c8k", 64, 8192, "fp16", "combined"),
+)
+
+
+@contextlib.contextmanager
+def triton_config(**extra):
+    """Every decode CONFIG entry with ``extra`` merged in, restored on exit."""
+    saved = {k: dict(v) for k, v in pd.CONFIG.items()}
+    for key in pd.CONFIG:
+        if key != "reduce":
+            pd.CONFIG[key] = {**pd.CONFIG[key], **extra}
+    try:
+        yield
+    finally:
+        pd.CONFIG.update(saved)
+
+
+@contextlib.contextmanager
+def cluster_library(path: str | None):
+    """cuda/cluster_decode launched through the build at ``path`` (None: this tree's)."""
+    if path is None:
+        yield
+        return
+    saved = pdc._library
+    pdc._library = functools.cache(lambda: pdc.configure_library(ctypes.CDLL(path)))
+    try:
+        yield
+    finally:
+        pdc._library = saved
+
+
+def _under(ctx_factory, fn):
+    def call(*args, **kw):
+        with ctx_factory():
+            return fn(*args, **kw)
+    return call
+
+
+def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
+             libs: dict[str, str]) -> dict:
+    torch.cuda.empty_cache()
+    pool = paged_pool(batch, ctx, dtype=dtype, storage=storage, device=dev)
+    q = checks.make_decode_query(pool, 32)
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    rows = {
+        "triton/split_kv": pd.paged_decode_split_kv,
+        "triton v_page_rows": _under(partial(triton_config, v_page_rows=True),
+                                     pd.paged_decode_split_kv),
+    }
+    if (dtype == "fp8") == (storage == "v_dim_major"):  # the layouts the CUDA kernel reads
+        rows["cluster"] = pdc.paged_decode_cluster
+        for label, path in libs.items():
+            rows[f"cluster {label}"] = _under(partial(cluster_library, path),
+                                              pdc.paged_decode_cluster)
+    out: dict[str, float] = {}
+    for name, fn in rows.items():
+        out[f"{name} max_abs_diff"] = checks.check_paged_decode(fn, pool, q)
+    kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    for name, fn in rows.items():
+        out[name] = bench(partial(fn, *args, **kw)).median_us
+    pool.free()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = experiment_parser(__doc__, rounds=2)
+    parser.add_argument("--cluster-lib", action="append", default=[], metavar="LABEL=PATH",
+                        help="another build of cluster_decode.cu to time beside this tree's")
+
+    def check(args) -> None:
+        for spec in args.cluster_lib:
+            if "=" not in spec:
+                parser.error(f"--cluster-lib wants LABEL=PATH, got {spec!r}")
+
+    started = start_experiment(parser, argv, check)
+    if started is None:
+        return 2
+    args, meta, dev = started
+    libs = dict(spec.split("=", 1) for spec in args.cluster_lib)
+    meta["cluster_libs"] = libs
+    results: dict[str, list[dict]] = {}
+    for rnd in range(args.rounds):
+        for label, batch, ctx, dtype, storage in CASES:
+            results.setdefault(f"{label}:{dtype}:{storage}", []).append(
+                run_case(batch, ctx, dtype, storage, dev, libs))
+            if args.json:
+                write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
+        print(f"round {rnd} done", flush=True)
+    cols = ["triton/split_kv", "triton v_page_rows", "cluster", *[f"cluster {k}" for k in libs]]
+    print(f"\n{'case (mean us)':28s}" + "".join(f"{c:>20s}" for c in cols))
+    for key, rounds in results.items():
+        print(f"{key:28s}" + "".join(
+            f"{statistics.mean(r[c] for r in rounds):20.2f}" if c in rounds[0] else f"{'-':>20s}"
+            for c in cols))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
