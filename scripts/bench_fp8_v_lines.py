@@ -7,8 +7,10 @@ at 80-84% of the L2's tag-lookup rate with DRAM at 53-66%: their V tiles are cop
 64-byte pieces per warp-wide copy (8 pages x 4 d rows), two lookups per 128-byte line, where
 a dim-major page of one head is 2 KiB contiguous. Rows per case, alternating, each checked
 against the fp64 reference at full size first, then timed under the harness's cold-L2 bench():
-  - triton/split_kv as shipped, and with CONFIG "v_page_rows" (each page loaded as one
-    contiguous row, reordered to [tokens, d] in registers);
+  - triton/split_kv with CONFIG "v_page_rows" off (page-sized pieces) and on (each page
+    loaded as one contiguous row, reordered to [tokens, d] in registers; shipped since
+    experiment 19; the first run, at 525bb1a, named these rows "triton/split_kv" and
+    "triton v_page_rows");
   - cuda/cluster_decode as built from this tree, plus any --cluster-lib build (e.g. the
     previous commit's, for the copy mapping before and after in one call).
 """
@@ -84,9 +86,9 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
     q = checks.make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     rows = {
-        "triton/split_kv": pd.paged_decode_split_kv,
-        "triton v_page_rows": _under(partial(triton_config, v_page_rows=True),
-                                     pd.paged_decode_split_kv),
+        f"triton v_page_rows {name}": _under(partial(triton_config, v_page_rows=on),
+                                             pd.paged_decode_split_kv)
+        for name, on in (("off", False), ("on", True))
     }
     if (dtype == "fp8") == (storage == "v_dim_major"):  # the layouts the CUDA kernel reads
         rows["cluster"] = pdc.paged_decode_cluster
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
         print(f"round {rnd} done", flush=True)
-    cols = ["triton/split_kv", "triton v_page_rows", "cluster", *[f"cluster {k}" for k in libs]]
+    cols = ["triton v_page_rows off", "triton v_page_rows on", "cluster", *[f"cluster {k}" for k in libs]]
     print(f"\n{'case (mean us)':28s}" + "".join(f"{c:>20s}" for c in cols))
     for key, rounds in results.items():
         print(f"{key:28s}" + "".join(

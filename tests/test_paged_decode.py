@@ -113,17 +113,18 @@ def test_block_table_loaded_a_tile_ahead(device, monkeypatch, fn, storage, dtype
 
 
 @pytest.mark.parametrize("fn", TRITON, ids=_name)
-@pytest.mark.parametrize("bt_ahead", [False, True])
+@pytest.mark.parametrize(("page_rows", "bt_ahead"), [(True, False), (True, True), (False, True)])
 @pytest.mark.parametrize(("dtype", "page_size"), [("fp16", 16), ("bf16", 32), ("fp8", 16),
                                                   ("fp8", 8), ("fp16", 256)])
-def test_v_page_rows(device, monkeypatch, fn, bt_ahead, dtype, page_size):
-    """CONFIG "v_page_rows" (each dim-major page of a whole tile loaded as one contiguous
-    row, then reordered to [tokens, d]): whole tiles, a tail (the masked path), a sequence
-    shorter than one tile, 3 forced splits; stale poison in every slot no sequence attends.
-    Page 256 is longer than a tile: the option does not apply there and must not break it."""
+def test_v_page_rows(device, monkeypatch, fn, page_rows, bt_ahead, dtype, page_size):
+    """CONFIG "v_page_rows" on (each dim-major page of a whole tile loaded as one contiguous
+    row, then reordered to [tokens, d]) and off (page-sized pieces per token run): whole
+    tiles, a tail (the masked path), a sequence shorter than one tile, 3 forced splits; stale
+    poison in every slot no sequence attends. Page 256 is longer than a tile: the option does
+    not apply there and must not break it."""
     for key in ("single_pass", "single_pass_fp8", "split_kv", "split_kv_fp8"):
         monkeypatch.setitem(pd.CONFIG, key,
-                            {**pd.CONFIG[key], "v_page_rows": True, "bt_ahead": bt_ahead})
+                            {**pd.CONFIG[key], "v_page_rows": page_rows, "bt_ahead": bt_ahead})
     block_n = pd.CONFIG["single_pass"]["BLOCK_N"]
     lens = [2 * block_n, 2 * block_n + 19, 7]
     pool = _pool(device, 3, lens, dtype=dtype, storage="v_dim_major", page_size=page_size,

@@ -68,16 +68,26 @@ _ATOL = {"fp16": 5e-4, "bf16": 8e-3, "fp8": 2e-3}
 # BLOCK_N 128 / 4 warps / 2 stages is within 3% of the best point at every issue-6 case and
 # 25% faster than BLOCK_N 64 at batch 32 x 4k (133 vs 169 us); fp8 split 128 / 4 / 3, fp8
 # single pass 128 / 4 / 2 under a register cap (below).
+#
+# "v_page_rows" (every decode entry): a dim-major V page of a whole tile loads as one
+# contiguous row (whole 128-byte lines) instead of PAGE_SIZE-byte pieces of 8 pages; the
+# pieces cost one L2 tag lookup per 64 bytes and held fp8 at the L2's tag rate (82% of peak,
+# DRAM 65%). H200, one call (docs/perf-notes.md, experiment 19): fp8 b64 x 8k 345 -> 264 us,
+# b32 x 4k 122 -> 90, b1 x 32k 36.7 -> 30.5; fp16 dim-major b64 x 8k 535 -> 504. It applies
+# only to dim-major V with pages shorter than a tile; other storages compile as before.
 CONFIG: dict[str, dict[str, int | bool]] = {
-    "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2},
-    "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128},
+    "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "v_page_rows": True},
+    "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128,
+                        "v_page_rows": True},
     # Split programs (few per SM) keep more of their own tiles in flight: block-table entries
     # one tile ahead ("bt_ahead", see _attend_range) with 3 stages double-buffers K/V.
     # H200, 3 alternating rounds (docs/perf-notes.md, experiment 17): fp16 b1 x 32k 45.0-46.2
     # -> 41.9-43.0 us at BLOCK_N 64 (b8 x 4k, b1 x 4k within their spread); fp8 b1 x 32k
     # 38.9-40.0 -> 34.2-35.2 us. Single pass (4 CTAs per SM) gained nothing from it.
-    "split_kv": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
-    "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
+    "split_kv": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "bt_ahead": True,
+                 "v_page_rows": True},
+    "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "bt_ahead": True,
+                     "v_page_rows": True},
     # SPLIT_BLOCK: split partials per reduce iteration; 32 loads the auto split count of
     # batch 1 (32-33 splits) in one or two dependent rounds instead of two or three
     # (experiment 7: batch 1 x 4k 17.6 -> 16.5 us, no case slower).
