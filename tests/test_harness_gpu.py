@@ -144,6 +144,11 @@ def test_every_flush_mode_evicts_an_l2_resident_read(mode, monkeypatch):
     monkeypatch.setattr(timers, "FLUSH_MODE", mode)
     x = torch.ones(4 << 20, dtype=torch.int32, device="cuda")
     read = stream_read_fn(x, device_peaks().sm_count)
-    cold = bench(read).median_us
-    warm = bench(read, l2="warm").median_us
-    assert cold > EVICTION_MARGIN * warm, (mode, warm, cold)
+    # The least median of three alternating rounds each: a transient slowdown (a fresh
+    # machine's clocks; at 5ee0a79 one run read 9.4-11.7 us warm, slower than cold) only adds
+    # time, while a flush that leaves the buffer in L2 keeps every cold round near warm.
+    colds, warms = [], []
+    for _ in range(3):
+        colds.append(bench(read).median_us)
+        warms.append(bench(read, l2="warm").median_us)
+    assert min(colds) > EVICTION_MARGIN * min(warms), (mode, warms, colds)

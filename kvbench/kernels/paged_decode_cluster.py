@@ -125,7 +125,7 @@ def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> in
 
     ``programs`` = batch x kv heads; ``fits(splits)`` = clusters of that size the device holds
     at once. A split count qualifies when programs x splits CTAs fit the SMs (one CTA per SM:
-    the ring takes 204 KiB of shared memory), all clusters are resident together, and each
+    the ring takes 192 KiB of shared memory), all clusters are resident together, and each
     split keeps >= MIN_TOKENS_PER_SPLIT tokens. Among those, the fewest TILE_N-token tiles per
     split (the chain each CTA runs), then the fewest CTAs: on the H200 batch 1 x 4k ran 15.3 us
     at 8 splits (4 whole tiles each) and 16.4 at 9 (3 tiles and a tail). Any size, not only

@@ -11,8 +11,9 @@
 // alive until all peers are done reading.
 //
 // Structure of one CTA (8 warps, TILE_N = 128 tokens per stage, a cp.async ring of NSTAGE):
-//   * K and V rows are staged with 16 bytes of padding (272-byte stride) so ldmatrix's 8 row
-//     addresses per matrix hit distinct banks.
+//   * K and V rows are staged unpadded, XOR-swizzled by 16-byte chunk (Stage below), so a
+//     warp's copy fills contiguous shared memory and ldmatrix's 8 row addresses per matrix hit
+//     distinct banks.
 //   * Warp w owns tokens [16 w, 16 w + 16) of each tile: S = q K^T and O += P V on tensor
 //     cores (mma.sync m16n8k16, fp32 accumulate), q's <= 8 heads as the A rows (the rest
 //     zero), K through ldmatrix, V through ldmatrix.trans. A first version on CUDA cores (one
@@ -53,30 +54,33 @@ constexpr int TILE_N = 16 * WARPS;              // tokens per stage: 16 per warp
 constexpr int MAX_GROUP = 8;
 constexpr int MAX_SPLITS = 16;                  // non-portable cluster size limit on sm_90
 
-// One stage of the ring, by KV element. Rows are padded by 16 bytes so the 8 row addresses of
-// one ldmatrix 8x8 matrix fall in 8 distinct 16-byte bank groups.
-//   16-bit KV: K and V tiles [TILE_N tokens][HEAD_DIM], 272-byte rows (3 stages: 204 KiB).
-//   fp8 KV: K [TILE_N tokens][HEAD_DIM bytes] and V^T [HEAD_DIM][TILE_N tokens] (dim-major V
-//   pages: the P @ V operand runs along tokens, and sm_90 has no 8-bit ldmatrix.trans),
-//   144-byte rows, 3 stages (108 KiB). A 6-stage fp8 ring, and 3 stages at two CTAs per SM
-//   (128 registers), were measured no faster (docs/perf-notes.md, experiment 18).
+// One stage of the ring, by KV element, with no padding: a warp's cp.async of contiguous
+// global bytes must land in contiguous shared memory, or the copy is split into per-thread
+// requests (the padded 272 / 144-byte rows of 707ffb7-5e8359f made ~6 L2 requests per 128-byte
+// line where the Triton kernel makes 2: Nsight Compute, docs/perf-notes.md experiment 19).
+//   16-bit KV: K and V tiles [TILE_N tokens][HEAD_DIM], 256-byte rows (3 stages: 192 KiB).
+//   fp8 KV: K [TILE_N tokens][HEAD_DIM bytes], 128-byte rows, and V^T as [TILE_N / 16 token
+//   chunks][HEAD_DIM d][16 tokens] (dim-major V pages: the P @ V operand runs along tokens,
+//   and sm_90 has no 8-bit ldmatrix.trans): a chunk is the 2 KiB image of one 16-token page
+//   piece, 3 stages (96 KiB).
+// Token rows are XOR-swizzled by 16-byte chunk (swizzled()), so the 8 row addresses of one
+// ldmatrix 8x8 matrix fall in 8 distinct bank groups; V^T chunks need no swizzle (8
+// consecutive d rows of a chunk are 128 contiguous bytes).
 template <bool FP8>
 struct Stage {
   static constexpr int NSTAGE = 3;
   static constexpr int ESZ = FP8 ? 1 : 2;                 // bytes per element
-  static constexpr int K_ROW = HEAD_DIM * ESZ;
-  static constexpr int K_STRIDE = K_ROW + 16;
-  static constexpr int V_ROWS = FP8 ? HEAD_DIM : TILE_N;  // fp8: rows of V^T are d
-  static constexpr int V_ROW = FP8 ? TILE_N : HEAD_DIM * 2;
-  static constexpr int V_STRIDE = V_ROW + 16;
-  static constexpr int K_BYTES = TILE_N * K_STRIDE;
-  static constexpr int BYTES = K_BYTES + V_ROWS * V_STRIDE;
-  static constexpr int K_CHUNKS = K_ROW / 16;             // 16-byte copies per row
-  static constexpr int V_CHUNKS = V_ROW / 16;
+  static constexpr int ROW = HEAD_DIM * ESZ;              // one token's K (and 16-bit V) row
+  static constexpr int K_BYTES = TILE_N * ROW;
+  static constexpr int BYTES = 2 * K_BYTES;               // K, then V (or V^T): same size
+  static constexpr int K_CHUNKS = ROW / 16;               // 16-byte copies per row
   static constexpr int K_PASSES = TILE_N * K_CHUNKS / THREADS;  // copies per thread per tile
-  static constexpr int V_PASSES = V_ROWS * V_CHUNKS / THREADS;
-  static_assert(THREADS % K_CHUNKS == 0 && THREADS % V_CHUNKS == 0, "copy mapping");
-  static_assert(FP8 || K_CHUNKS == V_CHUNKS, "16-bit K and V rows share their pages");
+  static constexpr int V_CHUNKS = TILE_N / 16;            // fp8: 16-token chunks of V^T
+  static constexpr int V_PASSES = K_PASSES;               // fp8: V^T copies per thread
+  static_assert(THREADS % K_CHUNKS == 0, "copy mapping");
+
+  // Byte offset of 16-byte chunk c of token row r: chunks permuted within each 128 bytes.
+  static __device__ __forceinline__ int swizzled(int r, int c) { return r * ROW + ((c ^ (r & 7)) << 4); }
 };
 
 }  // namespace
@@ -232,17 +236,28 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   const char* v_base = static_cast<const char*>(a.v) + hk * a.v_stride_head * S::ESZ;
 
   // Stage one tile. K (and 16-bit V) rows: thread copies chunk kc of rows kr0 + j * K_STEP,
-  // zero-filled past seq_len. fp8 V^T: thread copies the 16 tokens of chunk vc (one page:
-  // page_size >= 16) of d rows vr0 + j * V_STEP, the tokens past seq_len zero-filled (0 x NaN
-  // would be NaN). Block-table entries are loaded a tile ahead of their copies: a copy waiting
-  // on its entry would stall the warp for a DRAM round trip before the math of the current tile.
+  // zero-filled past seq_len. fp8 V^T: copy j of a thread is 16 tokens (one 16-byte chunk of
+  // a d row; page_size >= 16) of chunk v8_chunk(j) and d row v8_row(j), the tokens past
+  // seq_len zero-filled (0 x NaN would be NaN). Block-table entries are loaded a tile ahead of
+  // their copies: a copy waiting on its entry would stall the warp for a DRAM round trip
+  // before the math of the current tile.
   constexpr int K_STEP = THREADS / S::K_CHUNKS;
-  constexpr int V_STEP = THREADS / S::V_CHUNKS;
-  constexpr int NPAGES = S::K_PASSES + (FP8 ? 1 : 0);  // fp8: + the page of chunk vc
+  constexpr int NPAGES = S::K_PASSES + (FP8 ? S::V_PASSES : 0);  // fp8: + each V copy's page
   const int kc = tid % S::K_CHUNKS, kr0 = tid / S::K_CHUNKS;
-  const int vc = tid % S::V_CHUNKS, vr0 = tid / S::V_CHUNKS;
+  // fp8 V^T copies in memory order: one warp-wide copy is 512 contiguous bytes of a page (a
+  // dim-major page of one head is [128 d][page_size] bytes). Lanes run over a page's chunks of
+  // one d row first (up to 8: 128 bytes), then over d rows, then over runs of chunks; the
+  // earlier mapping (8 chunks x 4 d rows per copy: eight 64-byte pieces) cost twice the L2
+  // tag lookups per byte, and the L2's tag rate was the fp8 kernel's limit (Nsight Compute,
+  // docs/perf-notes.md experiment 19).
+  const int v8_run = min(S::V_CHUNKS, 1 << max(0, a.page_shift - 4));  // chunks per d row run
+  auto v8_chunk = [&](int j) {
+    const int c = j * THREADS + tid;
+    return (c / (v8_run * HEAD_DIM)) * v8_run + c % v8_run;
+  };
+  auto v8_row = [&](int j) { return (j * THREADS + tid) / v8_run % HEAD_DIM; };
   // fp8 K rows are stored permuted within each 16-token group (see k8_tok below), so each
-  // ldmatrix matrix reads 8 consecutive rows: 8 distinct bank groups at a 144-byte stride.
+  // ldmatrix matrix reads 8 consecutive rows (the swizzle puts them in 8 distinct bank groups).
   auto k_smem_row = [](int row) {
     if constexpr (!FP8) return row;
     const int t = row & 15;
@@ -256,8 +271,11 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       page[j] = tok < end ? bt_row[tok >> a.page_shift] : 0;
     }
     if constexpr (FP8) {
-      const int tok = t0 + 16 * vc;
-      page[S::K_PASSES] = tok < end ? bt_row[tok >> a.page_shift] : 0;
+#pragma unroll
+      for (int j = 0; j < S::V_PASSES; ++j) {
+        const int tok = t0 + 16 * v8_chunk(j);
+        page[S::K_PASSES + j] = tok < end ? bt_row[tok >> a.page_shift] : 0;
+      }
     }
   };
   auto issue_tile = [&](int tile, const int* page) {
@@ -271,20 +289,21 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       const int bytes = tok < end ? 16 : 0;  // 0: zero-fill, nothing read
       const int64_t slot = tok & page_mask;
       const int64_t k_off = (page[j] * a.k_stride_page + slot * a.k_stride_slot) * S::ESZ;
-      cp_async16(ks + k_smem_row(row) * S::K_STRIDE + kc * 16, k_base + k_off + kc * 16, bytes);
+      cp_async16(ks + S::swizzled(k_smem_row(row), kc), k_base + k_off + kc * 16, bytes);
       if constexpr (!FP8) {
         const int64_t v_off = (page[j] * a.v_stride_page + slot * a.v_stride_slot) * 2;
-        cp_async16(vs + row * S::V_STRIDE + kc * 16, v_base + v_off + kc * 16, bytes);
+        cp_async16(vs + S::swizzled(row, kc), v_base + v_off + kc * 16, bytes);
       }
     }
     if constexpr (FP8) {
-      const int tok = t0 + 16 * vc;
-      const int bytes = max(0, min(16, end - tok));
-      const int64_t base = page[S::K_PASSES] * a.v_stride_page + (tok & page_mask) * a.v_stride_slot;
 #pragma unroll
       for (int j = 0; j < S::V_PASSES; ++j) {
-        const int d = vr0 + j * V_STEP;
-        cp_async16(vs + d * S::V_STRIDE + vc * 16, v_base + base + d * a.v_stride_d, bytes);
+        const int chunk = v8_chunk(j), d = v8_row(j);
+        const int tok = t0 + 16 * chunk;
+        const int bytes = max(0, min(16, end - tok));
+        const int64_t src = page[S::K_PASSES + j] * a.v_stride_page +
+                            (tok & page_mask) * a.v_stride_slot + d * a.v_stride_d;
+        cp_async16(vs + (chunk * HEAD_DIM + d) * 16, v_base + src, bytes);
       }
     }
   };
@@ -337,18 +356,17 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   // ldmatrix row addresses: matrix mi = lane / 8, row lane % 8.
   const int mi = lane >> 3;
   const int lr = lane & 7;
-  // 16-bit: K m0, m1 tokens 0-7 / m2, m3 8-15, d +0 / +8; V (trans) m0, m2 tokens 0-7 / m1, m3
-  // 8-15, d +0 / +8.
+  // 16-bit: K m0, m1 tokens 0-7 / m2, m3 8-15, d +0 / +8 (k_half: the 16-byte chunk of 8 d);
+  // V (trans) m0, m2 tokens 0-7 / m1, m3 8-15, d +0 / +8.
   const int k_tok = warp * 16 + ((mi >> 1) << 3) + lr;
-  const int k_col = (mi & 1) << 3;
+  const int k_half = mi & 1;
   const int v_tok = warp * 16 + ((mi & 1) << 3) + lr;
-  const int v_col = (mi >> 1) << 3;
+  const int v_half = mi >> 1;
   // fp8: a matrix is 8 rows x 16 bytes. K: matrix mi = (n-block mi >> 1, k step 2 j + (mi & 1));
   // n-block nb's column n is token 4 (n >> 1) + (n & 1) + 2 nb, so that S's accumulator holds,
   // per lane, tokens 4 quad .. + 3 in the order P @ V's B operand (V^T rows) gives them; the
   // copy stored those tokens at rows 8 nb + n (k_smem_row).
   const int k8_tok = warp * 16 + 8 * (mi >> 1) + lr;
-  const int k8_col = (mi & 1) * 16;
 
   for (int i = 0; i < num_tiles; ++i) {
     cp_async_wait<NSTAGE - 2>();
@@ -366,7 +384,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 #pragma unroll
       for (int j = 0; j < HEAD_DIM / 32; ++j) {
         uint32_t kb[4];
-        ldmatrix_x4(ks + k8_tok * S::K_STRIDE + j * 32 + k8_col, kb);
+        ldmatrix_x4(ks + S::swizzled(k8_tok, 2 * j + (mi & 1)), kb);
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
           uint32_t b0, b1;
@@ -379,7 +397,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 #pragma unroll
       for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
         uint32_t kb[4];
-        ldmatrix_x4(ks + k_tok * S::K_STRIDE + (kk * 16 + k_col) * 2, kb);
+        ldmatrix_x4(ks + S::swizzled(k_tok, 2 * kk + k_half), kb);
         mma_16816<T>(sc[0], qa[kk][0], qa[kk][1], kb[0], kb[1]);
         mma_16816<T>(sc[1], qa[kk][0], qa[kk][1], kb[2], kb[3]);
       }
@@ -426,7 +444,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 #pragma unroll
       for (int j = 0; j < HEAD_DIM / 32; ++j) {
         uint32_t vb[4];
-        ldmatrix_x4(vs + ((4 * j + mi) * 8 + lr) * S::V_STRIDE + warp * 16, vb);
+        ldmatrix_x4(vs + (warp * HEAD_DIM + (4 * j + mi) * 8 + lr) * 16, vb);
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
           uint32_t b0, b1;
@@ -438,7 +456,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 #pragma unroll
       for (int nb2 = 0; nb2 < HEAD_DIM / 16; ++nb2) {
         uint32_t vb[4];
-        ldmatrix_x4_trans(vs + v_tok * S::V_STRIDE + (nb2 * 16 + v_col) * 2, vb);
+        ldmatrix_x4_trans(vs + S::swizzled(v_tok, 2 * nb2 + v_half), vb);
         mma_16816<T>(acc[2 * nb2], pa0, pa2, vb[0], vb[1]);
         mma_16816<T>(acc[2 * nb2 + 1], pa0, pa2, vb[2], vb[3]);
       }
