@@ -1,6 +1,7 @@
 """Cluster-combined CUDA decode against the Triton split-KV decode and the bytes-only bound (GPU)
 
     python scripts/bench_cluster_decode.py [--json PATH] [--rounds N] [--splits 4,8,16]
+                                           [--cluster-lib LABEL=PATH ...]
 
 Experiment 18 (docs/perf-notes.md). At batch 1 x 4k the Triton split kernel plus its reduce
 take ~14.6 us against 8.7 us for reading the pages alone. ``cuda/cluster_decode`` combines the
@@ -8,7 +9,8 @@ splits of a (sequence, kv head) through distributed shared memory in one launch.
 round, alternating rows so drift hits all of them: every decode row checked against the fp64
 reference first, then timed under the harness's cold-L2 bench():
   - triton/split_kv (shipped, auto split count);
-  - cuda/cluster_decode at the auto split count and at each --splits value;
+  - cuda/cluster_decode at the auto split count and at each --splits value, and each
+    --cluster-lib build (e.g. an older commit's) at the auto split count;
   - page_read (the case's pages read and nothing else) and the event floor.
 """
 
@@ -19,7 +21,14 @@ import sys
 from functools import partial
 
 import torch
-from gpu_experiment import experiment_parser, start_experiment
+from gpu_experiment import (
+    add_cluster_lib_option,
+    called_under,
+    cluster_library,
+    experiment_parser,
+    parse_cluster_libs,
+    start_experiment,
+)
 
 from kvbench import checks
 from kvbench.harness import bench, event_floor
@@ -44,7 +53,7 @@ CASES = (
 
 
 def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
-             splits: list[int]) -> dict:
+             splits: list[int], libs: dict[str, str]) -> dict:
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, storage=storage, device=dev)
     q = checks.make_decode_query(pool, 32)
@@ -52,6 +61,9 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
     rows = {"triton/split_kv": pd.paged_decode_split_kv, "cluster auto": pdc.paged_decode_cluster}
     for s in splits:
         rows[f"cluster s{s}"] = partial(pdc.paged_decode_cluster, num_splits=s)
+    for label, path in libs.items():
+        rows[f"cluster {label}"] = called_under(partial(cluster_library, path),
+                                                pdc.paged_decode_cluster)
     out: dict[str, float] = {}
     for name, fn in rows.items():
         out[f"{name} max_abs_diff"] = checks.check_paged_decode(fn, pool, q)
@@ -71,10 +83,13 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
 def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__, rounds=3)
     parser.add_argument("--splits", default="", help="forced split counts to add")
-    started = start_experiment(parser, argv)
+    add_cluster_lib_option(parser)
+    started = start_experiment(parser, argv, lambda a: parse_cluster_libs(parser, a.cluster_lib))
     if started is None:
         return 2
     args, meta, dev = started
+    libs = parse_cluster_libs(parser, args.cluster_lib)
+    meta["cluster_libs"] = libs
     splits = [int(s) for s in args.splits.split(",") if s]
     meta["max_active_clusters"] = {
         s: pdc.max_active_clusters(dev, torch.float16, 4, s) for s in range(1, 17)}
@@ -83,12 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(args.rounds):
         for label, batch, ctx, dtype, storage in CASES:
             results.setdefault(f"{label}:{dtype}", []).append(
-                run_case(batch, ctx, dtype, storage, dev, splits))
+                run_case(batch, ctx, dtype, storage, dev, splits, libs))
             if args.json:
                 write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
         print(f"round {rnd} done", flush=True)
     cols = ["triton/split_kv", "cluster auto", *[f"cluster s{s}" for s in splits],
-            "page_read", "empty"]
+            *[f"cluster {k}" for k in libs], "page_read", "empty"]
     print(f"\n{'case (mean us)':16s}" + "".join(f"{c:>16s}" for c in cols) + "   auto")
     for key, rounds in results.items():
         print(f"{key:16s}" + "".join(

@@ -18,14 +18,19 @@ against the fp64 reference at full size first, then timed under the harness's co
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import statistics
 import sys
 from functools import partial
 
 import torch
-from gpu_experiment import experiment_parser, start_experiment
+from gpu_experiment import (
+    add_cluster_lib_option,
+    called_under,
+    cluster_library,
+    experiment_parser,
+    parse_cluster_libs,
+    start_experiment,
+)
 
 from kvbench import checks
 from kvbench.harness import bench
@@ -58,27 +63,6 @@ def triton_config(**extra):
         pd.CONFIG.update(saved)
 
 
-@contextlib.contextmanager
-def cluster_library(path: str | None):
-    """cuda/cluster_decode launched through the build at ``path`` (None: this tree's)."""
-    if path is None:
-        yield
-        return
-    saved = pdc._library
-    pdc._library = functools.cache(lambda: pdc.configure_library(ctypes.CDLL(path)))
-    try:
-        yield
-    finally:
-        pdc._library = saved
-
-
-def _under(ctx_factory, fn):
-    def call(*args, **kw):
-        with ctx_factory():
-            return fn(*args, **kw)
-    return call
-
-
 def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
              libs: dict[str, str]) -> dict:
     torch.cuda.empty_cache()
@@ -86,15 +70,15 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
     q = checks.make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     rows = {
-        f"triton v_page_rows {name}": _under(partial(triton_config, v_page_rows=on),
-                                             pd.paged_decode_split_kv)
+        f"triton v_page_rows {name}": called_under(
+            partial(triton_config, v_page_rows=on), pd.paged_decode_split_kv)
         for name, on in (("off", False), ("on", True))
     }
     if (dtype == "fp8") == (storage == "v_dim_major"):  # the layouts the CUDA kernel reads
         rows["cluster"] = pdc.paged_decode_cluster
         for label, path in libs.items():
-            rows[f"cluster {label}"] = _under(partial(cluster_library, path),
-                                              pdc.paged_decode_cluster)
+            rows[f"cluster {label}"] = called_under(
+                partial(cluster_library, path), pdc.paged_decode_cluster)
     out: dict[str, float] = {}
     for name, fn in rows.items():
         out[f"{name} max_abs_diff"] = checks.check_paged_decode(fn, pool, q)
@@ -107,19 +91,12 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
 
 def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__, rounds=2)
-    parser.add_argument("--cluster-lib", action="append", default=[], metavar="LABEL=PATH",
-                        help="another build of cluster_decode.cu to time beside this tree's")
-
-    def check(args) -> None:
-        for spec in args.cluster_lib:
-            if "=" not in spec:
-                parser.error(f"--cluster-lib wants LABEL=PATH, got {spec!r}")
-
-    started = start_experiment(parser, argv, check)
+    add_cluster_lib_option(parser)
+    started = start_experiment(parser, argv, lambda a: parse_cluster_libs(parser, a.cluster_lib))
     if started is None:
         return 2
     args, meta, dev = started
-    libs = dict(spec.split("=", 1) for spec in args.cluster_lib)
+    libs = parse_cluster_libs(parser, args.cluster_lib)
     meta["cluster_libs"] = libs
     results: dict[str, list[dict]] = {}
     for rnd in range(args.rounds):
@@ -129,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
         print(f"round {rnd} done", flush=True)
-    cols = ["triton v_page_rows off", "triton v_page_rows on", "cluster", *[f"cluster {k}" for k in libs]]
+    cols = ["triton v_page_rows off", "triton v_page_rows on", "cluster",
+            *[f"cluster {k}" for k in libs]]
     print(f"\n{'case (mean us)':28s}" + "".join(f"{c:>20s}" for c in cols))
     for key, rounds in results.items():
         print(f"{key:28s}" + "".join(

@@ -5,8 +5,11 @@ the CUDA device. One place, so each script's ``main`` is only its experiment."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -38,3 +41,44 @@ def start_experiment(
         return None
     meta = metadata()  # device, versions, commit, command: the JSON stands on its own
     return args, meta, torch.device("cuda", torch.cuda.current_device())
+
+
+@contextlib.contextmanager
+def cluster_library(path: str | None) -> Iterator[None]:
+    """cuda/cluster_decode launched through the build at ``path`` (None: this tree's), e.g. an
+    older commit's, so two versions of the kernel are timed in one call."""
+    from kvbench.kernels import paged_decode_cluster as pdc
+
+    if path is None:
+        yield
+        return
+    saved = pdc._library
+    pdc._library = functools.cache(lambda: pdc.configure_library(ctypes.CDLL(path)))
+    try:
+        yield
+    finally:
+        pdc._library = saved
+
+
+def called_under(context: Callable[[], contextlib.AbstractContextManager], fn: Callable):
+    """``fn`` with each call made inside a fresh ``context()``."""
+
+    def call(*args, **kw):
+        with context():
+            return fn(*args, **kw)
+
+    return call
+
+
+def add_cluster_lib_option(parser: argparse.ArgumentParser) -> None:
+    """--cluster-lib LABEL=PATH (repeatable): another build of cluster_decode.cu to time."""
+    parser.add_argument("--cluster-lib", action="append", default=[], metavar="LABEL=PATH",
+                        help="another build of cluster_decode.cu to time beside this tree's")
+
+
+def parse_cluster_libs(parser: argparse.ArgumentParser, specs: Sequence[str]) -> dict[str, str]:
+    """--cluster-lib LABEL=PATH values as {label: path} (parser.error on a malformed one)."""
+    for spec in specs:
+        if "=" not in spec:
+            parser.error(f"--cluster-lib wants LABEL=PATH, got {spec!r}")
+    return dict(spec.split("=", 1) for spec in specs)
