@@ -261,9 +261,10 @@ ROWS: tuple[KernelSpec, ...] = (
         selfcheck="kvbench.checks:selfcheck_paged_decode_cluster",
         layout=LayoutRequirement(required=(PAGED,)),
         available=cuda_sm90_with_nvcc,
-        # Below the Triton rows: measured faster only at batch 1 x 1k and at fp8 b32 x 4k on
-        # dim-major V (docs/perf-notes.md, experiment 18); `kvbench tune` can still rank it
-        # first where it measures faster.
+        # Below the Triton rows. Since experiment 19 (docs/perf-notes.md) it is the faster
+        # kvbench row at 16-bit KV from batch 1 x 4k to 64 x 8k (table at 346e678: 479 vs 496
+        # us at 64 x 8k), but not at batch 1 x 32k nor for fp8, and a Preference sees the
+        # shape, not the dtype; `kvbench tune` ranks it first where it measures faster.
         priority=15,
         shape_gate=_cluster_geometry,
         doc="CUDA flash-decode (sm_90): a (sequence, kv head)'s splits are one thread-block "

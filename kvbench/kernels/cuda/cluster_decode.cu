@@ -55,9 +55,10 @@ constexpr int MAX_GROUP = 8;
 constexpr int MAX_SPLITS = 16;                  // non-portable cluster size limit on sm_90
 
 // One stage of the ring, by KV element, with no padding: a warp's cp.async of contiguous
-// global bytes must land in contiguous shared memory, or the copy is split into per-thread
-// requests (the padded 272 / 144-byte rows of 707ffb7-5e8359f made ~6 L2 requests per 128-byte
-// line where the Triton kernel makes 2: Nsight Compute, docs/perf-notes.md experiment 19).
+// global bytes must land in contiguous shared memory, or the copy is split into smaller L2
+// requests. With the padded 272 / 144-byte rows of 707ffb7-5e8359f the fp8 kernel made 6.5 L2
+// requests per 128-byte line (54.7 M at b64 x 8k; Triton's kernel 2.0) and ran at 80% of the
+// L2's tag-lookup rate; unpadded, 2.0 and 31% (Nsight Compute, docs/perf-notes.md exp. 19).
 //   16-bit KV: K and V tiles [TILE_N tokens][HEAD_DIM], 256-byte rows (3 stages: 192 KiB).
 //   fp8 KV: K [TILE_N tokens][HEAD_DIM bytes], 128-byte rows, and V^T as [TILE_N / 16 token
 //   chunks][HEAD_DIM d][16 tokens] (dim-major V pages: the P @ V operand runs along tokens,
