@@ -132,6 +132,19 @@ def test_ceiling_column_uses_the_chosen_measured_ceiling():
     assert "50%" in _row_line(text, "a ")  # of read 4200
 
 
+def test_a_row_above_the_measured_ceiling_is_flagged_but_not_a_violation():
+    ceilings = Ceilings("NVIDIA H200", copy_gbps=4000.0, read_gbps=4200.0, write_gbps=3400.0,
+                        measured_at="2026-11-29T00:00:00+00:00", torch="2.11", triton="3.6")
+    over = Row("over", "c", 1000.0, Work(moved=4.3e9))  # 4300 GB/s: 102.4% of read 4200
+    under = Row("under", "c", 1000.0, Work(moved=4.1e9))
+    text = report([over, under], peaks=H200, ceilings=ceilings, ceiling="read", file=None)
+    assert ">ceil" in _row_line(text, "over")
+    assert ">ceil" not in _row_line(text, "under")
+    assert "over | c (102.4%)" in text and "under | c" not in text
+    assert "VIOLATION" not in text
+    assert ">ceil" not in report([under], peaks=H200, ceilings=ceilings, ceiling="read", file=None)
+
+
 def test_zero_work_columns_show_dash_not_zero():
     text = report([Row("alloc", "bump", 5.0, Work(), timer="bench_host")], peaks=H200, file=None)
     cells = _row_line(text, "alloc").split()
