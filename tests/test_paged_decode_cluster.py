@@ -33,6 +33,16 @@ def test_library_compiles_for_sm90a_without_spills(tmp_path):
     regs = [int(r) for r in re.findall(r"Used (\d+) registers", log)]
     assert regs and max(regs) <= 255, log  # __launch_bounds__(256, 1)
     assert ctypes.CDLL(str(lib)).kvb_args_size() == ctypes.sizeof(pdc.DecodeArgs)
+    pdc.configure_library(ctypes.CDLL(str(lib)))  # the mirrored constants agree
+
+
+@needs_nvcc
+def test_a_constant_edited_on_one_side_is_named(tmp_path, monkeypatch):
+    lib, _ = cuda_build.compile_source(pdc.LIBRARY, tmp_path)
+    monkeypatch.setattr(pdc, "TILE_N", 64)
+    with pytest.raises(RuntimeError, match=r"constants differ .*'TILE_N': \(128, 64\)"):
+        pdc.configure_library(ctypes.CDLL(str(lib)))
+    assert ctypes.CDLL(str(lib)).kvb_constant(b"NO_SUCH") == -1
 
 
 @needs_nvcc

@@ -69,9 +69,11 @@ def _library() -> ctypes.CDLL:
     return configure_library(cuda_build.load(LIBRARY))
 
 
-def configure_library(lib: ctypes.CDLL) -> ctypes.CDLL:
+def configure_library(lib: ctypes.CDLL, *, check_constants: bool = True) -> ctypes.CDLL:
     """Declare the C interface's argument types on a loaded build of cluster_decode.cu and
-    check its DecodeArgs against this module's (experiments load older builds through this)."""
+    check its DecodeArgs, and (``check_constants``) the constants this module mirrors, against
+    this module's. Experiments load older builds through this; builds before d6615c6 have no
+    ``kvb_constant`` and are loaded with ``check_constants=False``."""
     lib.kvb_cluster_decode.argtypes = [ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.c_void_p]
     lib.kvb_max_active_clusters.argtypes = [
         ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.POINTER(ctypes.c_int)
@@ -82,6 +84,16 @@ def configure_library(lib: ctypes.CDLL) -> ctypes.CDLL:
             f"{LIBRARY}: DecodeArgs is {lib.kvb_args_size()} bytes in CUDA, "
             f"{ctypes.sizeof(DecodeArgs)} in Python: the two definitions disagree"
         )
+    if not check_constants:
+        return lib
+    lib.kvb_constant.argtypes = [ctypes.c_char_p]
+    mirrored = {"HEAD_DIM": HEAD_DIM, "TILE_N": TILE_N, "MAX_SPLITS": MAX_SPLITS,
+                "MAX_GROUP": max(GROUPS)}
+    differ = {name: (lib.kvb_constant(name.encode()), value)
+              for name, value in mirrored.items() if lib.kvb_constant(name.encode()) != value}
+    if differ:
+        raise RuntimeError(f"{LIBRARY}: constants differ between the CUDA source and Python "
+                           f"(name: (CUDA, Python)): {differ}")
     return lib
 
 

@@ -595,3 +595,18 @@ extern "C" const char* kvb_error_string(int code) {
 }
 
 extern "C" int kvb_args_size() { return static_cast<int>(sizeof(DecodeArgs)); }
+
+// The compile-time constants the Python launcher mirrors (paged_decode_cluster.py checks them
+// when it loads the library); -1 for a name it does not know.
+extern "C" int kvb_constant(const char* name) {
+  const auto is = [name](const char* s) {
+    int i = 0;
+    while (name[i] != 0 && name[i] == s[i]) ++i;
+    return name[i] == s[i];
+  };
+  if (is("HEAD_DIM")) return HEAD_DIM;
+  if (is("TILE_N")) return TILE_N;
+  if (is("MAX_SPLITS")) return MAX_SPLITS;
+  if (is("MAX_GROUP")) return MAX_GROUP;
+  return -1;
+}
