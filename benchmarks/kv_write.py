@@ -20,19 +20,27 @@ from . import _common as c
 OP = "kv_write"
 SELECTORS = ["auto", "triton/scatter", "torch/index_copy"]
 DTYPES = ["fp16", "bf16", "fp8"]
-#: case -> (num_seqs, tokens per sequence in the pool, tokens written). The slots are drawn
-#: at random from the sequences' (fragmented) pages; on a GPU the pool itself is >= 8x L2.
-CASES = {"prefill_16k": (1, 16384, 16384), "decode_64": (64, 64, 64)}
+#: case -> (num_seqs, tokens per sequence in the pool, tokens written, pool storage, slot
+#: order). "scattered": slots drawn at random from the sequences' (fragmented) pages; "pages":
+#: a prefill's order, page after page (checks.make_write_inputs). On a GPU the pool itself is
+#: >= 8x L2. prefill_16k_v_dim_major tracks the write side of the dim-major V pages that the
+#: fp8 decode reads fastest (docs/perf-notes.md, experiments 16 and 19): its 16-byte stores
+#: need a prefill's page order.
+CASES = {
+    "prefill_16k": (1, 16384, 16384, "combined", "scattered"),
+    "decode_64": (64, 64, 64, "combined", "scattered"),
+    "prefill_16k_v_dim_major": (1, 16384, 16384, "v_dim_major", "pages"),
+}
 CPU_CASES = ("decode_64",)
 KV_HEADS, HEAD_DIM, PAGE_SIZE = 8, 128, 16
 
 
-def _measure(dev: str, pool, dtype: str, n: int, keys: list, results: dict) -> None:
+def _measure(dev: str, pool, dtype: str, n: int, order: str, keys: list, results: dict) -> None:
     ops = c.need("kvbench.ops", "kv_write", "last_selection")
     checks = c.need("kvbench.checks", "check_kv_write", "make_write_inputs")
     harness = c.need("kvbench.harness", "bench")
     theory = c.need("kvbench.theory", "kv_write_work")
-    k, v, slots = checks.make_write_inputs(pool, n, seed=0)
+    k, v, slots = checks.make_write_inputs(pool, n, seed=0, order=order)
     work = theory.kv_write_work(n, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
                                 in_bytes=k.element_size(), cache_dtype=dtype)
     args = (k, v, pool.k_cache, pool.v_cache, slots)
@@ -57,7 +65,7 @@ def measure() -> dict:
     """Every (selector, dtype, case) of KVWrite, measured in this one process."""
     results: dict = {}
     dev = c.prepare_process()
-    for case, (num_seqs, seq_len, n) in CASES.items():
+    for case, (num_seqs, seq_len, n, storage, order) in CASES.items():
         for dtype in DTYPES:
             keys = [(s, dtype, case) for s in SELECTORS]
             if dev == "cpu" and case not in CPU_CASES:
@@ -65,17 +73,17 @@ def measure() -> dict:
                            results)
                 continue
 
-            def build(num_seqs=num_seqs, seq_len=seq_len, dtype=dtype):
+            def build(num_seqs=num_seqs, seq_len=seq_len, dtype=dtype, storage=storage):
                 pool_mod = c.need("kvbench.pool", "paged_pool")
                 return pool_mod.paged_pool(
                     num_seqs, seq_len, kv_heads=KV_HEADS, head_dim=HEAD_DIM,
-                    page_size=PAGE_SIZE, dtype=dtype,
+                    page_size=PAGE_SIZE, dtype=dtype, storage=storage,
                     min_l2_multiple=8 if dev == "cuda" else 0, device=dev, seed=0,
                 )
 
             c.run_group(keys, build,
-                        lambda pool, dtype=dtype, n=n, keys=keys: _measure(
-                            dev, pool, dtype, n, keys, results),
+                        lambda pool, dtype=dtype, n=n, order=order, keys=keys: _measure(
+                            dev, pool, dtype, n, order, keys, results),
                         results, release=c.release_pool)
     return results
 
