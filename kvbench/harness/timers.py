@@ -115,29 +115,16 @@ HEAD_START_FACTOR = 1.5
 HEAD_START_PAD_US = 5.0
 
 
-#: Spins timed to find the GPU clock for the head start; the fastest one counts.
-_SPIN_RATE_ROUNDS = 4
-
-
 @functools.cache
 def _spin_cycles_per_us(index: int) -> float:
-    """GPU clock cycles per microsecond for torch.cuda._sleep, measured once per device.
-
-    The highest of _SPIN_RATE_ROUNDS timed 2M-cycle spins: the first call of a process may find
-    the clock still ramping from idle (a fresh H200 sits at 345 MHz), and a rate measured there
-    would size every later spin short once the clock is up, by the clock ratio, which puts host
-    launch gaps back into the samples (warm-L2 medians of 10-21 us for a 6.5 us read in
-    session 8's GPU runs). A spin sized at the highest clock is never shorter than intended."""
+    """GPU clock cycles per microsecond for torch.cuda._sleep, measured once per device."""
     torch.cuda._sleep(1000)  # load the kernel
-    rates = []
-    for _ in range(_SPIN_RATE_ROUNDS):
-        start, end = _events(2)
-        start.record()
-        torch.cuda._sleep(2_000_000)
-        end.record()
-        torch.cuda.synchronize()
-        rates.append(2_000_000 / (start.elapsed_time(end) * 1e3))
-    return max(rates)
+    start, end = _events(2)
+    start.record()
+    torch.cuda._sleep(2_000_000)
+    end.record()
+    torch.cuda.synchronize()
+    return 2_000_000 / (start.elapsed_time(end) * 1e3)
 
 
 def _host_enqueue_us(iteration: Callable[[], object]) -> float:
