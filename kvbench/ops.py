@@ -14,6 +14,8 @@ Layout tags derived here (kvbench.dispatch.registry documents them):
                    kv_gather_fp8: a 3-D token-row cache and a 1-D flat page table
     kv:strided     a cache is a non-contiguous view (e.g. K/V halves of one per-layer buffer)
     kv:fp8-scaled  a k_scale or v_scale was passed
+    kv:v-dim-major paged_decode: the V cache is not token-major (its last stride is not 1:
+                   dim-major pages, the pool's storage="v_dim_major"; the kernels check it)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kvbench.dispatch.registry import (
     OPS,
     PAGED,
     STRIDED,
+    V_DIM_MAJOR,
     bucket,
     decode_bucket,
     gather_bucket,
@@ -45,12 +48,16 @@ DTYPE_NAMES: dict[torch.dtype, str] = {
     torch.float8_e4m3fn: "fp8",
 }
 
-#: (paged, strided, scaled) -> the frozen tag set, built once so a call allocates none.
-_TAGS: dict[tuple[bool, bool, bool], frozenset[str]] = {
-    (p, s, f): frozenset(t for t, on in ((PAGED, p), (STRIDED, s), (FP8_SCALED, f)) if on)
+#: (paged, strided, scaled, V dim-major) -> the frozen tag set, built once so a call
+#: allocates none.
+_TAGS: dict[tuple[bool, bool, bool, bool], frozenset[str]] = {
+    (p, s, f, d): frozenset(
+        t for t, on in ((PAGED, p), (STRIDED, s), (FP8_SCALED, f), (V_DIM_MAJOR, d)) if on
+    )
     for p in (False, True)
     for s in (False, True)
     for f in (False, True)
+    for d in (False, True)
 }
 
 _LAST: dict[str, Selection] = {}
@@ -120,10 +127,11 @@ def _decode_key(q, k_cache, v_cache, block_table, scaled: bool) -> tuple:
         ks = k_cache.shape
         bs = block_table.shape
         paged = len(ks) == 4 and len(bs) == 2
+        strided = not (k_cache.is_contiguous() and v_cache.is_contiguous())
         return (
             "paged_decode",
             DTYPE_NAMES[k_cache.dtype],
-            _TAGS[paged, not (k_cache.is_contiguous() and v_cache.is_contiguous()), scaled],
+            _TAGS[paged, strided, scaled, paged and v_cache.stride(-1) != 1],
             decode_bucket(bs[0], bs[1] * ks[1] if paged else 0),
             k_cache.device,
             _ENV.get(_PD_ENV_KEY),
@@ -184,7 +192,7 @@ def paged_decode(
         key = (
             "paged_decode",
             DTYPE_NAMES[k_cache.dtype],
-            _TAGS[paged, not (k_cache.is_contiguous() and v_cache.is_contiguous()), scaled],
+            _TAGS[paged, not (k_cache.is_contiguous() and v_cache.is_contiguous()), scaled, False],
             decode_bucket(bs[0], bs[1] * ks[1] if paged else 0),
             k_cache.device,
             _ENV.get(_PD_ENV_KEY),
@@ -219,7 +227,7 @@ def _write_key(k, k_cache, v_cache, scaled: bool) -> tuple:
         return (
             "kv_write",
             DTYPE_NAMES[k_cache.dtype],
-            _TAGS[paged, not (k_cache.is_contiguous() and v_cache.is_contiguous()), scaled],
+            _TAGS[paged, not (k_cache.is_contiguous() and v_cache.is_contiguous()), scaled, False],
             write_bucket(k.shape[0]),
             k_cache.device,
             _ENV.get(_KW_ENV_KEY),
@@ -277,7 +285,7 @@ def _gather_key(kv_cache, page_table_flat) -> tuple:
         return (
             "kv_gather_fp8",
             DTYPE_NAMES[kv_cache.dtype],
-            _TAGS[paged, not kv_cache.is_contiguous(), False],
+            _TAGS[paged, not kv_cache.is_contiguous(), False, False],
             gather_bucket(pts[0]),
             kv_cache.device,
             _ENV.get(_KG_ENV_KEY),

@@ -664,3 +664,33 @@ def test_tune_kv_alloc_writes_table_and_installs_it(tmp_path):
 def test_tune_rejects_foreign_cases():
     with pytest.raises(ValueError, match="TuneCase entries for kv_alloc"):
         tune.tune("kv_alloc", device="cpu", cases=[tune.CPU_CASES["kv_write"][0]])
+
+
+# ---- per-dtype layout (cuda/cluster_decode: 16-bit from token-major V, fp8 from dim-major) ----
+
+
+def test_cluster_row_layout_depends_on_the_dtype():
+    """The CUDA decode reads 16-bit caches from token-major V pages and fp8 from dim-major
+    ones: a problem in the other layout excludes the row by its tag (visible in explain())
+    instead of reaching the kernel and failing there."""
+    spec = next(s for s in registry.REGISTRY.specs("paged_decode")
+                if s.name == "cuda/cluster_decode")
+    token_major = frozenset({"kv:paged", "kv:strided"})
+    dim_major = token_major | {"kv:v-dim-major"}
+    cpu = torch.device("cpu")
+    assert core._exclusion(spec, "fp16", dim_major, None, cpu) == (
+        "layout tag forbidden: kv:v-dim-major")
+    assert core._exclusion(spec, "bf16", dim_major, None, cpu) == (
+        "layout tag forbidden: kv:v-dim-major")
+    assert core._exclusion(spec, "fp8", token_major, None, cpu) == (
+        "layout tag missing: kv:v-dim-major")
+    # Past the layout filter, this CPU machine's own reason.
+    for dtype, tags in (("fp16", token_major), ("fp8", dim_major)):
+        assert core._exclusion(spec, dtype, tags, None, cpu).startswith("unavailable: ")
+
+
+def test_layout_by_dtype_names_only_served_dtypes():
+    with pytest.raises(ValueError, match=r"layout_by_dtype names dtypes it does not serve: \['fp8'\]"):
+        KernelSpec(name="x/y", op="paged_decode", dtypes=("fp16",), target=lambda: None,
+                   selfcheck=lambda *a: 0.0,
+                   layout_by_dtype={"fp8": LayoutRequirement(required=("kv:paged",))})

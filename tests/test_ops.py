@@ -393,3 +393,16 @@ def test_tune_kv_alloc_and_gather_on_cuda():
         "kv_gather_fp8", dtype="fp8", tags=("kv:paged",), shape={"kv_len": 65536}, device="cuda"
     )
     assert not math.isinf(sel.ranked[0].perf_us), sel.explain()
+
+
+def test_dim_major_v_pages_carry_their_tag():
+    """paged_decode's key tags a V cache that is not token-major (the pool's v_dim_major
+    storage), so rows that read one layout only are filtered by dispatch, per decision."""
+    from kvbench.pool import paged_pool
+
+    for storage, expect in (("combined", False), ("v_dim_major", True)):
+        pool = paged_pool(1, 40, kv_heads=2, head_dim=32, dtype="fp16", storage=storage,
+                          min_l2_multiple=0, device="cpu")
+        q = torch.zeros(1, 4, 32, dtype=torch.float16)
+        problem = ops.describe_paged_decode(q, pool.k_cache, pool.v_cache, pool.block_table)
+        assert ("kv:v-dim-major" in problem.tags) is expect, (storage, problem.tags)

@@ -304,10 +304,11 @@ def _exclusion(spec: KernelSpec, dtype: str, tags: frozenset[str], shape, device
     """Why `spec` cannot serve the problem (cheap filters only), or None."""
     if dtype not in spec.dtypes:
         return f"dtype {dtype} not served (serves {', '.join(spec.dtypes)})"
-    missing = spec.layout.missing(tags)
+    layout = spec.layout_for(dtype)
+    missing = layout.missing(tags)
     if missing:
         return f"layout tag missing: {', '.join(missing)}"
-    conflicting = spec.layout.conflicting(tags)
+    conflicting = layout.conflicting(tags)
     if conflicting:
         return f"layout tag forbidden: {', '.join(conflicting)}"
     why = spec.available(device)

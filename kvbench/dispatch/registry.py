@@ -6,6 +6,8 @@ Layout tags (what kvbench.ops derives from the actual inputs):
                      addressed through a flat page table)
     "kv:strided"     a cache tensor is a non-contiguous view (the combined per-layer buffer)
     "kv:fp8-scaled"  caller-side fp32 scales were passed with fp8 (uint8 e4m3) caches
+    "kv:v-dim-major" the V cache's pages are dim-major (a page's slots of one (head, dim)
+                     adjacent: the pool's storage="v_dim_major"), not token-major
 
 Shape buckets (bucket(op, shape) -> str): decisions and perf-table entries are per bucket,
 because the right row changes with occupancy and context length, not with every token.
@@ -39,6 +41,7 @@ OPS: tuple[str, ...] = tuple(SELECTOR_VARS)
 PAGED = "kv:paged"
 STRIDED = "kv:strided"
 FP8_SCALED = "kv:fp8-scaled"
+V_DIM_MAJOR = "kv:v-dim-major"
 
 # ---- shape buckets -----------------------------------------------------------------------
 
@@ -259,7 +262,10 @@ ROWS: tuple[KernelSpec, ...] = (
         dtypes=("fp16", "bf16", "fp8"),
         target="kvbench.kernels.paged_decode_cluster:paged_decode_cluster",
         selfcheck="kvbench.checks:selfcheck_paged_decode_cluster",
-        layout=LayoutRequirement(required=(PAGED,)),
+        # 16-bit caches from token-major V pages, fp8 from dim-major ones (the kernel's
+        # templates): a problem in the other layout excludes the row instead of failing in it.
+        layout=LayoutRequirement(required=(PAGED,), forbidden=(V_DIM_MAJOR,)),
+        layout_by_dtype={"fp8": LayoutRequirement(required=(PAGED, V_DIM_MAJOR))},
         available=cuda_sm90_with_nvcc,
         # Below the Triton rows. Since experiment 19 (docs/perf-notes.md) it is the faster
         # kvbench row at 16-bit KV from batch 1 x 4k to 64 x 8k (table at 346e678: 479 vs 496

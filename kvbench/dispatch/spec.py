@@ -158,6 +158,8 @@ class KernelSpec:
     preferences: shape rules; their scores are summed (higher wins).
     shape_gate: excludes shapes the row cannot serve. Decisions are cached per shape bucket,
         so a gate must depend only on features that are constant within a bucket.
+    layout_by_dtype: a dtype's own LayoutRequirement where it differs from `layout` (a kernel
+        that reads fp8 from one page layout and 16-bit caches from another).
     """
 
     name: str
@@ -171,6 +173,7 @@ class KernelSpec:
     preferences: tuple[Preference, ...] = ()
     shape_gate: ShapeGate | None = None
     doc: str = ""
+    layout_by_dtype: Mapping[str, LayoutRequirement] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         backend, sep, impl = self.name.partition("/")
@@ -185,8 +188,16 @@ class KernelSpec:
             )
         object.__setattr__(self, "dtypes", tuple(self.dtypes))
         object.__setattr__(self, "preferences", tuple(self.preferences))
+        stray = [d for d in self.layout_by_dtype if d not in self.dtypes]
+        if stray:
+            raise ValueError(f"KernelSpec {self.name}: layout_by_dtype names dtypes it does not "
+                             f"serve: {stray} (serves {self.dtypes})")
         if not isinstance(self.priority, int):
             raise ValueError(f"KernelSpec {self.name}: priority must be an int")  # noqa: TRY004
+
+    def layout_for(self, dtype: str) -> LayoutRequirement:
+        """The layout requirement that applies to `dtype`."""
+        return self.layout_by_dtype.get(dtype, self.layout)
 
     def load(self) -> Callable[..., Any]:
         """The implementation (imports its module on first use)."""
