@@ -189,10 +189,11 @@ def paged_decode(
         ks = k_cache.shape
         bs = block_table.shape
         paged = len(ks) == 4 and len(bs) == 2
+        strided = not (k_cache.is_contiguous() and v_cache.is_contiguous())
         key = (
             "paged_decode",
             DTYPE_NAMES[k_cache.dtype],
-            _TAGS[paged, not (k_cache.is_contiguous() and v_cache.is_contiguous()), scaled, False],
+            _TAGS[paged, strided, scaled, paged and v_cache.stride(-1) != 1],
             decode_bucket(bs[0], bs[1] * ks[1] if paged else 0),
             k_cache.device,
             _ENV.get(_PD_ENV_KEY),

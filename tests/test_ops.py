@@ -395,14 +395,28 @@ def test_tune_kv_alloc_and_gather_on_cuda():
     assert not math.isinf(sel.ranked[0].perf_us), sel.explain()
 
 
-def test_dim_major_v_pages_carry_their_tag():
-    """paged_decode's key tags a V cache that is not token-major (the pool's v_dim_major
-    storage), so rows that read one layout only are filtered by dispatch, per decision."""
+def test_dim_major_v_pages_carry_their_tag_on_every_path():
+    """paged_decode tags a V cache that is not token-major (the pool's v_dim_major storage),
+    in describe_paged_decode and in the inlined hot-path key alike, so a row that reads one
+    layout only is filtered per decision: a token-major call's cached decision must not serve a
+    dim-major call of the same bucket (the hot path once left the tag out and reused it)."""
     from kvbench.pool import paged_pool
 
-    for storage, expect in (("combined", False), ("v_dim_major", True)):
-        pool = paged_pool(1, 40, kv_heads=2, head_dim=32, dtype="fp16", storage=storage,
-                          min_l2_multiple=0, device="cpu")
-        q = torch.zeros(1, 4, 32, dtype=torch.float16)
-        problem = ops.describe_paged_decode(q, pool.k_cache, pool.v_cache, pool.block_table)
-        assert ("kv:v-dim-major" in problem.tags) is expect, (storage, problem.tags)
+    token_only, any_layout = Recorder(torch.zeros(1)), Recorder(torch.zeros(1))
+    reg = Registry([
+        row("paged_decode", "fake/token_major", token_only, forbidden=("kv:v-dim-major",),
+            priority=2),
+        row("paged_decode", "fake/any", any_layout, priority=1),
+    ])
+    q = torch.zeros(1, 4, 32, dtype=torch.float16)
+    with using_registry(reg):
+        for storage, tagged, chosen in (("combined", False, "fake/token_major"),
+                                        ("v_dim_major", True, "fake/any"),
+                                        ("combined", False, "fake/token_major")):
+            pool = paged_pool(1, 40, kv_heads=2, head_dim=32, dtype="fp16", storage=storage,
+                              min_l2_multiple=0, device="cpu")
+            args = (q, pool.k_cache, pool.v_cache, pool.block_table)
+            assert ("kv:v-dim-major" in ops.describe_paged_decode(*args).tags) is tagged
+            ops.paged_decode(*args, pool.seq_lens)
+            assert ops.last_selection("paged_decode").spec.name == chosen, storage
+    assert len(token_only.calls) == 2 and len(any_layout.calls) == 1
