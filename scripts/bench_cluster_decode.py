@@ -16,7 +16,6 @@ reference first, then timed under the harness's cold-L2 bench():
 
 from __future__ import annotations
 
-import statistics
 import sys
 from functools import partial
 
@@ -26,14 +25,15 @@ from gpu_experiment import (
     called_under,
     cluster_library,
     experiment_parser,
+    mean_table,
     parse_cluster_libs,
+    run_rounds,
     start_experiment,
 )
 
 from kvbench import checks
 from kvbench.harness import bench, event_floor
 from kvbench.harness.stream_read import page_read_fn
-from kvbench.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels import paged_decode_cluster as pdc
 from kvbench.kernels._device import sm_count
@@ -94,22 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     meta["max_active_clusters"] = {
         s: pdc.max_active_clusters(dev, torch.float16, 4, s) for s in range(1, 17)}
     print("max active clusters (fp16, group 4):", meta["max_active_clusters"], flush=True)
-    results: dict[str, list[dict]] = {}
-    for rnd in range(args.rounds):
-        for label, batch, ctx, dtype, storage in CASES:
-            results.setdefault(f"{label}:{dtype}", []).append(
-                run_case(batch, ctx, dtype, storage, dev, splits, libs))
-            if args.json:
-                write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
-        print(f"round {rnd} done", flush=True)
+    results = run_rounds(
+        args.rounds, CASES, lambda c: f"{c[0]}:{c[3]}",
+        lambda c: run_case(*c[1:], dev, splits, libs), args.json, meta)
     cols = ["triton/split_kv", "cluster auto", *[f"cluster s{s}" for s in splits],
             *[f"cluster {k}" for k in libs], "page_read", "empty"]
-    print(f"\n{'case (mean us)':16s}" + "".join(f"{c:>16s}" for c in cols) + "   auto")
-    for key, rounds in results.items():
-        print(f"{key:16s}" + "".join(
-            f"{statistics.mean(r[c] for r in rounds):16.2f}" if c in rounds[0] else f"{'-':>16s}"
-            for c in cols)
-            + f"   {rounds[0]['auto splits']}")
+    print("\n" + mean_table(results, cols, 16, lambda rounds: f"   {rounds[0]['auto splits']}"))
     return 0
 
 

@@ -18,7 +18,6 @@ against the fp64 reference at full size first, then timed under the harness's co
 from __future__ import annotations
 
 import contextlib
-import statistics
 import sys
 from functools import partial
 
@@ -28,13 +27,14 @@ from gpu_experiment import (
     called_under,
     cluster_library,
     experiment_parser,
+    mean_table,
     parse_cluster_libs,
+    run_rounds,
     start_experiment,
 )
 
 from kvbench import checks
 from kvbench.harness import bench
-from kvbench.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels import paged_decode_cluster as pdc
 from kvbench.pool import paged_pool
@@ -98,21 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     args, meta, dev = started
     libs = parse_cluster_libs(parser, args.cluster_lib)
     meta["cluster_libs"] = libs
-    results: dict[str, list[dict]] = {}
-    for rnd in range(args.rounds):
-        for label, batch, ctx, dtype, storage in CASES:
-            results.setdefault(f"{label}:{dtype}:{storage}", []).append(
-                run_case(batch, ctx, dtype, storage, dev, libs))
-            if args.json:
-                write_json_atomic(args.json, {"metadata": meta, "results": results}, indent=1)
-        print(f"round {rnd} done", flush=True)
+    results = run_rounds(
+        args.rounds, CASES, lambda c: f"{c[0]}:{c[3]}:{c[4]}",
+        lambda c: run_case(*c[1:], dev, libs), args.json, meta)
     cols = ["triton v_page_rows off", "triton v_page_rows on", "cluster",
             *[f"cluster {k}" for k in libs]]
-    print(f"\n{'case (mean us)':28s}" + "".join(f"{c:>20s}" for c in cols))
-    for key, rounds in results.items():
-        print(f"{key:28s}" + "".join(
-            f"{statistics.mean(r[c] for r in rounds):20.2f}" if c in rounds[0] else f"{'-':>20s}"
-            for c in cols))
+    print("\n" + mean_table(results, cols, 24))
     return 0
 
 

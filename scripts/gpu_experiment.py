@@ -8,12 +8,14 @@ import argparse
 import contextlib
 import ctypes
 import functools
+import statistics
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
 from kvbench.harness import metadata
+from kvbench.jsonfile import write_json_atomic
 
 
 def experiment_parser(doc: str | None, *, rounds: int) -> argparse.ArgumentParser:
@@ -84,3 +86,32 @@ def parse_cluster_libs(parser: argparse.ArgumentParser, specs: Sequence[str]) ->
         if "=" not in spec:
             parser.error(f"--cluster-lib wants LABEL=PATH, got {spec!r}")
     return dict(spec.split("=", 1) for spec in specs)
+
+
+def run_rounds(
+    rounds: int, cases: Sequence[tuple], key: Callable[[tuple], str],
+    run: Callable[[tuple], dict], json_path: str | None, meta: dict,
+) -> dict[str, list[dict]]:
+    """Every case once per round, in order (so drift hits every case alike): {key(case): [one
+    dict per round]}. With json_path the results so far are written after each case (atomic:
+    an interrupted run keeps what it measured)."""
+    results: dict[str, list[dict]] = {}
+    for rnd in range(rounds):
+        for case in cases:
+            results.setdefault(key(case), []).append(run(case))
+            if json_path:
+                write_json_atomic(json_path, {"metadata": meta, "results": results}, indent=1)
+        print(f"round {rnd} done", flush=True)
+    return results
+
+
+def mean_table(results: dict[str, list[dict]], cols: Sequence[str], width: int,
+               extra: Callable[[list[dict]], str] | None = None) -> str:
+    """One line per case: the mean over rounds of each column ('-' where the case has none),
+    then ``extra(rounds)`` if given."""
+    lines = [f"{'case (mean us)':{width}s}" + "".join(f"{c:>{width}s}" for c in cols)]
+    for key, rounds in results.items():
+        cells = "".join(f"{statistics.mean(r[c] for r in rounds):{width}.2f}"
+                        if c in rounds[0] else f"{'-':>{width}s}" for c in cols)
+        lines.append(f"{key:{width}s}{cells}{extra(rounds) if extra else ''}")
+    return "\n".join(lines)

@@ -127,7 +127,8 @@ def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
     assert line.split()[:7] == ["b1_c4k:fp16", "16.8", "15.50", "9.00", "10.00", "7.50", "4.70"]
 
 
-@pytest.mark.parametrize("script", ["ablate_flush", "ablate_split_decode", "sweep_page_read"])
+@pytest.mark.parametrize("script", ["ablate_flush", "ablate_split_decode", "sweep_page_read",
+                                    "bench_cluster_decode", "bench_fp8_v_lines"])
 def test_gpu_experiments_name_bad_arguments_before_needing_a_gpu(script, monkeypatch, capsys):
     """A bad --rounds or --case is named at once (on a device call it would otherwise cost the
     machine's start); without CUDA the script says it needs one and exits 2, measuring nothing."""
@@ -140,6 +141,34 @@ def test_gpu_experiments_name_bad_arguments_before_needing_a_gpu(script, monkeyp
         with pytest.raises(SystemExit):
             mod.main(["--case", "b3_c5k:fp16"])
         assert "accepted cases are b1_c32k:fp16" in capsys.readouterr().err
+    if script.startswith("bench_"):
+        with pytest.raises(SystemExit):
+            mod.main(["--cluster-lib", "no-label-here"])
+        assert "--cluster-lib wants LABEL=PATH, got 'no-label-here'" in capsys.readouterr().err
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert mod.main([]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_experiment_rounds_and_mean_table(monkeypatch, tmp_path, capsys):
+    """gpu_experiment.run_rounds: every case once per round, in order, the JSON rewritten after
+    each case; mean_table: the mean over rounds per column, '-' where a case lacks one."""
+    import json
+
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    mod = _load("gpu_experiment")
+    calls = []
+
+    def run(case):
+        calls.append(case[0])
+        return {"a": 1.0 + len(calls), **({"b": 5.0} if case[0] == "x" else {})}
+
+    path = tmp_path / "r.json"
+    results = mod.run_rounds(2, [("x",), ("y",)], lambda c: c[0], run, str(path), {"m": 1})
+    assert calls == ["x", "y", "x", "y"]
+    assert results == {"x": [{"a": 2.0, "b": 5.0}, {"a": 4.0, "b": 5.0}],
+                       "y": [{"a": 3.0}, {"a": 5.0}]}
+    assert json.loads(path.read_text()) == {"metadata": {"m": 1}, "results": results}
+    table = mod.mean_table(results, ["a", "b"], 8, lambda rounds: f" n={len(rounds)}")
+    assert [line.split() for line in table.splitlines()] == [
+        ["case", "(mean", "us)", "a", "b"], ["x", "3.00", "5.00", "n=2"], ["y", "4.00", "-", "n=2"]]
