@@ -41,6 +41,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace cg = cooperative_groups;
@@ -246,11 +247,12 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   constexpr int NPAGES = S::K_PASSES + (FP8 ? S::V_PASSES : 0);  // fp8: + each V copy's page
   const int kc = tid % S::K_CHUNKS, kr0 = tid / S::K_CHUNKS;
   // fp8 V^T copies in memory order: one warp-wide copy is 512 contiguous bytes of a page (a
-  // dim-major page of one head is [128 d][page_size] bytes). Lanes run over a page's chunks of
-  // one d row first (up to 8: 128 bytes), then over d rows, then over runs of chunks; the
-  // earlier mapping (8 chunks x 4 d rows per copy: eight 64-byte pieces) cost twice the L2
-  // tag lookups per byte, and the L2's tag rate was the fp8 kernel's limit (Nsight Compute,
-  // docs/perf-notes.md experiment 19).
+  // dim-major page of one head is [128 d][page_size] bytes), landing in 512 contiguous bytes of
+  // the V^T chunk at page_size 16. Lanes run over a page's chunks of one d row first (up to 8:
+  // 128 bytes), then over d rows, then over runs of chunks. It replaced a mapping of 8 chunks x
+  // 4 d rows per copy (eight 64-byte pieces) together with the padded rows; alone, over padded
+  // rows, it bought nothing (docs/perf-notes.md, experiment 19), and the two were not measured
+  // apart after the padding went.
   const int v8_run = min(S::V_CHUNKS, 1 << max(0, a.page_shift - 4));  // chunks per d row run
   auto v8_chunk = [&](int j) {
     const int c = j * THREADS + tid;
@@ -599,14 +601,9 @@ extern "C" int kvb_args_size() { return static_cast<int>(sizeof(DecodeArgs)); }
 // The compile-time constants the Python launcher mirrors (paged_decode_cluster.py checks them
 // when it loads the library); -1 for a name it does not know.
 extern "C" int kvb_constant(const char* name) {
-  const auto is = [name](const char* s) {
-    int i = 0;
-    while (name[i] != 0 && name[i] == s[i]) ++i;
-    return name[i] == s[i];
-  };
-  if (is("HEAD_DIM")) return HEAD_DIM;
-  if (is("TILE_N")) return TILE_N;
-  if (is("MAX_SPLITS")) return MAX_SPLITS;
-  if (is("MAX_GROUP")) return MAX_GROUP;
+  if (std::strcmp(name, "HEAD_DIM") == 0) return HEAD_DIM;
+  if (std::strcmp(name, "TILE_N") == 0) return TILE_N;
+  if (std::strcmp(name, "MAX_SPLITS") == 0) return MAX_SPLITS;
+  if (std::strcmp(name, "MAX_GROUP") == 0) return MAX_GROUP;
   return -1;
 }
