@@ -89,8 +89,9 @@ def configure_library(lib: ctypes.CDLL, *, check_constants: bool = True) -> ctyp
     lib.kvb_constant.argtypes = [ctypes.c_char_p]
     mirrored = {"HEAD_DIM": HEAD_DIM, "TILE_N": TILE_N, "MAX_SPLITS": MAX_SPLITS,
                 "MAX_GROUP": max(GROUPS)}
-    differ = {name: (lib.kvb_constant(name.encode()), value)
-              for name, value in mirrored.items() if lib.kvb_constant(name.encode()) != value}
+    built = {name: lib.kvb_constant(name.encode()) for name in mirrored}
+    differ = {name: (built[name], value) for name, value in mirrored.items()
+              if built[name] != value}
     if differ:
         raise RuntimeError(f"{LIBRARY}: constants differ between the CUDA source and Python "
                            f"(name: (CUDA, Python)): {differ}")
