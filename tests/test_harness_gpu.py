@@ -3,6 +3,9 @@
 Run on the device: `pytest -m gpu tests/test_harness_gpu.py`.
 """
 
+import random
+import time
+
 import pytest
 import torch
 
@@ -152,3 +155,46 @@ def test_every_flush_mode_evicts_an_l2_resident_read(mode, monkeypatch):
         colds.append(bench(read).median_us)
         warms.append(bench(read, l2="warm").median_us)
     assert min(colds) > EVICTION_MARGIN * min(warms), (mode, warms, colds)
+
+
+#: Calls bench(fn, repeat=N) makes before its timed loop: the untimed first call, three for
+#: the host's enqueue time of fn, one under torch's sync debug mode, three for the enqueue
+#: time of a whole iteration.
+_CALLS_BEFORE_THE_LOOP = 8
+#: A warm median may move this much when the host enqueues slower than the timer measured.
+JITTER_TOLERANCE = 1.10
+
+
+def _host_slower_than_measured(fn, max_wait_us: float, seed: int = 0):
+    """fn behind a host-side busy wait of 0..max_wait_us (seeded) on every call after the
+    timer's estimates: a host that turned slower during the loop than when it was measured
+    (a fresh machine's enqueue time per call ranged 15-41 us, docs/harness.md)."""
+    rng = random.Random(seed)
+    calls = {"n": 0}
+
+    def slower() -> None:
+        calls["n"] += 1
+        if calls["n"] > _CALLS_BEFORE_THE_LOOP:
+            deadline = time.perf_counter() + rng.uniform(0.0, max_wait_us) * 1e-6
+            while time.perf_counter() < deadline:
+                pass
+        fn()
+
+    return slower
+
+
+def test_a_host_slower_than_measured_lands_in_no_warm_sample(monkeypatch):
+    """Warm rows have no flush kernel in front to absorb a slow enqueue, so only the backlog
+    spin keeps it out of the samples. The control, the same loop without the backlog, shows
+    the test can fail: there the host's waits land in the events."""
+    from kvbench.harness import timers
+    from kvbench.harness.stream_read import stream_read_fn
+
+    x = torch.ones(4 << 20, dtype=torch.int32, device="cuda")
+    read = stream_read_fn(x, device_peaks().sm_count)
+    steady = bench(read, l2="warm", repeat=200).median_us
+    slowed = bench(_host_slower_than_measured(read, 80.0), l2="warm", repeat=200).median_us
+    monkeypatch.setattr(timers, "BACKLOG_FACTOR", 0.0)
+    unprotected = bench(_host_slower_than_measured(read, 80.0), l2="warm", repeat=200).median_us
+    assert slowed < JITTER_TOLERANCE * steady, (steady, slowed, unprotected)
+    assert unprotected > 1.5 * steady, (steady, slowed, unprotected)

@@ -104,15 +104,30 @@ def _result(
 
 
 #: Head start: each timed call is preceded on the GPU by a spin kernel that lasts
-#: HEAD_START_FACTOR x the host's measured enqueue time of one iteration (+ HEAD_START_PAD_US).
+#: HEAD_START_FACTOR x the host's measured enqueue time of one whole timed iteration (before(),
+#: the spin's own launch, the two event records and fn) + HEAD_START_PAD_US.
 #: Why: the events time the device timeline, and when the host needs longer to enqueue a call
 #: (Python validation, Triton's launcher) than the GPU needs to run the previous one, the GPU
 #: idles between the start event and the kernel and that launch gap lands in the sample. On
 #: the H200 a 4k-token decode measured ~100 us that way, host-bound (docs/harness.md). The
 #: spin keeps the queue ahead of the GPU, so samples are device time; the host cost is kept
-#: separately as TimingResult.host_us.
+#: separately as TimingResult.host_us. Sized on the whole iteration, not on fn alone: the
+#: records and the spin's own launch cost the host time too, and a warm loop has no flush
+#: kernel in front to pay it back on the GPU.
 HEAD_START_FACTOR = 1.5
 HEAD_START_PAD_US = 5.0
+
+#: Backlog: before the first timed iteration the GPU gets one spin that lasts BACKLOG_FACTOR x
+#: the host's estimated time to enqueue the whole loop (repeat x one iteration), at most
+#: BACKLOG_MAX_US. Why: the head start keeps pace with the host's *measured* enqueue time,
+#: but a host slower than measured during the loop (a fresh machine: 15-41 us per call on
+#: the H200) eats the margin call after call, and on warm rows, with no flush kernel to absorb
+#: it, the gap lands in the samples (docs/harness.md, warm vs cold). While the backlog spins,
+#: the host enqueues iterations ahead of the GPU, so a slow enqueue is absorbed by the queue
+#: and not timed. The cap bounds the wall time; past ~1000 queued launches the host blocks
+#: on the driver's queue anyway, which is the GPU being ahead, the state wanted.
+BACKLOG_FACTOR = 2.0
+BACKLOG_MAX_US = 50_000.0
 
 
 @functools.cache
@@ -158,9 +173,10 @@ def _syncs_host(iteration: Callable[[], object]) -> bool:
 FLUSH_MODE = DEFAULT_CUDA_FLUSH
 
 
-def _head_start(dev: torch.device, host_us: float) -> Callable[[], None]:
-    us = HEAD_START_FACTOR * host_us + HEAD_START_PAD_US
-    if us <= 0:  # the ablation's "off"
+def _spin(dev: torch.device, us: float) -> Callable[[], None]:
+    """A launcher of one GPU spin of about `us` microseconds (a no-op for us <= 0: the
+    ablations' "off")."""
+    if us <= 0:
         return _noop
     cycles = int(us * _spin_cycles_per_us(dev.index))
 
@@ -189,23 +205,36 @@ def _noop() -> None:
 
 
 def _event_samples(
-    fn: Callable[[], object], before: Callable[[], object], repeat: int, dev: torch.device,
-    host_us: float,
+    fn: Callable[[], object], before: Callable[[], object], repeat: int, dev: torch.device
 ) -> list[float]:
-    """The one CUDA event loop (bench, bench_stateful): per call, `before()` (flush, and a
-    reset for stateful calls; enqueued, never waited for), the head-start spin, then an event
-    pair around fn. Every interval is read after ONE synchronize at the end. Microseconds."""
-    spin = _head_start(dev, host_us)
+    """The one CUDA event loop (bench, bench_stateful): the backlog spin, then per call
+    `before()` (flush, and a reset for stateful calls; enqueued, never waited for), the
+    head-start spin and an event pair around fn. Every interval is read after ONE
+    synchronize at the end. Microseconds."""
     starts, ends = _events(repeat), _events(repeat)
-    torch.cuda.synchronize()
-    for i in range(repeat):
+
+    def iteration(spin: Callable[[], None], i: int) -> None:
         before()
         spin()
         starts[i].record()
         fn()
         ends[i].record()
+
+    # The host's cost of one whole iteration, with a real (minimal) spin launch in it; the
+    # events are re-recorded by the loop below, so nothing of this reaches the samples.
+    iteration_us = _host_enqueue_us(lambda: iteration(_minimal_spin, 0))
+    spin = _spin(dev, HEAD_START_FACTOR * iteration_us + HEAD_START_PAD_US)
+    backlog = _spin(dev, min(BACKLOG_MAX_US, BACKLOG_FACTOR * repeat * iteration_us))
+    torch.cuda.synchronize()
+    backlog()
+    for i in range(repeat):
+        iteration(spin, i)
     torch.cuda.synchronize()  # the one synchronize; every interval is read after it
     return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+
+
+def _minimal_spin() -> None:
+    torch.cuda._sleep(1)
 
 
 def _wall_samples(fn: Callable[[], object], before: Callable[[], object], repeat: int) -> list[float]:
@@ -255,7 +284,7 @@ def bench(
                 torch.cuda.synchronize()
                 per_call_s = start.elapsed_time(end) * 1e-3 / _ESTIMATE_CALLS
                 repeat = _choose_repeat(per_call_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
-            samples = _event_samples(fn, flush, repeat, dev, host_us)
+            samples = _event_samples(fn, flush, repeat, dev)
         return _result(samples, "bench", l2, dev, host_us, syncs)
 
     fn()  # untimed, as on CUDA
@@ -299,7 +328,7 @@ def bench_stateful(
                     lambda: (reset(), flush(), fn()), torch.cuda.synchronize
                 )
                 repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
-            samples = _event_samples(fn, lambda: (reset(), flush()), repeat, dev, host_us)
+            samples = _event_samples(fn, lambda: (reset(), flush()), repeat, dev)
         return _result(samples, "bench_stateful", "cold", dev, host_us, syncs)
 
     reset()

@@ -185,20 +185,27 @@ def timer_ablation(device: object = None) -> list[tuple[str, str, object]]:
             pass
         tiny.add_(1)
 
-    saved = (timers.FLUSH_MODE, timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US)
+    saved = (
+        timers.FLUSH_MODE, timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US,
+        timers.BACKLOG_FACTOR,
+    )
     out = []
     try:
         for mode in ("write", DEFAULT_CUDA_FLUSH):
             for head in (False, True):
                 timers.FLUSH_MODE = mode
-                timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US = (
-                    saved[1:] if head else (0.0, 0.0)
+                # "off" takes away both spins: the per-call head start and the backlog.
+                (timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US, timers.BACKLOG_FACTOR) = (
+                    saved[1:] if head else (0.0, 0.0, 0.0)
                 )
                 setting = f"flush={mode} head_start={'on' if head else 'off'}"
                 out.append(("8 MiB copy", setting, bench(copy, device=device)))
                 out.append(("tiny kernel + 50us host", setting, bench(host_heavy, device=device)))
     finally:
-        timers.FLUSH_MODE, timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US = saved
+        (
+            timers.FLUSH_MODE, timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US,
+            timers.BACKLOG_FACTOR,
+        ) = saved
     return out
 
 
