@@ -534,9 +534,50 @@ def test_split_preference_rules():
     short = {"batch": 1, "kv_heads": 8, "max_context": 1024, "sm_count": 132}
     assert (split(long_small), single(long_small)) == (1.0, 0.0)
     assert (split(big), single(big)) == (0.0, 1.0)
-    assert (split(short), single(short)) == (0.0, 1.0)
+    # split_kv with one split is the single-pass kernel, so a short context is no reason not
+    # to split (H200 tune: batch 1 x 1k 12.1 vs 25.4 us)
+    assert (split(short), single(short)) == (1.0, 0.0)
     no_sms = dict(long_small, sm_count=None)  # CPU: no occupancy opinion
     assert (split(no_sms), single(no_sms)) == (0.0, 0.0)
+
+
+#: `kvbench tune paged_decode` on the H200 at 0249a99 (fp16, docs/dispatch.md): the tune case
+#: (batch, context) of each bucket -> whether cuda/cluster_decode measured ahead of the Triton
+#: rows.
+_CLUSTER_MEASURED_AHEAD = {
+    (1, 1024): True, (1, 4096): True, (1, 8192): False, (1, 32768): False,
+    (8, 1024): True, (8, 4096): True, (8, 8192): True, (8, 32768): True,
+    (32, 1024): False, (32, 4096): True, (32, 8192): True, (32, 32768): True,
+    (64, 1024): False, (64, 4096): True, (64, 8192): True, (64, 32768): True,
+}
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_cluster_preference_follows_the_measured_buckets(dtype):
+    rule = registry.PREFER_CLUSTER.score
+    for (batch, context), ahead in _CLUSTER_MEASURED_AHEAD.items():
+        shape = {"batch": batch, "kv_heads": 8, "max_context": context, "sm_count": 132,
+                 "dtype": dtype}
+        # above the Triton rows' own rule (+1) where it fires
+        assert rule(shape) == (2.0 if ahead else 0.0), (batch, context)
+
+
+def test_cluster_preference_has_no_opinion_at_fp8_or_without_a_device():
+    rule = registry.PREFER_CLUSTER.score
+    shape = {"batch": 8, "kv_heads": 8, "max_context": 4096, "sm_count": 132}
+    assert rule(dict(shape, dtype="fp8")) == 0.0  # its fp8 path trails Triton's everywhere
+    assert rule(dict(shape, dtype="fp16", sm_count=None)) == 0.0
+
+
+def test_preference_rules_see_the_problem_dtype():
+    """dispatch passes the dtype to the rules: the same shape ranks differently per dtype."""
+    seen = []
+    rule = Preference("p", lambda shape: seen.append(shape["dtype"]) or 0.0)
+    spec = fake("a/x", Checks(), dtypes=("fp16", "fp8"), preferences=(rule,))
+    with using_registry(Registry([spec])):
+        for dtype in ("fp16", "fp8"):
+            dispatch(OP, dtype=dtype, tags=("kv:paged",), shape=SHAPE, device=CPU)
+    assert seen == ["fp16", "fp8"]
 
 
 # ---- perf tables -------------------------------------------------------------------------------

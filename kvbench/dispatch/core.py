@@ -352,13 +352,17 @@ def _evaluate(
     return verdicts, ranked
 
 
-def _full_shape(shape: Mapping[str, Any] | None, device: torch.device) -> dict[str, Any] | None:
-    """The caller's shape plus the device's SM count (preference rules read it; None on CPU)."""
+def _full_shape(
+    shape: Mapping[str, Any] | None, dtype: str, device: torch.device
+) -> dict[str, Any] | None:
+    """The caller's shape plus the device's SM count (None on CPU) and the problem's dtype:
+    preference rules read both (a row can lead at 16-bit KV and trail at fp8)."""
     if shape is None:
         return None
     full = dict(shape)
     if "sm_count" not in full:
         full["sm_count"] = _device_info(device)[1]
+    full.setdefault("dtype", dtype)
     return full
 
 
@@ -375,7 +379,7 @@ def _decide(
     if problem is not None:
         raise ValueError(problem)
     dev_name = _device_info(device)[0]
-    full = _full_shape(shape, device)
+    full = _full_shape(shape, dtype, device)
     forced = None if selector == AUTO else selector
     verdicts, ranked = _evaluate(op, dtype, tags, full, bucket_name, device, dev_name, forced)
     sel = Selection(
@@ -478,7 +482,7 @@ def verified_rows(
     _check_dtype(dtype)
     dev = resolve_device(device)
     tagset = _as_tags(tags)
-    full = _full_shape(shape, dev)
+    full = _full_shape(shape, dtype, dev)
     verdicts = []
     for spec in _registry.specs(op):
         if (

@@ -184,36 +184,67 @@ class Registry:
 
 # Occupancy is what decides between one program per (sequence, kv head) and splitting the
 # context across programs (seed 003): with fewer programs than SMs, single-pass leaves most of
-# the machine idle on a long context; with enough programs, splitting only adds a reduce pass
-# and partial-buffer traffic. `sm_count` comes from the device (absent on CPU: no opinion).
-_SPLIT_MIN_CONTEXT = 2048  # below this a split's fixed cost (reduce launch) is not repaid
+# the machine idle; once the programs fill the SMs, splitting only adds a reduce pass and
+# partial-buffer traffic. No context threshold: split_kv with one split launches the
+# single-pass kernel, so a short context costs it nothing, and the tune tables measured it
+# 1.4-2.1x faster at batch 1 x 1k (12.1 vs 25.4 us) and batch 8 x 1k (19.8 vs 28.0) on the
+# H200 (docs/dispatch.md), where a 2048-token threshold used to pick single_pass.
+# `sm_count` comes from the device (absent on CPU: no opinion).
+
+
+def _programs(shape: Mapping[str, Any]) -> int:
+    return shape["batch"] * shape.get("kv_heads", 1)
 
 
 def _programs_short_of_sms(shape: Mapping[str, Any]) -> float:
     sm = shape.get("sm_count")
-    if not sm:
-        return 0.0
-    programs = shape["batch"] * shape.get("kv_heads", 1)
-    return 1.0 if programs < sm and shape["max_context"] >= _SPLIT_MIN_CONTEXT else 0.0
+    return 1.0 if sm and _programs(shape) < sm else 0.0
 
 
 def _programs_fill_sms(shape: Mapping[str, Any]) -> float:
     sm = shape.get("sm_count")
-    if not sm:
-        return 0.0
-    programs = shape["batch"] * shape.get("kv_heads", 1)
-    return 1.0 if programs >= sm or shape["max_context"] < _SPLIT_MIN_CONTEXT else 0.0
+    return 1.0 if sm and _programs(shape) >= sm else 0.0
 
 
 PREFER_SPLIT = Preference(
-    "few_programs_long_context",
+    "few_programs",
     _programs_short_of_sms,
-    f"batch*kv_heads < SM count and max context >= {_SPLIT_MIN_CONTEXT}: split the context",
+    "batch*kv_heads < SM count: split the context over the idle SMs",
 )
 PREFER_SINGLE = Preference(
     "programs_fill_sms",
     _programs_fill_sms,
-    f"batch*kv_heads >= SM count or max context < {_SPLIT_MIN_CONTEXT}: no split cost",
+    "batch*kv_heads >= SM count: no split cost",
+)
+
+# cuda/cluster_decode against the Triton rows, from `kvbench tune paged_decode` on the H200
+# (fp16, 0249a99, docs/dispatch.md): it leads in 12 of the 16 buckets. It trails where few
+# (sequence, kv head) pairs meet a long context (batch 1 x 8k: 20.1 vs 19.0 us; 1 x 32k: 47.5
+# vs 43.4), because at most 7 clusters of 9-16 CTAs fit the machine, and where the programs
+# fill the SMs at 1k tokens (batch 32 x 1k: 43.0 vs 40.5; 64 x 1k: 79.5 vs 73.8), where
+# Triton's four CTAs per SM hide more latency than its one. Its fp8 path (dim-major V) trails
+# Triton's at every measured case (docs/perf-notes.md, experiment 19), so 16-bit only.
+_CLUSTER_SHORT_CONTEXT = 4096  # at or below, the one-launch combine wins with few pairs
+_CLUSTER_LONG_MIN_CONTEXT = 1024  # above, it wins once the pairs are many
+_CLUSTER_MANY_PAIRS_PER_SM = 0.25  # between the measured 8 (trails) and 64 (leads) on 132 SMs
+
+
+def _cluster_leads(shape: Mapping[str, Any]) -> float:
+    sm = shape.get("sm_count")
+    if not sm or shape.get("dtype") not in ("fp16", "bf16"):
+        return 0.0
+    programs, context = _programs(shape), shape["max_context"]
+    few_short = programs < sm and context <= _CLUSTER_SHORT_CONTEXT
+    many_long = programs >= _CLUSTER_MANY_PAIRS_PER_SM * sm and context > _CLUSTER_LONG_MIN_CONTEXT
+    # 2: above the Triton rows' single occupancy rule, so it decides where it fires.
+    return 2.0 if few_short or many_long else 0.0
+
+
+PREFER_CLUSTER = Preference(
+    "cluster_leads_16bit",
+    _cluster_leads,
+    f"fp16/bf16, and batch*kv_heads < SM count with context <= {_CLUSTER_SHORT_CONTEXT}, or "
+    f">= SM count/4 with context > {_CLUSTER_LONG_MIN_CONTEXT}: measured ahead of Triton",
 )
 
 
@@ -267,11 +298,9 @@ ROWS: tuple[KernelSpec, ...] = (
         layout=LayoutRequirement(required=(PAGED,), forbidden=(V_DIM_MAJOR,)),
         layout_by_dtype={"fp8": LayoutRequirement(required=(PAGED, V_DIM_MAJOR))},
         available=cuda_sm90_with_nvcc,
-        # Below the Triton rows. Since experiment 19 (docs/perf-notes.md) it is the faster
-        # kvbench row at 16-bit KV from batch 1 x 4k to 64 x 8k (table at 346e678: 479 vs 496
-        # us at 64 x 8k), but not at batch 1 x 32k nor for fp8, and a Preference sees the
-        # shape, not the dtype; `kvbench tune` ranks it first where it measures faster.
+        # Below the Triton rows; PREFER_CLUSTER puts it first where it measured faster.
         priority=15,
+        preferences=(PREFER_CLUSTER,),
         shape_gate=_cluster_geometry,
         doc="CUDA flash-decode (sm_90): a (sequence, kv head)'s splits are one thread-block "
         "cluster and combine through its shared memory, one launch; fp8 from dim-major V pages",
