@@ -361,16 +361,27 @@ def test_kv_gather_auto_is_correct(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("batch", "seq_len", "expected"),
-    [(1, 32768, "triton/split_kv"), (64, 8192, "triton/single_pass")],
+    ("batch", "seq_len", "dtype", "expected"),
+    [
+        (1, 32768, "fp16", "triton/split_kv"),
+        (64, 8192, "fp16", "cuda/cluster_decode"),
+        (64, 8192, "fp8", "triton/single_pass"),
+    ],
 )
-def test_decode_preference_follows_occupancy_on_cuda(batch, seq_len, expected):
-    """Without measurements, the SM-count rules pick split-KV for batch 1 x 32k and single-pass
-    for batch 64 x 8k (32 q / 8 kv heads, d 128); the chosen row is correct at that size."""
+def test_decode_preference_follows_occupancy_on_cuda(batch, seq_len, dtype, expected):
+    """Without measurements the rules pick split-KV for batch 1 x 32k, the CUDA cluster row at
+    16-bit 64 x 8k (single-pass where that row is unavailable: not sm_90 or no nvcc) and
+    single-pass for fp8 at 64 x 8k (32 q / 8 kv heads, d 128); the chosen row is correct at
+    that size."""
     from kvbench.checks import check_paged_decode, make_decode_query
+    from kvbench.dispatch import registry
     from kvbench.pool import paged_pool
 
-    pool = paged_pool(batch, seq_len, device="cuda")
+    if expected == "cuda/cluster_decode":
+        spec = registry.REGISTRY.get("paged_decode", expected)
+        if spec.available(torch.device("cuda")):
+            expected = "triton/single_pass"
+    pool = paged_pool(batch, seq_len, dtype=dtype, device="cuda")
     q = make_decode_query(pool, 32)
     check_paged_decode(ops.paged_decode, pool, q)
     sel = ops.last_selection("paged_decode")
