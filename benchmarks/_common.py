@@ -51,6 +51,9 @@ VERSION = "1"
 SUITE_BENCH_BUDGET_S = 0.1
 #: Why a row of a class's cross product is not measured on purpose (a CPU reason aside).
 TRIMMED = "trimmed from the per-commit suite"
+#: Why a row is not measured on an input its registry row does not read (the registry of the
+#: commit under test says so, e.g. a per-dtype page layout): no kernel to time, on any machine.
+UNSERVED = "the registry row does not read this input"
 #: The selector variables (docs/architecture.md). Hardcoded because asv needs static params
 #: and old commits may lack kvbench.dispatch.selectors.
 SELECTOR_VARS = {

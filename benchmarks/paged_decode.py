@@ -50,12 +50,11 @@ ABLATION_CASE = "b32_c4k"
 #: Rows of the cross product not measured per commit, with why: the torch peer at bf16 runs
 #: the same torch code as at fp16 (gather, SDPA) in another dtype, kvbench's own bf16 kernel
 #: path is covered by the Triton and auto rows, and the peer's six bf16 rows cost ~3 s of the
-#: H200's per-commit budget (docs/history.md); fp16 and fp8 keep the peer. The CUDA cluster
-#: row reads fp8 only from dim-major V pages (see measure_ablation).
+#: H200's per-commit budget (docs/history.md); fp16 and fp8 keep the peer. Rows that cannot
+#: read a pool (cuda/cluster_decode: fp8 from dim-major V pages only, 16-bit from token-major
+#: ones) are not listed here: the registry of the commit under test says so (_unserved).
 TRIMMED_ROWS = {
     ("torch/gather_sdpa", "bf16"): "the torch peer is measured at fp16 and fp8 only",
-    ("cuda/cluster_decode", "fp8"): "cuda/cluster_decode reads fp8 from dim-major V pages only "
-                                    "(PagedDecodeAblation's frag_v_dim_major_fp8 tracks it)",
 }
 
 
@@ -75,10 +74,15 @@ def _measure_pool(dev: str, pool, dtype: str, keys: list[tuple[str, ...]], resul
     )
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    describe = getattr(ops, "describe_paged_decode", None)
+    problem = describe(*args[:4], **kwargs) if describe else None
 
     timings: dict = {}
 
     def one(key: tuple[str, ...]) -> dict:
+        why = _unserved(key[0], problem)
+        if why:
+            raise c.Skip(why)
         return c.check_then_time(
             OP, key[0], dev, check=lambda: checks.check_paged_decode(ops.paged_decode, pool, q),
             last_selection=ops.last_selection, timings=timings, moved_bytes=work.moved,
@@ -89,6 +93,28 @@ def _measure_pool(dev: str, pool, dtype: str, keys: list[tuple[str, ...]], resul
         c.run_cases(keys, one, results)
     finally:
         c.set_selector(OP, c.AUTO)
+
+
+def _unserved(selector: str, problem) -> str | None:
+    """Why the registry row `selector` does not read this problem's pages at its dtype, or None.
+
+    The registry of the commit under test decides (its layout requirement for the dtype), so
+    this suite states no layout rule of its own. None for auto, for a row the commit lacks
+    (measuring it then says so), and where the commit cannot describe the problem."""
+    if selector == c.AUTO or problem is None:
+        return None
+    try:
+        from kvbench.dispatch.registry import REGISTRY
+
+        spec = REGISTRY.get(OP, selector)
+    except (ImportError, ValueError):
+        return None
+    layout = spec.layout_for(problem.dtype) if hasattr(spec, "layout_for") else spec.layout
+    wrong = [f"needs {t}" for t in layout.missing(problem.tags)]
+    wrong += [f"refuses {t}" for t in layout.conflicting(problem.tags)]
+    if not wrong:
+        return None
+    return f"{c.UNSERVED}: {selector} at {problem.dtype} {', '.join(wrong)}"
 
 
 def _pool(dev: str, case: str, dtype: str, layout: str = "fragmented", storage: str = "combined"):
@@ -136,11 +162,6 @@ def measure_ablation() -> dict:
     dev = "cpu" if c.no_nvidia_driver() else c.prepare_process()
     for variant, (layout, storage, dtype) in VARIANTS.items():
         keys = [(s, variant) for s in SELECTORS]
-        if (dtype == "fp8") != (storage == "v_dim_major"):
-            unserved = [k for k in keys if k[0] == "cuda/cluster_decode"]
-            c.skip_all(unserved, f"{c.TRIMMED}: cuda/cluster_decode reads fp16 / bf16 from "
-                       "token-major V and fp8 from dim-major V", results)
-            keys = [k for k in keys if k not in unserved]
         if dev == "cpu":
             c.skip_all(keys, f"the ablation runs at {ABLATION_CASE}, a GPU-size case", results)
         else:

@@ -287,8 +287,9 @@ MEASURES = {
 }
 #: Skip reasons a CPU machine may give; anything else is a bug.
 CPU_SKIPS = ("Triton rows need CUDA", "CUDA rows need a GPU", "GPU-size case")
-#: Skips any machine may give: rows of a cross product left out of the suite on purpose.
-ALWAYS_SKIPS = (_common.TRIMMED,)
+#: Skips any machine may give: rows of a cross product left out of the suite on purpose, and
+#: rows whose registry row does not read the case's input.
+ALWAYS_SKIPS = (_common.TRIMMED, _common.UNSERVED)
 
 
 def _check_results(results: dict, cls, on_cuda: bool) -> int:
@@ -360,3 +361,35 @@ def test_suite_measures_everything_on_gpu(name, fresh_process_state):
     """On the H200: every case of every class is measured (no skip, no error)."""
     results = MEASURES[name]()
     _check_results(results, _CLASS_OF[name], on_cuda=True)
+
+
+@pytest.mark.parametrize(
+    ("storage", "dtype", "unserved"),
+    [
+        ("combined", "fp16", False),
+        ("v_dim_major", "fp16", True),  # 16-bit from token-major V only
+        ("combined", "fp8", True),  # fp8 from dim-major V only
+        ("v_dim_major", "fp8", False),
+    ],
+)
+def test_decode_suite_skips_what_the_registry_row_does_not_read(storage, dtype, unserved):
+    """The suite's layout skips come from the registry of the commit under test (its per-dtype
+    layout requirement), not from a rule of the suite's own; auto and the Triton rows read
+    every pool."""
+    from kvbench.checks import make_decode_query
+    from kvbench.ops import describe_paged_decode
+    from kvbench.pool import paged_pool
+
+    pool = paged_pool(2, 64, kv_heads=2, head_dim=128, page_size=16, dtype=dtype,
+                      storage=storage, min_l2_multiple=0, device="cpu", seed=0)
+    q = make_decode_query(pool, 4, seed=0)
+    problem = describe_paged_decode(q, pool.k_cache, pool.v_cache, pool.block_table,
+                                    k_scale=pool.k_scale, v_scale=pool.v_scale)
+    why = bench_decode._unserved("cuda/cluster_decode", problem)
+    assert (why is not None) == unserved, why
+    if unserved:
+        assert why.startswith(_common.UNSERVED) and "kv:v-dim-major" in why
+    for selector in ("auto", "triton/split_kv", "triton/single_pass", "torch/gather_sdpa"):
+        assert bench_decode._unserved(selector, problem) is None
+    assert bench_decode._unserved("cuda/cluster_decode", None) is None  # an older commit
+    pool.free()
