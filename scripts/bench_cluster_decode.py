@@ -2,6 +2,7 @@
 
     python scripts/bench_cluster_decode.py [--json PATH] [--rounds N] [--splits 4,8,16]
                                            [--cluster-lib LABEL=PATH ...]
+                                           [--case BATCH,CONTEXT[,DTYPE[,STORAGE]] ...]
 
 Experiment 18 (docs/perf-notes.md). At batch 1 x 4k the Triton split kernel plus its reduce
 take ~14.6 us against 8.7 us for reading the pages alone. ``cuda/cluster_decode`` combines the
@@ -12,6 +13,7 @@ reference first, then timed under the harness's cold-L2 bench():
   - cuda/cluster_decode at the auto split count and at each --splits value, and each
     --cluster-lib build (e.g. an older commit's) at the auto split count;
   - page_read (the case's pages read and nothing else) and the event floor.
+--case replaces the built-in CASES (e.g. the shapes a dispatch rule was not measured at).
 """
 
 from __future__ import annotations
@@ -52,6 +54,27 @@ CASES = (
 )
 
 
+DTYPES, STORAGES = ("fp16", "bf16", "fp8"), ("combined", "v_dim_major")
+
+
+def parse_case(text: str) -> tuple[str, int, int, str, str]:
+    """'BATCH,CONTEXT[,DTYPE[,STORAGE]]' -> a CASES entry; ValueError naming what is accepted.
+    fp8 defaults to dim-major V pages (the cluster kernel's fp8 layout), 16-bit to combined."""
+    parts = text.split(",")
+    try:
+        if not 2 <= len(parts) <= 4:
+            raise ValueError
+        batch, context = int(parts[0]), int(parts[1])
+    except ValueError:
+        raise ValueError(f"--case wants BATCH,CONTEXT[,DTYPE[,STORAGE]], got {text!r}") from None
+    dtype = parts[2] if len(parts) > 2 else "fp16"
+    storage = parts[3] if len(parts) > 3 else ("v_dim_major" if dtype == "fp8" else "combined")
+    if batch < 1 or context < 1 or dtype not in DTYPES or storage not in STORAGES:
+        raise ValueError(f"--case {text!r}: batch and context >= 1, dtype one of {DTYPES}, "
+                         f"storage one of {STORAGES}")
+    return (f"b{batch}_c{context}", batch, context, dtype, storage)
+
+
 def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
              splits: list[int], libs: dict[str, str]) -> dict:
     torch.cuda.empty_cache()
@@ -84,7 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__, rounds=3)
     parser.add_argument("--splits", default="", help="forced split counts to add")
     add_cluster_lib_option(parser)
-    started = start_experiment(parser, argv, lambda a: parse_cluster_libs(parser, a.cluster_lib))
+    parser.add_argument("--case", action="append", default=[],
+                        metavar="BATCH,CONTEXT[,DTYPE[,STORAGE]]", help="replaces CASES")
+
+    def check(a) -> None:
+        parse_cluster_libs(parser, a.cluster_lib)
+        try:
+            a.cases = tuple(parse_case(c) for c in a.case) or CASES
+        except ValueError as exc:
+            parser.error(str(exc))
+
+    started = start_experiment(parser, argv, check)
     if started is None:
         return 2
     args, meta, dev = started
@@ -95,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         s: pdc.max_active_clusters(dev, torch.float16, 4, s) for s in range(1, 17)}
     print("max active clusters (fp16, group 4):", meta["max_active_clusters"], flush=True)
     results = run_rounds(
-        args.rounds, CASES, lambda c: f"{c[0]}:{c[3]}",
+        args.rounds, args.cases, lambda c: f"{c[0]}:{c[3]}",
         lambda c: run_case(*c[1:], dev, splits, libs), args.json, meta)
     cols = ["triton/split_kv", "cluster auto", *[f"cluster s{s}" for s in splits],
             *[f"cluster {k}" for k in libs], "page_read", "empty"]

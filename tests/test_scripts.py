@@ -141,6 +141,14 @@ def test_gpu_experiments_name_bad_arguments_before_needing_a_gpu(script, monkeyp
         with pytest.raises(SystemExit):
             mod.main(["--case", "b3_c5k:fp16"])
         assert "accepted cases are b1_c32k:fp16" in capsys.readouterr().err
+    if script == "bench_cluster_decode":
+        for bad in ("4", "4,8k", "4,8192,fp32", "4,8192,fp16,paged", "0,8192"):
+            with pytest.raises(SystemExit):
+                mod.main(["--case", bad])
+            err = capsys.readouterr().err
+            assert repr(bad) in err and "--case" in err, err
+        assert mod.parse_case("4,32768") == ("b4_c32768", 4, 32768, "fp16", "combined")
+        assert mod.parse_case("2,8192,fp8") == ("b2_c8192", 2, 8192, "fp8", "v_dim_major")
     if script.startswith("bench_"):
         with pytest.raises(SystemExit):
             mod.main(["--cluster-lib", "no-label-here"])
