@@ -562,6 +562,18 @@ def test_cluster_preference_follows_the_measured_buckets(dtype):
         assert rule(shape) == (2.0 if ahead else 0.0), (batch, context)
 
 
+def test_cluster_preference_between_the_tune_cases():
+    """Batch 2-8 (16-64 pairs) at any context: preferred. bench_cluster_decode at 02fae99 put
+    it ahead at 2 x 8k, 4 x 8k, 4 x 16k and 4 x 32k, level at 2 x 32k (73.1 vs 72.8 us) and
+    behind at batch 5 (2 splits fit there: 51.4 vs 50.6 at 8k, 178.3 vs 169.4 at 32k)."""
+    rule = registry.PREFER_CLUSTER.score
+    for batch in range(2, 9):
+        for context in (1024, 8192, 32768):
+            shape = {"batch": batch, "kv_heads": 8, "max_context": context, "sm_count": 132,
+                     "dtype": "fp16"}
+            assert rule(shape) == 2.0, (batch, context)
+
+
 def test_cluster_preference_has_no_opinion_at_fp8_or_without_a_device():
     rule = registry.PREFER_CLUSTER.score
     shape = {"batch": 8, "kv_heads": 8, "max_context": 4096, "sm_count": 132}

@@ -218,33 +218,35 @@ PREFER_SINGLE = Preference(
 )
 
 # cuda/cluster_decode against the Triton rows, from `kvbench tune paged_decode` on the H200
-# (fp16, 0249a99, docs/dispatch.md): it leads in 12 of the 16 buckets. It trails where few
-# (sequence, kv head) pairs meet a long context (batch 1 x 8k: 20.1 vs 19.0 us; 1 x 32k: 47.5
-# vs 43.4), because at most 7 clusters of 9-16 CTAs fit the machine, and where the programs
-# fill the SMs at 1k tokens (batch 32 x 1k: 43.0 vs 40.5; 64 x 1k: 79.5 vs 73.8), where
+# (fp16, 0249a99) and bench_cluster_decode.py at batch 2-5 (02fae99; docs/dispatch.md): it
+# leads in 12 of the 16 tune buckets. It trails where the pairs are too few for the clusters
+# the machine holds to fill its SMs on a long context (batch 1 = 8 pairs: 64 of 132 SMs, since
+# at most 7 clusters of 9-16 CTAs fit; 1 x 8k 20.1 vs 19.0 us, 1 x 32k 47.5 vs 43.4), and where
+# the pairs fill the SMs at 1k tokens (32 x 1k 43.0 vs 40.5; 64 x 1k 79.5 vs 73.8), where
 # Triton's four CTAs per SM hide more latency than its one. Its fp8 path (dim-major V) trails
 # Triton's at every measured case (docs/perf-notes.md, experiment 19), so 16-bit only.
-_CLUSTER_SHORT_CONTEXT = 4096  # at or below, the one-launch combine wins with few pairs
-_CLUSTER_LONG_MIN_CONTEXT = 1024  # above, it wins once the pairs are many
-_CLUSTER_MANY_PAIRS_PER_SM = 0.25  # between the measured 8 (trails) and 64 (leads) on 132 SMs
+_CLUSTER_LONG_CONTEXT = 4096  # above: few pairs cannot fill the SMs for long enough
+_CLUSTER_SHORT_CONTEXT = 1024  # at or below, with the SMs full: Triton's occupancy wins
+_CLUSTER_FEW_PAIRS_PER_SM = 1 / 16  # pairs <= SMs/16 (8 on 132 SMs) trail; 16 pairs lead
 
 
 def _cluster_leads(shape: Mapping[str, Any]) -> float:
     sm = shape.get("sm_count")
     if not sm or shape.get("dtype") not in ("fp16", "bf16"):
         return 0.0
-    programs, context = _programs(shape), shape["max_context"]
-    few_short = programs < sm and context <= _CLUSTER_SHORT_CONTEXT
-    many_long = programs >= _CLUSTER_MANY_PAIRS_PER_SM * sm and context > _CLUSTER_LONG_MIN_CONTEXT
+    pairs, context = _programs(shape), shape["max_context"]
+    few_pairs_long = pairs <= _CLUSTER_FEW_PAIRS_PER_SM * sm and context > _CLUSTER_LONG_CONTEXT
+    full_and_short = pairs >= sm and context <= _CLUSTER_SHORT_CONTEXT
     # 2: above the Triton rows' single occupancy rule, so it decides where it fires.
-    return 2.0 if few_short or many_long else 0.0
+    return 0.0 if few_pairs_long or full_and_short else 2.0
 
 
 PREFER_CLUSTER = Preference(
     "cluster_leads_16bit",
     _cluster_leads,
-    f"fp16/bf16, and batch*kv_heads < SM count with context <= {_CLUSTER_SHORT_CONTEXT}, or "
-    f">= SM count/4 with context > {_CLUSTER_LONG_MIN_CONTEXT}: measured ahead of Triton",
+    f"fp16/bf16, except batch*kv_heads <= SM count/16 with context > {_CLUSTER_LONG_CONTEXT} "
+    f"and batch*kv_heads >= SM count with context <= {_CLUSTER_SHORT_CONTEXT}: measured ahead "
+    "of Triton",
 )
 
 
