@@ -114,7 +114,7 @@ def checks() -> Checks:
 
 
 def provider_from(table_ms: dict[str, float | None], calls: list | None = None):
-    def provider(op, bucket_name, spec_name, device_name):
+    def provider(op, bucket_name, spec_name, device_name, dtype):
         if calls is not None:
             calls.append((op, bucket_name, spec_name, device_name))
         return table_ms.get(spec_name)
@@ -182,7 +182,7 @@ def test_preference_rules_see_the_shape(checks):
 
 def test_provider_ms_converted_to_us_once(checks):
     set_perf_provider(provider_from({"a/x": 0.0125}))
-    assert core._provider_us(OP, "any", "a/x", "dev") == pytest.approx(12.5)
+    assert core._provider_us(OP, "any", "a/x", "dev", "fp16") == pytest.approx(12.5)
     sel = pick(fake("a/x", checks))
     assert sel.ranked[0].perf_us == pytest.approx(12.5)
     assert "12.50 µs" in sel.explain()
@@ -608,13 +608,44 @@ def _write_table(device_name: str, op: str, entries: list[dict], file_device: st
 
 def test_perf_table_for_another_device_is_ignored():
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 250.0}])
-    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A") == pytest.approx(0.25)
-    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU B") is None
-    assert tune.load_perf_table("GPU B")(OP, "any", "a/x", "GPU B") is None
+    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16") == pytest.approx(0.25)
+    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU B", "fp16") is None
+    assert tune.load_perf_table("GPU B")(OP, "any", "a/x", "GPU B", "fp16") is None
     # Same file name (slug) but a different recorded device name: not used, and said so.
     _write_table("GPU_A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0}], file_device="GPU A")
     with pytest.warns(UserWarning, match="measured on 'GPU_A', not 'GPU A'"):
-        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A") is None
+        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16") is None
+
+
+def test_a_perf_table_ranks_only_the_dtype_it_was_measured_at():
+    """A row's rank can change with the dtype (cuda/cluster_decode leads Triton at fp16 and
+    trails it at fp8), so fp16 numbers answer fp16 problems only; the entry's own dtype wins
+    over the table's, and a table without either is read at the dtype tune measures the op at
+    (fp16 for decode)."""
+    _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 250.0},
+                               {"bucket": "any", "spec": "a/y", "us": 100.0, "dtype": "fp8"}])
+    provider = tune.load_perf_table("GPU A")
+    assert provider(OP, "any", "a/x", "GPU A", "fp16") == pytest.approx(0.25)
+    assert provider(OP, "any", "a/x", "GPU A", "fp8") is None
+    assert provider(OP, "any", "a/y", "GPU A", "fp8") == pytest.approx(0.1)
+    assert provider(OP, "any", "a/y", "GPU A", "fp16") is None
+    _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0, "dtype": "fp4"}])
+    with pytest.warns(UserWarning, match="dtype 'fp4'; accepted"):
+        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16") is None
+
+
+def test_measured_rows_rank_the_problems_of_their_dtype_only(checks):
+    """Through dispatch: the measured row wins an fp16 problem; an fp8 problem of the same
+    bucket falls back to priority."""
+    rows = [fake("a/measured", checks, dtypes=("fp16", "fp8"), priority=1),
+            fake("a/favoured", checks, dtypes=("fp16", "fp8"), priority=9)]
+    name = core.device_name("cpu")
+    _write_table(name, OP, [{"bucket": bucket(OP, SHAPE), "spec": "a/measured", "us": 5.0,
+                             "dtype": "fp16"}])
+    tune.clear_table_cache()
+    reset_perf_provider()
+    assert pick(*rows, dtype="fp16").spec.name == "a/measured"
+    assert pick(*rows, dtype="fp8").spec.name == "a/favoured"
 
 
 @pytest.mark.parametrize(
@@ -642,8 +673,8 @@ def test_a_malformed_perf_table_is_skipped_with_a_warning_not_a_crash(content, w
     with pytest.warns(UserWarning, match=why) as record:
         provider = tune.load_perf_table("GPU A")
     assert str(bad) in str(record[0].message) and f"kvbench tune {OP}" in str(record[0].message)
-    assert provider(OP, "any", "a/x", "GPU A") is None
-    assert provider("kv_write", "decode", "w/x", "GPU A") == pytest.approx(0.005)
+    assert provider(OP, "any", "a/x", "GPU A", "fp16") is None
+    assert provider("kv_write", "decode", "w/x", "GPU A", "fp16") == pytest.approx(0.005)
 
 
 def test_a_perf_table_from_another_torch_or_triton_is_used_with_a_warning():
@@ -660,12 +691,12 @@ def test_a_perf_table_from_another_torch_or_triton_is_used_with_a_warning():
     with pytest.warns(UserWarning, match=rf"torch 1\.0\.0 \(now {re.escape(torch.__version__)}\)") as rec:
         provider = tune.load_perf_table("GPU A")
     assert "triton" not in str(rec[0].message) and f"kvbench tune {OP}" in str(rec[0].message)
-    assert provider(OP, "any", "a/x", "GPU A") == pytest.approx(0.25)
+    assert provider(OP, "any", "a/x", "GPU A", "fp16") == pytest.approx(0.25)
     data["metadata"] = {"torch": torch.__version__, "triton": triton_version()}
     path.write_text(json.dumps(data))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # same versions: silent
-        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A") == pytest.approx(0.25)
+        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16") == pytest.approx(0.25)
 
 
 def test_default_provider_reads_stored_table(checks):

@@ -39,8 +39,11 @@ from kvbench.dispatch.registry import REGISTRY, Registry, bucket, check_op
 from kvbench.dispatch.selectors import AUTO, SELECTOR_VARS, read_selector
 from kvbench.dispatch.spec import DTYPE_NAMES, GoldenRecord, KernelSpec
 
-#: fn(op, bucket, spec_name, device_name) -> milliseconds, or None when not measured.
-PerfProvider = Callable[[str, str, str, str], "float | None"]
+#: fn(op, bucket, spec_name, device_name, dtype) -> milliseconds, or None when not measured.
+#: The dtype is the problem's: a row's rank can differ between dtypes (cuda/cluster_decode
+#: leads Triton at fp16 and trails it at fp8), so a number measured at one dtype must not rank
+#: rows for another.
+PerfProvider = Callable[[str, str, str, str, str], "float | None"]
 
 
 class DispatchError(ValueError):
@@ -60,11 +63,13 @@ DECISIONS = _DECISIONS
 _registry: Registry = REGISTRY
 
 
-def _default_provider(op: str, bucket_name: str, spec_name: str, device_name: str) -> float | None:
+def _default_provider(
+    op: str, bucket_name: str, spec_name: str, device_name: str, dtype: str
+) -> float | None:
     """Perf tables stored by `kvbench tune` for this device name (loaded lazily, per name)."""
     from kvbench.dispatch import tune  # lazy: tune imports the harness
 
-    return tune.stored_tables_provider(op, bucket_name, spec_name, device_name)
+    return tune.stored_tables_provider(op, bucket_name, spec_name, device_name, dtype)
 
 
 _provider: PerfProvider | None = _default_provider
@@ -96,8 +101,8 @@ def clear_decisions() -> None:
 def set_perf_provider(fn: PerfProvider | None) -> None:
     """Install the source of measured latencies; None ranks on preference/priority/name only.
 
-    fn(op, bucket, spec_name, device_name) returns MILLISECONDS (the engine's convention) or
-    None. reset_perf_provider() restores the default: the tables `kvbench tune` stored for the
+    fn(op, bucket, spec_name, device_name, dtype) returns MILLISECONDS (the engine's
+    convention) or None. reset_perf_provider() restores the default: the tables `kvbench tune` stored for the
     device. Cached decisions are dropped.
     """
     global _provider
@@ -116,7 +121,9 @@ def get_perf_provider() -> PerfProvider | None:
     return _provider
 
 
-def _provider_us(op: str, bucket_name: str, spec_name: str, device_name: str) -> float:
+def _provider_us(
+    op: str, bucket_name: str, spec_name: str, device_name: str, dtype: str
+) -> float:
     """Measured latency of a row in MICROSECONDS, +inf when the provider has no number.
 
     Unit boundary: the perf provider speaks milliseconds (engine convention), the harness and
@@ -124,7 +131,7 @@ def _provider_us(op: str, bucket_name: str, spec_name: str, device_name: str) ->
     """
     if _provider is None:
         return math.inf
-    ms = _provider(op, bucket_name, spec_name, device_name)
+    ms = _provider(op, bucket_name, spec_name, device_name, dtype)
     if ms is None:
         return math.inf
     ms = float(ms)
@@ -347,7 +354,7 @@ def _evaluate(
             v.excluded = f"unverified: selfcheck failed ({v.golden.detail})"
             continue
         v.preference, v.fired = spec.preference_score(shape)
-        v.perf_us = _provider_us(op, bucket_name, spec.name, dev_name)
+        v.perf_us = _provider_us(op, bucket_name, spec.name, dev_name, dtype)
     ranked = sorted((v for v in verdicts if v.excluded is None), key=lambda v: v.key)
     return verdicts, ranked
 

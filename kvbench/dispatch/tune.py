@@ -18,9 +18,11 @@ milliseconds (the provider convention), and dispatch converts back in core._prov
 
 The default perf provider of kvbench.dispatch reads these tables lazily per device name. A
 table is used only for the exact device name it was measured on: numbers from another GPU (or
-from a CPU run through the Triton interpreter) never rank rows here. The provider has no dtype
-argument, so each op is tuned at one dtype (CASES below: fp16 for decode/write, fp8 for the
-gather, int64 rows for the allocator).
+from a CPU run through the Triton interpreter) never rank rows here. Each entry carries the
+dtype it was measured at, and the provider answers only for that dtype: a row's rank can
+change with the dtype (cuda/cluster_decode leads the Triton decode at fp16 and trails it at
+fp8), so a problem of another dtype is ranked by the preference rules. Each op is tuned at one
+dtype (CASES below: fp16 for decode/write, fp8 for the gather, int64 rows for the allocator).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import torch
 from kvbench.dispatch import core
 from kvbench.dispatch.golden import record_golden
 from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, check_op
+from kvbench.dispatch.spec import DTYPE_NAMES
 from kvbench.jsonfile import write_json_atomic
 
 SCHEMA = 1
@@ -260,8 +263,13 @@ def _write_json(path: Path, data: dict) -> None:
     write_json_atomic(path, data, indent=2, default=str)  # a reader sees old or new, never torn
 
 
-def _table_entries(data: object, device_name: str, op: str) -> list[tuple[str, str, float]]:
-    """(bucket, spec, us) of a stored table of `op`, or ValueError saying what is wrong."""
+def _table_entries(
+    data: object, device_name: str, op: str
+) -> list[tuple[str, str, str, float]]:
+    """(bucket, spec, dtype, us) of a stored table of `op`, or ValueError saying what is wrong.
+
+    An entry's dtype is its own "dtype", else the table's, else the dtype `kvbench tune`
+    measures the op at (CASES): tables written before entries carried one."""
     if not isinstance(data, dict):
         # ValueError, like json's own: the caller handles every unusable file the same way.
         raise ValueError(f"a JSON object was expected, got {type(data).__name__}")  # noqa: TRY004
@@ -284,7 +292,10 @@ def _table_entries(data: object, device_name: str, op: str) -> list[tuple[str, s
                 f"entries[{i}] must be an object with string 'bucket' and 'spec' and a positive "
                 f"finite number 'us', got {e!r}"
             )
-        found.append((e["bucket"], e["spec"], float(value)))
+        dtype = e.get("dtype", data.get("dtype") or CASES[op][0].dtype)
+        if dtype not in DTYPE_NAMES:
+            raise ValueError(f"entries[{i}] has dtype {dtype!r}; accepted: {DTYPE_NAMES}")
+        found.append((e["bucket"], e["spec"], dtype, float(value)))
     return found
 
 
@@ -307,7 +318,7 @@ def _stale_versions(data: dict) -> str | None:
     return ", ".join(changed) or None
 
 
-def load_perf_table(device_name: str) -> Callable[[str, str, str, str], float | None]:
+def load_perf_table(device_name: str) -> core.PerfProvider:
     """A perf provider over the tables stored for `device_name` (ms, or None if unmeasured).
 
     A file that cannot be used (unreadable, another schema or device, a malformed entry) is
@@ -317,7 +328,7 @@ def load_perf_table(device_name: str) -> Callable[[str, str, str, str], float | 
     still right, but its numbers are not this software's. The provider answers None for any
     other device name.
     """
-    us: dict[tuple[str, str, str], float] = {}
+    us: dict[tuple[str, str, str, str], float] = {}
     directory = tables_dir()
     for op in BUCKETS:
         path = directory / f"{_slug(device_name)}__{op}.json"
@@ -334,13 +345,15 @@ def load_perf_table(device_name: str) -> Callable[[str, str, str, str], float | 
         if stale:
             warnings.warn(f"perf table {path} was measured under {stale}; dispatch still ranks "
                           f"by it: re-run `kvbench tune {op}`", stacklevel=2)
-        for bucket_name, spec_name, value in entries:
-            us[(op, bucket_name, spec_name)] = value
+        for bucket_name, spec_name, dtype, value in entries:
+            us[(op, dtype, bucket_name, spec_name)] = value
 
-    def provider(op: str, bucket_name: str, spec_name: str, dev_name: str) -> float | None:
+    def provider(
+        op: str, bucket_name: str, spec_name: str, dev_name: str, dtype: str
+    ) -> float | None:
         if dev_name != device_name:
             return None
-        value = us.get((op, bucket_name, spec_name))
+        value = us.get((op, dtype, bucket_name, spec_name))
         return None if value is None else value / 1000.0  # table µs -> provider ms
 
     provider.device_name = device_name  # type: ignore[attr-defined]
@@ -348,15 +361,17 @@ def load_perf_table(device_name: str) -> Callable[[str, str, str, str], float | 
     return provider
 
 
-_LOADED: dict[str, Callable[[str, str, str, str], float | None]] = {}
+_LOADED: dict[str, core.PerfProvider] = {}
 
 
-def stored_tables_provider(op: str, bucket_name: str, spec_name: str, dev_name: str):
+def stored_tables_provider(
+    op: str, bucket_name: str, spec_name: str, dev_name: str, dtype: str
+) -> float | None:
     """The default provider: stored tables for `dev_name`, loaded once per process and name."""
     provider = _LOADED.get(dev_name)
     if provider is None:
         provider = _LOADED[dev_name] = load_perf_table(dev_name)
-    return provider(op, bucket_name, spec_name, dev_name)
+    return provider(op, bucket_name, spec_name, dev_name, dtype)
 
 
 def clear_table_cache() -> None:
@@ -410,6 +425,7 @@ def tune(
                     {
                         "bucket": bucket_name,
                         "spec": spec.name,
+                        "dtype": prob.dtype,
                         "us": t.median_us,
                         "case": case.label,
                         "timer": t.timer,
@@ -452,19 +468,20 @@ def _any_bucket_entries(entries: list[dict], n_cases: int) -> list[dict]:
     """Entries for the "any" bucket (problems dispatched without a shape, e.g. a
     KVCacheManager choosing its backend at construction): each row's worst case over the
     buckets, for rows measured in every case only, so no row wins by a missing bucket."""
-    by_spec: dict[str, list[float]] = {}
+    by_spec: dict[tuple[str, str], list[float]] = {}
     for e in entries:
-        by_spec.setdefault(e["spec"], []).append(e["us"])
+        by_spec.setdefault((e["spec"], e["dtype"]), []).append(e["us"])
     return [
         {
             "bucket": ANY_BUCKET,
             "spec": spec,
+            "dtype": dtype,
             "us": max(us),
             "case": "worst over buckets",
             "timer": "derived",
             "l2": "-",
         }
-        for spec, us in by_spec.items()
+        for (spec, dtype), us in by_spec.items()
         if n_cases and len(us) == n_cases
     ]
 
