@@ -102,8 +102,8 @@ def set_perf_provider(fn: PerfProvider | None) -> None:
     """Install the source of measured latencies; None ranks on preference/priority/name only.
 
     fn(op, bucket, spec_name, device_name, dtype) returns MILLISECONDS (the engine's
-    convention) or None. reset_perf_provider() restores the default: the tables `kvbench tune` stored for the
-    device. Cached decisions are dropped.
+    convention) or None. reset_perf_provider() restores the default: the tables `kvbench
+    tune` stored for the device. Cached decisions are dropped.
     """
     global _provider
     if fn is not None and not callable(fn):

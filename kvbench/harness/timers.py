@@ -124,8 +124,8 @@ HEAD_START_PAD_US = 5.0
 #: the H200) eats the margin call after call, and on warm rows, with no flush kernel to absorb
 #: it, the gap lands in the samples (docs/harness.md, warm vs cold). While the backlog spins,
 #: the host enqueues iterations ahead of the GPU, so a slow enqueue is absorbed by the queue
-#: and not timed. The cap bounds the wall time; past ~1000 queued launches the host blocks
-#: on the driver's queue anyway, which is the GPU being ahead, the state wanted.
+#: and not timed. The cap bounds the wall time; should the driver's launch queue fill first,
+#: the host blocks on it, which is the GPU being ahead, the state wanted.
 BACKLOG_FACTOR = 2.0
 BACKLOG_MAX_US = 50_000.0
 
