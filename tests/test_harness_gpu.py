@@ -160,9 +160,9 @@ def test_every_flush_mode_evicts_an_l2_resident_read(mode, monkeypatch):
 #: the host's enqueue time of fn, one under torch's sync debug mode, three for the enqueue
 #: time of a whole iteration.
 _CALLS_BEFORE_THE_LOOP = 8
-#: The share of warm samples that may exceed twice the steady median: a slow enqueue absorbed
-#: by the backlog leaves none; the control shows what an unabsorbed one leaves.
-ABSORBED_SHARE, UNABSORBED_SHARE = 0.02, 0.15
+#: The share of warm samples that may exceed twice the steady median when the backlog absorbs
+#: a slow enqueue.
+ABSORBED_SHARE = 0.02
 
 
 def _host_slower_than_measured(fn, wait_us: float):
@@ -184,10 +184,14 @@ def _host_slower_than_measured(fn, wait_us: float):
 
 def test_a_host_slower_than_measured_lands_in_no_warm_sample(monkeypatch):
     """Warm rows have no flush kernel in front to absorb a slow enqueue. Every call waits
-    80 us on the host after the timer measured it: with the backlog no sample shows it; the
-    control, the same loop without the backlog, shows the test can fail. On the H200 a 50 us
-    wait already put 52% of the samples above 2x in one of two rounds with the per-call head
-    start alone, and none with the backlog (jitter_ab_49a940b.log, docs/harness.md)."""
+    80 us on the host after the timer measured it: with the backlog no sample may show it.
+
+    The same loop without the backlog is run as a control and reported in the failure
+    message, not asserted: whether the per-call head start alone absorbs the wait depends on
+    the enqueue time the machine measured. On the H200 it let 52% of the samples through in
+    one of two rounds of a 50 us wait (jitter_ab_49a940b.log), >= 15% of an 80 us wait at
+    c6a90e0, and 0.5% at 279c89e (docs/harness.md). The assertion fails where the backlog
+    stops absorbing, on any machine whose head start alone does not."""
     from kvbench.harness import timers
     from kvbench.harness.stream_read import stream_read_fn
 
@@ -201,6 +205,8 @@ def test_a_host_slower_than_measured_lands_in_no_warm_sample(monkeypatch):
 
     absorbed = share_slow()
     monkeypatch.setattr(timers, "BACKLOG_FACTOR", 0.0)
-    unabsorbed = share_slow()
-    assert absorbed <= ABSORBED_SHARE, (steady, absorbed, unabsorbed)
-    assert unabsorbed >= UNABSORBED_SHARE, (steady, absorbed, unabsorbed)
+    control = share_slow()
+    assert absorbed <= ABSORBED_SHARE, (
+        f"steady {steady:.2f} us; slowed share with the backlog {absorbed:.3f}, "
+        f"without it {control:.3f}"
+    )
