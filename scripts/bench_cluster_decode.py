@@ -39,7 +39,7 @@ from kvbench.harness.stream_read import page_read_fn
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels import paged_decode_cluster as pdc
 from kvbench.kernels._device import sm_count
-from kvbench.pool import paged_pool
+from kvbench.pool import STORAGES, paged_pool
 
 #: (label, batch, context, KV dtype, pool storage): fp8 runs on dim-major V pages, the layout
 #: the cluster kernel reads fp8 from (and the Triton kernel's fastest fp8 storage, exp. 16).
@@ -54,7 +54,8 @@ CASES = (
 )
 
 
-DTYPES, STORAGES = ("fp16", "bf16", "fp8"), ("combined", "v_dim_major")
+#: The KV dtypes paged_pool builds (the registry's DTYPE_NAMES also holds the allocator's int64).
+DTYPES = ("fp16", "bf16", "fp8")
 
 
 def parse_case(text: str) -> tuple[str, int, int, str, str]:

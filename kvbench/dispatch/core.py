@@ -369,7 +369,7 @@ def _full_shape(
     full = dict(shape)
     if "sm_count" not in full:
         full["sm_count"] = _device_info(device)[1]
-    full.setdefault("dtype", dtype)
+    full["dtype"] = dtype  # the problem's, even where the caller's shape says otherwise
     return full
 
 
