@@ -149,6 +149,11 @@ def test_gpu_experiments_name_bad_arguments_before_needing_a_gpu(script, monkeyp
             assert repr(bad) in err and "--case" in err, err
         assert mod.parse_case("4,32768") == ("b4_c32768", 4, 32768, "fp16", "combined")
         assert mod.parse_case("2,8192,fp8") == ("b2_c8192", 2, 8192, "fp8", "v_dim_major")
+        for bad in ("8,x", "16:two"):
+            with pytest.raises(SystemExit):
+                mod.main(["--splits", bad])
+            assert "--splits wants N or N:CLUSTER" in capsys.readouterr().err
+        assert mod.parse_splits("8,16:2,") == [(8, None), (16, 2)]
     if script.startswith("bench_"):
         with pytest.raises(SystemExit):
             mod.main(["--cluster-lib", "no-label-here"])
