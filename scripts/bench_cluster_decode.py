@@ -1,6 +1,6 @@
 """Cluster-combined CUDA decode against the Triton split-KV decode and the bytes-only bound (GPU)
 
-    python scripts/bench_cluster_decode.py [--json PATH] [--rounds N] [--splits 8,16:2]
+    python scripts/bench_cluster_decode.py [--json PATH] [--rounds N] [--splits 4,8,16]
                                            [--cluster-lib LABEL=PATH ...]
                                            [--case BATCH,CONTEXT[,DTYPE[,STORAGE]] ...]
 
@@ -10,9 +10,8 @@ splits of a (sequence, kv head) through distributed shared memory in one launch.
 round, alternating rows so drift hits all of them: every decode row checked against the fp64
 reference first, then timed under the harness's cold-L2 bench():
   - triton/split_kv (shipped, auto split count);
-  - cuda/cluster_decode at the auto split count and at each --splits value (N: N splits in
-    the default cluster size; N:C: N splits in clusters of C), and each --cluster-lib build
-    (e.g. an older commit's with the same DecodeArgs) at the auto split count;
+  - cuda/cluster_decode at the auto split count and at each --splits value, and each
+    --cluster-lib build (e.g. an older commit's) at the auto split count;
   - page_read (the case's pages read and nothing else) and the event floor.
 --case replaces the built-in CASES (e.g. the shapes a dispatch rule was not measured at).
 """
@@ -77,32 +76,15 @@ def parse_case(text: str) -> tuple[str, int, int, str, str]:
     return (f"b{batch}_c{context}", batch, context, dtype, storage)
 
 
-def parse_splits(text: str) -> list[tuple[int, int | None]]:
-    """'8,16:2' -> [(8, None), (16, 2)]; ValueError naming what is accepted."""
-    out: list[tuple[int, int | None]] = []
-    for item in filter(None, text.split(",")):
-        n, _, c = item.partition(":")
-        try:
-            out.append((int(n), int(c) if c else None))
-        except ValueError:
-            raise ValueError(f"--splits wants N or N:CLUSTER items, comma-separated, "
-                             f"got {item!r}") from None
-    return out
-
-
-def split_label(n: int, c: int | None) -> str:
-    return f"cluster s{n}" if c is None else f"cluster s{n}:{c}"
-
-
 def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
-             splits: list[tuple[int, int | None]], libs: dict[str, str]) -> dict:
+             splits: list[int], libs: dict[str, str]) -> dict:
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, storage=storage, device=dev)
     q = checks.make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     rows = {"triton/split_kv": pd.paged_decode_split_kv, "cluster auto": pdc.paged_decode_cluster}
-    for n, c in splits:
-        rows[split_label(n, c)] = partial(pdc.paged_decode_cluster, num_splits=n, cluster_size=c)
+    for s in splits:
+        rows[f"cluster s{s}"] = partial(pdc.paged_decode_cluster, num_splits=s)
     for label, path in libs.items():
         rows[f"cluster {label}"] = called_under(partial(cluster_library, path),
                                                 pdc.paged_decode_cluster)
@@ -116,8 +98,8 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
         out[name] = bench(partial(fn, *args, **kw)).median_us
     out["page_read"] = bench(read).median_us
     out["empty"] = event_floor(dev).median_us
-    out["auto splits"] = "{}:{}".format(*pdc.auto_splits(
-        dev, pool.k_cache.dtype, 32 // pool.kv_heads, batch * pool.kv_heads, ctx))
+    out["auto splits"] = pdc.auto_splits(dev, pool.k_cache.dtype, 32 // pool.kv_heads,
+                                         batch * pool.kv_heads, ctx)
     pool.free()
     return out
 
@@ -133,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         parse_cluster_libs(parser, a.cluster_lib)
         try:
             a.cases = tuple(parse_case(c) for c in a.case) or CASES
-            a.split_list = parse_splits(a.splits)
         except ValueError as exc:
             parser.error(str(exc))
 
@@ -143,14 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     args, meta, dev = started
     libs = parse_cluster_libs(parser, args.cluster_lib)
     meta["cluster_libs"] = libs
-    splits = args.split_list
+    splits = [int(s) for s in args.splits.split(",") if s]
     meta["max_active_clusters"] = {
         s: pdc.max_active_clusters(dev, torch.float16, 4, s) for s in range(1, 17)}
     print("max active clusters (fp16, group 4):", meta["max_active_clusters"], flush=True)
     results = run_rounds(
         args.rounds, args.cases, lambda c: f"{c[0]}:{c[3]}",
         lambda c: run_case(*c[1:], dev, splits, libs), args.json, meta)
-    cols = ["triton/split_kv", "cluster auto", *[split_label(n, c) for n, c in splits],
+    cols = ["triton/split_kv", "cluster auto", *[f"cluster s{s}" for s in splits],
             *[f"cluster {k}" for k in libs], "page_read", "empty"]
     print("\n" + mean_table(results, cols, 16, lambda rounds: f"   {rounds[0]['auto splits']}"))
     return 0

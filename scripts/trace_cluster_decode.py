@@ -2,22 +2,23 @@
 
     python scripts/trace_cluster_decode.py [--json PATH] [--rounds N] [--reps N]
                                            [--case BATCH,CONTEXT[,DTYPE[,STORAGE]] ...]
-                                           [--splits 8,16:2]
+                                           [--splits 8,16]
 
 The event timer gives one number per launch and Nsight Compute averages over warps; neither
 says which link of a short launch's chain is long. This builds cluster_decode.cu with
 -DKVB_TRACE (thread 0 of every CTA reads %globaltimer at 8 marks: entry, first copies issued,
-first tile landed, last tile done, CTA partial ready, cluster partials visible, slice combined,
-done) and launches it at each case and split setting (default: the auto setting and each
---splits N or N:CLUSTER), cold L2 (the harness's flush before each launch) and warm, --reps
-launches each, every output checked against the fp64 reference first. Per setting it reports
-the medians over launches of: the span (first entry to last done), the entry skew across CTAs,
-and each phase's median and max over CTAs. The shipped build has no trace code.
+first tile landed, last tile done, CTA partial ready, cluster partials visible, slice stored,
+done) and launches it at each case and split count (the auto count and each --splits value),
+cold L2 (the harness's flush before each launch) and warm, --reps launches each, every output
+checked against the fp64 reference first. Per setting it reports the medians over launches
+of: the span (first entry to last done), the entry skew across CTAs, and each phase's median
+and max over CTAs. The shipped build has no trace code. Experiment 21 (docs/perf-notes.md).
 """
 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import statistics
 import sys
 import tempfile
@@ -25,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from bench_cluster_decode import parse_case, parse_splits, split_label
+from bench_cluster_decode import parse_case
 from gpu_experiment import cluster_library, experiment_parser, run_rounds, start_experiment
 
 from kvbench import checks
@@ -36,9 +37,9 @@ from kvbench.pool import paged_pool
 
 #: The marks' names, in the kernel's order (cluster_decode.cu, KVB_MARK).
 MARKS = ("entry", "issued", "first_tile", "last_tile", "cta_partial", "cluster_visible",
-         "slice_done", "done")
+         "slice_stored", "done")
 #: Phase i runs from mark i to mark i + 1.
-PHASES = tuple(f"{a}->{b}" for a, b in zip(MARKS, MARKS[1:], strict=False))
+PHASES = tuple(f"{a}->{b}" for a, b in itertools.pairwise(MARKS))
 DEFAULT_CASES = ("1,4096", "1,1024")
 
 
@@ -52,6 +53,9 @@ def build_trace_library() -> str:
 def read_marks(ctas: int) -> torch.Tensor:
     """The last launch's marks, [ctas, len(MARKS)] int64 ns (after a synchronize)."""
     lib = pdc._library()
+    if lib.kvb_constant(b"TRACE_POINTS") != len(MARKS):
+        raise RuntimeError(f"the kernel records {lib.kvb_constant(b'TRACE_POINTS')} marks, "
+                           f"this script names {len(MARKS)}: update MARKS")
     lib.kvb_trace_read.argtypes = [ctypes.c_void_p, ctypes.c_int]
     buf = (ctypes.c_uint64 * (ctas * len(MARKS)))()
     code = lib.kvb_trace_read(ctypes.cast(buf, ctypes.c_void_p), ctas)
@@ -78,8 +82,7 @@ def summarize(launches: list[torch.Tensor]) -> dict[str, float]:
     return {"tick": tick, **{k: statistics.median(v) for k, v in per.items()}}
 
 
-def run_case(case: tuple, settings: list[tuple[int | None, int | None]], reps: int,
-             dev: torch.device) -> dict:
+def run_case(case: tuple, settings: list[int | None], reps: int, dev: torch.device) -> dict:
     _, batch, ctx, dtype, storage = case
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, storage=storage, device=dev)
@@ -88,11 +91,11 @@ def run_case(case: tuple, settings: list[tuple[int | None, int | None]], reps: i
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     flush = flusher(dev)
     out: dict[str, dict] = {}
-    for n, c in settings:
+    for n in settings:
         if n is None:
-            n, c = pdc.auto_splits(dev, pool.k_cache.dtype, 32 // pool.kv_heads,
-                                   batch * pool.kv_heads, ctx)
-        fn = partial(pdc.paged_decode_cluster, num_splits=n, cluster_size=c)
+            n = pdc.auto_splits(dev, pool.k_cache.dtype, 32 // pool.kv_heads,
+                                batch * pool.kv_heads, ctx)
+        fn = partial(pdc.paged_decode_cluster, num_splits=n)
         checks.check_paged_decode(fn, pool, q)
         ctas = n * pool.kv_heads * batch
         for l2 in ("cold", "warm"):
@@ -103,7 +106,7 @@ def run_case(case: tuple, settings: list[tuple[int | None, int | None]], reps: i
                 fn(*args, **kw)
                 torch.cuda.synchronize(dev)
                 launches.append(read_marks(ctas))
-            out[f"{split_label(n, c)} {l2}"] = summarize(launches)
+            out[f"s{n} {l2}"] = summarize(launches)
     pool.free()
     return out
 
@@ -127,16 +130,19 @@ def table(results: dict[str, list[dict]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__, rounds=1)
     parser.add_argument("--reps", type=int, default=20, help="launches per setting and L2 mode")
-    parser.add_argument("--splits", default="", help="N or N:CLUSTER settings beside auto")
+    parser.add_argument("--splits", default="", help="split counts beside the auto count")
     parser.add_argument("--case", action="append", default=[],
                         metavar="BATCH,CONTEXT[,DTYPE[,STORAGE]]")
 
     def check(a) -> None:
         try:
             a.cases = tuple(parse_case(c) for c in (a.case or DEFAULT_CASES))
-            a.settings = [(None, None), *parse_splits(a.splits)]
         except ValueError as exc:
             parser.error(str(exc))
+        try:
+            a.settings = [None, *(int(n) for n in a.splits.split(",") if n)]
+        except ValueError:
+            parser.error(f"--splits wants comma-separated split counts, got {a.splits!r}")
         if a.reps < 1:
             parser.error(f"--reps must be >= 1, got {a.reps}")
 

@@ -37,6 +37,22 @@ def test_library_compiles_for_sm90a_without_spills(tmp_path):
 
 
 @needs_nvcc
+def test_trace_build_compiles_and_the_shipped_build_refuses_to_trace(tmp_path):
+    """-DKVB_TRACE (scripts/trace_cluster_decode.py) compiles without spills, with the same
+    argument struct; the shipped build answers kvb_trace_read with cudaErrorNotSupported."""
+    traced, log = cuda_build.compile_source(pdc.LIBRARY, tmp_path / "trace",
+                                            extra=("-DKVB_TRACE", "-Xptxas", "-v"))
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert spills and all(s == ("0", "0") for s in spills), log
+    pdc.configure_library(ctypes.CDLL(str(traced)))
+    shipped, _ = cuda_build.compile_source(pdc.LIBRARY, tmp_path / "shipped")
+    lib = ctypes.CDLL(str(shipped))
+    lib.kvb_trace_read.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    assert lib.kvb_trace_read(None, 0) == 801  # cudaErrorNotSupported
+    assert lib.kvb_constant(b"TRACE_POINTS") == 8
+
+
+@needs_nvcc
 def test_a_constant_edited_on_one_side_is_named(tmp_path, monkeypatch):
     lib, _ = cuda_build.compile_source(pdc.LIBRARY, tmp_path)
     monkeypatch.setattr(pdc, "TILE_N", 64)
@@ -64,36 +80,22 @@ def test_missing_nvcc_is_named(monkeypatch):
 
 
 def test_split_policy():
-    always = lambda c: 1000
-    # batch 1 x 8 kv heads, 4k, 132 SMs: 16 splits of 2 tiles (128 CTAs, one wave), one
-    # cluster per kv head when the device holds them
-    assert pdc.choose_cluster_splits(8, 4096, 132, always) == (16, 16)
-    # the H200's occupancy (bench_cluster_cases_02fae99.log): 8 clusters of 16, 16 of 8, 32 of
-    # 4 do not fit at once, 64 of 2 do: 16 splits as 8 clusters of 2 per kv head
-    h200 = {1: 132, 2: 66, 3: 39, 4: 30, 5: 22, 6: 17, 7: 15, 8: 15, 9: 9}.get
-    h200_fits = lambda c: h200(c, 7)
-    assert pdc.choose_cluster_splits(8, 4096, 132, h200_fits) == (16, 2)
-    assert pdc.choose_cluster_splits(8, 32768, 132, h200_fits) == (16, 2)
-    assert pdc.choose_cluster_splits(32, 4096, 132, h200_fits) == (4, 2)  # 32 of 4 > 30
-    assert pdc.choose_cluster_splits(64, 4096, 132, h200_fits) == (2, 2)
-    # no cluster beyond one CTA fits: splits still run, combined through the workspace alone
-    singles = lambda c: 132 if c == 1 else 0
-    assert pdc.choose_cluster_splits(8, 4096, 132, singles) == (16, 1)
-    assert pdc.choose_cluster_splits(64, 4096, 132, always) == (2, 2)
-    assert pdc.choose_cluster_splits(16, 4096, 132, always) == (8, 8)
+    always = lambda s: 1000
+    # batch 1 x 8 kv heads, 4k, 132 SMs: 16 splits of 2 tiles (128 CTAs, one wave)
+    assert pdc.choose_cluster_splits(8, 4096, 132, always) == 16
+    # the H200's occupancy (7 clusters of 16, 9 of 9): 9 and 8 splits both give 4 tiles per
+    # CTA; the fewer CTAs win
+    h200 = lambda s: {16: 7, 15: 7, 14: 7, 13: 7, 12: 7, 11: 7, 10: 7}.get(s, 9)
+    assert pdc.choose_cluster_splits(8, 4096, 132, h200) == 8
+    assert pdc.choose_cluster_splits(8, 32768, 132, h200) == 9  # 29 tiles vs 32 at 8
+    assert pdc.choose_cluster_splits(64, 4096, 132, always) == 2
+    assert pdc.choose_cluster_splits(16, 4096, 132, always) == 8
     # programs already fill the SMs: no split
-    assert pdc.choose_cluster_splits(132, 4096, 132, always) == (1, 1)
-    assert pdc.choose_cluster_splits(512, 8192, 132, always) == (1, 1)
+    assert pdc.choose_cluster_splits(132, 4096, 132, always) == 1
+    assert pdc.choose_cluster_splits(512, 8192, 132, always) == 1
     # short contexts: no split beyond one tile each, none shorter than MIN_TOKENS_PER_SPLIT
-    assert pdc.choose_cluster_splits(8, 256, 132, always) == (2, 2)
-    assert pdc.choose_cluster_splits(8, 100, 132, always) == (1, 1)
-    # few kv heads: more than MAX_CLUSTER splits, in clusters that divide them
-    assert pdc.choose_cluster_splits(2, 32768, 132, always) == (64, 16)
-
-
-def test_forced_split_counts_default_to_one_cluster_up_to_16():
-    assert [pdc.default_cluster_size(s) for s in (1, 3, 8, 16, 17, 24, 64)] == [
-        1, 3, 8, 16, 1, 12, 16]
+    assert pdc.choose_cluster_splits(8, 256, 132, always) == 2
+    assert pdc.choose_cluster_splits(8, 100, 132, always) == 1
 
 
 def _cpu_pool(**kw):
@@ -140,14 +142,6 @@ def test_paged_decode_contract_checked_first():
 _GPU = {"head_dim": 128, "min_l2_multiple": 0, "device": "cuda", "seed": 0}
 
 
-def _split_kw(splits) -> dict:
-    if splits is None:
-        return {}
-    if isinstance(splits, tuple):
-        return {"num_splits": splits[0], "cluster_size": splits[1]}
-    return {"num_splits": splits}
-
-
 def _check(pool, q_heads, **kw):
     q = make_decode_query(pool, q_heads, seed=1)
     fn = pdc.paged_decode_cluster
@@ -161,14 +155,13 @@ def _check(pool, q_heads, **kw):
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("group", pdc.GROUPS)
 @pytest.mark.parametrize("page_size", [8, 16, 64])
-@pytest.mark.parametrize("splits", [None, 1, 3, 8, 14, 16, (16, 2), (16, 1), (12, 4), (64, 16)])
+@pytest.mark.parametrize("splits", [None, 1, 3, 8, 14, 16])
 def test_gpu_ragged(dtype, group, page_size, splits):
-    """``splits`` (n, c): n splits in clusters of c, combined through the workspace."""
     lens = [1, 1, 15, 17, 129, 1000, 4097]
     pool = paged_pool(len(lens), lens, kv_heads=2, page_size=page_size, dtype=dtype, **_GPU)
     pool.seq_lens[0] = 0  # an empty slot of the batch: zero output
     try:
-        _check(pool, 2 * group, **_split_kw(splits))
+        _check(pool, 2 * group, **({} if splits is None else {"num_splits": splits}))
     finally:
         pool.free()
 
@@ -176,7 +169,7 @@ def test_gpu_ragged(dtype, group, page_size, splits):
 @pytest.mark.gpu
 @pytest.mark.parametrize("group", pdc.GROUPS)
 @pytest.mark.parametrize("page_size", [16, 64])
-@pytest.mark.parametrize("splits", [None, 1, 3, 16, (16, 2), (24, 1)])
+@pytest.mark.parametrize("splits", [None, 1, 3, 16])
 def test_gpu_ragged_fp8(group, page_size, splits):
     """fp8 bytes (K token-major, V dim-major) against the same bytes widened by torch."""
     lens = [1, 1, 15, 17, 129, 1000, 4097]
@@ -184,7 +177,7 @@ def test_gpu_ragged_fp8(group, page_size, splits):
                       storage="v_dim_major", **_GPU)
     pool.seq_lens[0] = 0
     try:
-        _check(pool, 2 * group, **_split_kw(splits))
+        _check(pool, 2 * group, **({} if splits is None else {"num_splits": splits}))
     finally:
         pool.free()
 
@@ -204,8 +197,8 @@ def test_gpu_stale_nan_past_seq_len(dtype, storage):
             attended[pool.block_table[seq, t // pool.page_size].long(), t % pool.page_size] = True
         for cache in (pool.k_cache, pool.v_cache):
             cache[~attended] = 0x7F if dtype == "fp8" else float("nan")  # e4m3 NaN: 0x7F
-        for splits in (None, 5, 16, (16, 4), (32, 1)):
-            _check(pool, 8, **_split_kw(splits))
+        for splits in (None, 5, 16):
+            _check(pool, 8, **({} if splits is None else {"num_splits": splits}))
     finally:
         pool.free()
 
@@ -224,48 +217,9 @@ def test_gpu_decode_geometry(dtype, storage, batch, context):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"num_splits": 65}, r"num_splits must be None or an int in \[1, 64\]"),
-    ({"num_splits": 32, "cluster_size": 17}, r"cluster_size must be None or an int in \[1, 16\]"),
-    ({"num_splits": 12, "cluster_size": 8}, "cluster_size must divide num_splits"),
-    ({"cluster_size": 2}, "cluster_size must divide num_splits"),
-])
-def test_gpu_bad_split_arguments(kw, match):
+def test_gpu_bad_num_splits():
     pool = paged_pool(1, 64, kv_heads=2, page_size=16, dtype="fp16", **_GPU)
     q = make_decode_query(pool, 4)
-    try:
-        with pytest.raises(ValueError, match=match):
-            pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table,
-                                     pool.seq_lens, **kw)
-    finally:
-        pool.free()
-
-
-@pytest.mark.gpu
-def test_gpu_workspace_counters_reset_between_launches():
-    """Several clusters per (sequence, kv head): the last CTA to arrive resets its counter, so
-    back-to-back launches (and another shape's after them) agree bit for bit and leave every
-    counter at zero; a launch on a second stream gets its own counters."""
-    pool = paged_pool(3, [4096, 700, 33], kv_heads=2, page_size=16, dtype="fp16", **_GPU)
-    q = make_decode_query(pool, 8, seed=1)
-    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    try:
-        first = pdc.paged_decode_cluster(*args, num_splits=16, cluster_size=2)
-        again = [pdc.paged_decode_cluster(*args, num_splits=16, cluster_size=2) for _ in range(3)]
-        other = pdc.paged_decode_cluster(*args, num_splits=6, cluster_size=1)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            on_side = pdc.paged_decode_cluster(*args, num_splits=16, cluster_size=2)
-        torch.cuda.synchronize()
-        assert all(torch.equal(first, a) for a in again)
-        assert torch.equal(first, on_side)
-        check_paged_decode(lambda *a, **k: pdc.paged_decode_cluster(
-            *a, **k, num_splits=6, cluster_size=1), pool, q)
-        assert torch.isfinite(other).all()
-        stream_keys = [key for key in pdc._WORKSPACES if key[0] == q.device.index]
-        assert len(stream_keys) >= 2
-        for key in stream_keys:
-            assert int(pdc._WORKSPACES[key][1].abs().sum()) == 0, key
-    finally:
-        pool.free()
+    with pytest.raises(ValueError, match=r"num_splits must be None or an int in \[1, 16\]"):
+        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens,
+                                 num_splits=17)

@@ -128,7 +128,8 @@ def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
 
 
 @pytest.mark.parametrize("script", ["ablate_flush", "ablate_split_decode", "sweep_page_read",
-                                    "bench_cluster_decode", "bench_fp8_v_lines"])
+                                    "bench_cluster_decode", "bench_fp8_v_lines",
+                                    "trace_cluster_decode"])
 def test_gpu_experiments_name_bad_arguments_before_needing_a_gpu(script, monkeypatch, capsys):
     """A bad --rounds or --case is named at once (on a device call it would otherwise cost the
     machine's start); without CUDA the script says it needs one and exits 2, measuring nothing."""
@@ -149,11 +150,13 @@ def test_gpu_experiments_name_bad_arguments_before_needing_a_gpu(script, monkeyp
             assert repr(bad) in err and "--case" in err, err
         assert mod.parse_case("4,32768") == ("b4_c32768", 4, 32768, "fp16", "combined")
         assert mod.parse_case("2,8192,fp8") == ("b2_c8192", 2, 8192, "fp8", "v_dim_major")
-        for bad in ("8,x", "16:two"):
+    if script == "trace_cluster_decode":
+        for bad, what in ((["--reps", "0"], "--reps must be >= 1, got 0"),
+                          (["--splits", "8,x"], "--splits wants comma-separated split counts"),
+                          (["--case", "4"], "--case wants BATCH,CONTEXT")):
             with pytest.raises(SystemExit):
-                mod.main(["--splits", bad])
-            assert "--splits wants N or N:CLUSTER" in capsys.readouterr().err
-        assert mod.parse_splits("8,16:2,") == [(8, None), (16, 2)]
+                mod.main(bad)
+            assert what in capsys.readouterr().err
     if script.startswith("bench_"):
         with pytest.raises(SystemExit):
             mod.main(["--cluster-lib", "no-label-here"])
@@ -185,3 +188,24 @@ def test_experiment_rounds_and_mean_table(monkeypatch, tmp_path, capsys):
     table = mod.mean_table(results, ["a", "b"], 8, lambda rounds: f" n={len(rounds)}")
     assert [line.split() for line in table.splitlines()] == [
         ["case", "(mean", "us)", "a", "b"], ["x", "3.00", "5.00", "n=2"], ["y", "4.00", "-", "n=2"]]
+
+
+def test_trace_summary_spans_phases_and_resolution(monkeypatch):
+    """trace_cluster_decode.summarize: the span runs from the first CTA's entry to the last
+    CTA's end; each phase is a difference of consecutive marks, median and max over CTAs, then
+    the median over launches; tick is the smallest step between marks."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    mod = _load("trace_cluster_decode")
+    import torch
+
+    one = torch.tensor([[0, 1000, 2000, 5000, 5100, 5200, 5300, 6000],
+                        [500, 1600, 2600, 5500, 5600, 5700, 5800, 7000]])
+    two = one + torch.tensor([[0, 0, 0, 0, 0, 0, 0, 2000], [0] * 8])  # CTA 0 ends 2 us later
+    s = mod.summarize([one, two, one])
+    assert s["span"] == 7.0 and s["entry_skew"] == 0.5
+    # torch's median of an even count is the lower middle value
+    assert s["entry->issued med"] == 1.0 and s["entry->issued max"] == pytest.approx(1.1)
+    assert s["slice_stored->done max"] == pytest.approx(1.2)  # the median launch, not the slow one
+    assert s["tick"] == pytest.approx(0.1)
+    text = mod.table({"b1_c4096:fp16": [{"s8 cold": s}]})
+    assert "b1_c4096:fp16 s8 cold" in text and "p6 slice_stored->done" in text

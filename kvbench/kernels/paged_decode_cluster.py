@@ -1,10 +1,9 @@
 """Paged decode whose KV splits combine through a thread-block cluster (CUDA, sm_90).
 
 The kernel is ``kvbench/kernels/cuda/cluster_decode.cu`` (its header says why it exists and
-how one CTA works); this module validates the inputs, picks the split count and the cluster
-size (a (sequence, kv head) runs as splits / cluster_size clusters; more than one combine
-through a workspace and the last CTA to arrive), and launches it through ctypes on torch's
-current stream. The library is built with nvcc on first use (``kvbench.kernels.cuda_build``).
+how one CTA works); this module validates the inputs, picks the split count (= the cluster
+size) and launches it through ctypes on torch's current stream. The library is built with nvcc
+on first use (``kvbench.kernels.cuda_build``).
 
 Accepted inputs, beyond paged_decode's (its ``_validate`` runs first, same messages): CUDA
 tensors on an sm_90+ device; head_dim 128; q heads per kv head 1, 2, 4 or 8; fp16 / bf16
@@ -19,7 +18,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-from collections.abc import Callable
 
 import torch
 
@@ -32,11 +30,7 @@ LIBRARY = "cluster_decode"
 HEAD_DIM = 128
 GROUPS = (1, 2, 4, 8)
 #: sm_90's non-portable cluster limit (the kernel allows it on itself).
-MAX_CLUSTER = 16
-#: Splits per (sequence, kv head): clusters x cluster size.
-MAX_SPLITS = 64
-#: Floats of one cluster's partial per q head of a kv head (outputs, max, sum).
-PART_FLOATS_PER_GROUP = HEAD_DIM + 2
+MAX_SPLITS = 16
 #: A split shorter than this is not worth a CTA: its fixed chain (block table, copy, combine)
 #: would dominate.
 MIN_TOKENS_PER_SPLIT = 64
@@ -58,8 +52,6 @@ class DecodeArgs(ctypes.Structure):
         ("out", ctypes.c_void_p),
         ("k_scale_ptr", ctypes.c_void_p),
         ("v_scale_ptr", ctypes.c_void_p),
-        ("work", ctypes.c_void_p),
-        ("counters", ctypes.c_void_p),
         *[(n, ctypes.c_int64) for n in (
             "q_stride_b", "q_stride_h",
             "k_stride_page", "k_stride_slot", "k_stride_head",
@@ -67,7 +59,7 @@ class DecodeArgs(ctypes.Structure):
             "bt_stride", "out_stride_b", "out_stride_h",
         )],
         *[(n, ctypes.c_int32) for n in (
-            "batch", "q_heads", "kv_heads", "page_shift", "splits", "cluster_size")],
+            "batch", "q_heads", "kv_heads", "page_shift", "splits")],
         *[(n, ctypes.c_float) for n in ("qk_scale_log2", "k_scale", "v_scale")],
     ]
 
@@ -96,8 +88,7 @@ def configure_library(lib: ctypes.CDLL, *, check_constants: bool = True) -> ctyp
         return lib
     lib.kvb_constant.argtypes = [ctypes.c_char_p]
     mirrored = {"HEAD_DIM": HEAD_DIM, "TILE_N": TILE_N, "MAX_SPLITS": MAX_SPLITS,
-                "MAX_CLUSTER": MAX_CLUSTER, "MAX_GROUP": max(GROUPS),
-                "PART_FLOATS_PER_GROUP": PART_FLOATS_PER_GROUP}
+                "MAX_GROUP": max(GROUPS)}
     built = {name: lib.kvb_constant(name.encode()) for name in mirrored}
     differ = {name: (built[name], value) for name, value in mirrored.items()
               if built[name] != value}
@@ -121,12 +112,10 @@ def unavailable_reason(device: torch.device) -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
-def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int,
-                        cluster_size: int) -> int:
-    """Clusters of ``cluster_size`` CTAs that the device holds at once (CUDA's occupancy query),
-    for a cache of ``kv_dtype`` (torch.uint8: fp8 bytes)."""
-    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=cluster_size,
-                      cluster_size=cluster_size)
+def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int, splits: int) -> int:
+    """Clusters of ``splits`` CTAs that the device holds at once (CUDA's occupancy query), for
+    a cache of ``kv_dtype`` (torch.uint8: fp8 bytes)."""
+    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=splits)
     n = ctypes.c_int(0)
     code = _FP8_CODE if kv_dtype == torch.uint8 else _DTYPE_CODE[kv_dtype]
     with torch.cuda.device(device):
@@ -144,68 +133,36 @@ def shape_unsupported(head_dim: int, q_heads: int, kv_heads: int) -> str | None:
     return None
 
 
-def choose_cluster_splits(programs: int, max_context: int, sms: int,
-                          fits: Callable[[int], int]) -> tuple[int, int]:
-    """(splits, cluster size) with the fewest tiles per CTA, all CTAs in one wave.
+def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> int:
+    """The split count (<= MAX_SPLITS) with the fewest tiles per CTA, all CTAs in one wave.
 
-    ``programs`` = batch x kv heads; ``fits(size)`` = clusters of that size the device holds at
-    once. A split count qualifies when programs x splits CTAs fit the SMs (one CTA per SM: the
-    ring takes 192 KiB of shared memory), each split keeps >= MIN_TOKENS_PER_SPLIT tokens, and
-    some cluster size dividing it has all programs x splits / size clusters resident together.
-    Among those, the fewest TILE_N-token tiles per split (the chain each CTA runs), then the
-    fewest CTAs (on the H200 batch 1 x 4k ran 15.3 us at 8 splits of 4 whole tiles and 16.4 at
-    9 of 3 tiles and a tail), then the largest cluster (fewer partials through the workspace).
-    Any size, not only powers of two (the H200 holds 7 clusters of 16, 9 of 9, 15 of 8).
-    (1, 1) when no split qualifies.
+    ``programs`` = batch x kv heads; ``fits(splits)`` = clusters of that size the device holds
+    at once. A split count qualifies when programs x splits CTAs fit the SMs (one CTA per SM:
+    the ring takes 192 KiB of shared memory), all clusters are resident together, and each
+    split keeps >= MIN_TOKENS_PER_SPLIT tokens. Among those, the fewest TILE_N-token tiles per
+    split (the chain each CTA runs), then the fewest CTAs: on the H200 batch 1 x 4k ran 15.3 us
+    at 8 splits (4 whole tiles each) and 16.4 at 9 (3 tiles and a tail). Any size, not only
+    powers of two (the H200 holds 7 clusters of 16, 9 of 9). 1 when none qualifies.
     """
-    best, best_key = (1, 1), (math.ceil(max_context / TILE_N), programs)
+    best, best_tiles = 1, math.ceil(max_context / TILE_N)
     for splits in range(2, MAX_SPLITS + 1):
-        if programs * splits > sms or max_context < splits * MIN_TOKENS_PER_SPLIT:
+        if (programs * splits > sms or max_context < splits * MIN_TOKENS_PER_SPLIT
+                or programs > fits(splits)):
             continue
-        size = next((c for c in range(min(splits, MAX_CLUSTER), 0, -1)
-                     if splits % c == 0 and programs * (splits // c) <= fits(c)), None)
-        if size is None:
-            continue
-        key = (math.ceil(math.ceil(max_context / splits) / TILE_N), programs * splits)
-        if key < best_key:
-            best, best_key = (splits, size), key
+        tiles = math.ceil(math.ceil(max_context / splits) / TILE_N)
+        if tiles < best_tiles:
+            best, best_tiles = splits, tiles
     return best
 
 
 def auto_splits(device: torch.device, kv_dtype: torch.dtype, group: int, programs: int,
-                max_context: int) -> tuple[int, int]:
+                max_context: int) -> int:
     """choose_cluster_splits with this device's SM count and cluster occupancy (the launcher's
-    choice when num_splits is None): (splits, cluster size)."""
+    choice when num_splits is None)."""
     return choose_cluster_splits(
         programs, max_context, sm_count(device),
-        lambda c: max_active_clusters(device, kv_dtype, group, c),
+        lambda s: max_active_clusters(device, kv_dtype, group, s),
     )
-
-
-def default_cluster_size(num_splits: int) -> int:
-    """The cluster size for a forced split count: the largest divisor <= MAX_CLUSTER (one
-    cluster per (sequence, kv head) up to 16 splits, as before several clusters existed)."""
-    return next(c for c in range(min(num_splits, MAX_CLUSTER), 0, -1) if num_splits % c == 0)
-
-
-#: (device index, stream) -> (partials, counters). Cached, not allocated per call: the counters
-#: must be zero before a launch, and torch.zeros per call would put a memset kernel on the
-#: stream before every decode (inside every timed region). The last CTA of a (sequence, kv head)
-#: resets its counter, so the buffer stays zero between launches; one buffer per stream, so
-#: launches on two streams never share a counter. Grown (never shrunk) as shapes need.
-_WORKSPACES: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _workspace(device: torch.device, stream: int, partial_floats: int,
-               heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-    key = (device.index, stream)
-    work, counters = _WORKSPACES.get(key, (None, None))
-    if work is None or work.numel() < partial_floats:
-        work = torch.empty(partial_floats, dtype=torch.float32, device=device)
-    if counters is None or counters.numel() < heads:
-        counters = torch.zeros(heads, dtype=torch.int32, device=device)
-    _WORKSPACES[key] = (work, counters)
-    return work, counters
 
 
 def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
@@ -253,15 +210,11 @@ def paged_decode_cluster(
     k_scale: torch.Tensor | float | None = None,
     v_scale: torch.Tensor | float | None = None,
     num_splits: int | None = None,
-    cluster_size: int | None = None,
 ) -> torch.Tensor:
-    """CUDA flash-decode, one launch: the splits of a (sequence, kv head) are one or more
-    clusters.
+    """CUDA flash-decode, one launch: the splits of a (sequence, kv head) are one cluster.
 
-    ``num_splits=None`` picks (splits, cluster size) by ``choose_cluster_splits`` from the shape
-    (the block table's width x page_size as the context bound: the host never reads seq_lens);
-    a forced ``num_splits`` without ``cluster_size`` runs in clusters of
-    ``default_cluster_size``. ``cluster_size`` must divide ``num_splits``.
+    ``num_splits=None`` picks ``choose_cluster_splits`` from the shape (the block table's width
+    x page_size as the context bound: the host never reads seq_lens).
     """
     # Imported here: this module stays light for the registry's shape gate and availability
     # (importing paged_decode decorates its Triton kernels, which fixes interpret mode).
@@ -272,40 +225,26 @@ def paged_decode_cluster(
                          triton_kernel=False)
     _check_cluster_inputs(q, k_cache, v_cache, p)
     check_optional_int_range("num_splits", num_splits, 1, MAX_SPLITS)
-    check_optional_int_range("cluster_size", cluster_size, 1, MAX_CLUSTER)
-    if cluster_size is not None and (num_splits is None or num_splits % cluster_size):
-        raise ValueError(f"cluster_size must divide num_splits, got cluster_size={cluster_size} "
-                         f"with num_splits={num_splits}")
     out = torch.empty((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
     if p.batch == 0:
         return out
-    group = p.q_heads // p.kv_heads
     if num_splits is None:
-        num_splits, cluster_size = auto_splits(q.device, k_cache.dtype, group,
-                                               p.batch * p.kv_heads, p.max_pages * p.page_size)
-    elif cluster_size is None:
-        cluster_size = default_cluster_size(num_splits)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    work_ptr = counters_ptr = None
-    if num_splits > cluster_size:
-        heads = p.batch * p.kv_heads
-        work, counters = _workspace(
-            q.device, stream, heads * (num_splits // cluster_size) * group * PART_FLOATS_PER_GROUP,
-            heads)
-        work_ptr, counters_ptr = work.data_ptr(), counters.data_ptr()
+        num_splits = auto_splits(q.device, k_cache.dtype, p.q_heads // p.kv_heads,
+                                 p.batch * p.kv_heads, p.max_pages * p.page_size)
     scale_ptrs = [s.data_ptr() if isinstance(s, torch.Tensor) else None
                   for s in (p.k_scale, p.v_scale)]
     scale_vals = [1.0 if isinstance(s, torch.Tensor) else float(s) for s in (p.k_scale, p.v_scale)]
     args = DecodeArgs(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_table.data_ptr(),
-        seq_lens.data_ptr(), out.data_ptr(), *scale_ptrs, work_ptr, counters_ptr,
+        seq_lens.data_ptr(), out.data_ptr(), *scale_ptrs,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         block_table.stride(0), out.stride(0), out.stride(1),
-        p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits, cluster_size,
+        p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits,
         p.sm_scale * _LOG2E, *scale_vals,
     )
+    stream = torch.cuda.current_stream(q.device).cuda_stream
     code = _FP8_CODE if p.fp8 else _DTYPE_CODE[q.dtype]
     with torch.cuda.device(q.device):
         _check(_library().kvb_cluster_decode(ctypes.byref(args), code, stream), "launch")

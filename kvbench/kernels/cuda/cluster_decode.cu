@@ -10,14 +10,6 @@
 // outputs by reading its peers' shared memory (DSMEM), then a second barrier keeps that memory
 // alive until all peers are done reading.
 //
-// A (sequence, kv head) may also run as several clusters (splits = clusters x cluster_size):
-// the H200 holds only 7 clusters of 16 CTAs (15 of 8) at one CTA per SM, so at batch 1 x 8 kv
-// heads one cluster per head gets at most 8-9 splits on half the SMs, each CTA running 4 tiles
-// (docs/perf-notes.md, experiment 18). With several clusters per head each cluster's combined
-// partial goes to a global workspace and the last CTA of the head to arrive (an atomic counter
-// per (sequence, kv head), reset by that CTA) combines them: one launch, no second kernel, and
-// its dependent round trips stay in the L2.
-//
 // Structure of one CTA (8 warps, TILE_N = 128 tokens per stage, a cp.async ring of NSTAGE):
 //   * K and V rows are staged unpadded, XOR-swizzled by 16-byte chunk (Stage below), so a
 //     warp's copy fills contiguous shared memory and ldmatrix's 8 row addresses per matrix hit
@@ -41,8 +33,7 @@
 // q [B, Hq, 128] fp16/bf16 (d contiguous); K and V token-major [pages, page_size, Hkv, 128] of
 // q's dtype (d contiguous), or fp8 with V dim-major and page_size >= 16; block_table int32
 // [B, >= pages used]; seq_lens int32 [B]; Hq / Hkv in {1, 2, 4, 8}; page_size a power of two;
-// 1 <= cluster_size <= 16, splits a multiple of it, <= 64; with splits > cluster_size a
-// workspace of batch x kv_heads x (splits / cluster_size) partials and zeroed counters.
+// 1 <= splits <= 16.
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -62,8 +53,7 @@ constexpr int WARPS = 8;
 constexpr int THREADS = WARPS * 32;
 constexpr int TILE_N = 16 * WARPS;              // tokens per stage: 16 per warp
 constexpr int MAX_GROUP = 8;
-constexpr int MAX_CLUSTER = 16;                 // non-portable cluster size limit on sm_90
-constexpr int MAX_SPLITS = 64;                  // clusters x cluster size per (sequence, head)
+constexpr int MAX_SPLITS = 16;                  // non-portable cluster size limit on sm_90
 
 // One stage of the ring, by KV element, with no padding: a warp's cp.async of contiguous
 // global bytes must land in contiguous shared memory, or the copy is split into smaller L2
@@ -108,14 +98,12 @@ struct DecodeArgs {
   void* out;
   const float* k_scale_ptr;  // fp8: device scalars, or nullptr to use k_scale / v_scale below
   const float* v_scale_ptr;
-  float* work;        // splits > cluster_size: [batch][kv_heads][clusters][Side<GROUP>::PART]
-  int32_t* counters;  // splits > cluster_size: [batch][kv_heads], zero between launches
   int64_t q_stride_b, q_stride_h;
   int64_t k_stride_page, k_stride_slot, k_stride_head;
   int64_t v_stride_page, v_stride_slot, v_stride_head, v_stride_d;
   int64_t bt_stride;
   int64_t out_stride_b, out_stride_h;
-  int32_t batch, q_heads, kv_heads, page_shift, splits, cluster_size;
+  int32_t batch, q_heads, kv_heads, page_shift, splits;
   float qk_scale_log2;  // sm_scale * log2(e)
   float k_scale, v_scale;
 };
@@ -194,7 +182,6 @@ template <int GROUP, typename S>
 constexpr int smem_bytes() {
   // The warps' partial outputs (WARPS x GROUP x HEAD_DIM floats) reuse the ring after the loop.
   static_assert(WARPS * GROUP * HEAD_DIM * 4 <= S::NSTAGE * S::BYTES, "combine fits the ring");
-  static_assert(2 * MAX_SPLITS * GROUP * 4 <= S::NSTAGE * S::BYTES, "weights fit the ring");
   return S::NSTAGE * S::BYTES + Side<GROUP>::FLOATS * 4;
 }
 
@@ -241,62 +228,6 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   }
 }
 
-// The last CTA of a (sequence, kv head) to arrive combines its clusters' partials (written by
-// every CTA to the workspace before it arrives) into the outputs and resets the counter for the
-// next launch. Release: each thread fences its own workspace stores before the CTA barrier,
-// then one thread arrives; acquire: the last arriver fences after its atomic, and the partials
-// are read through the L2 (ld.global.cg: the L1 is not coherent with other SMs' stores).
-// The combine is three steps so that no load waits on another: every cluster's max and sum at
-// once (one per thread), each head's weights from them in shared memory, then each output's
-// sum over clusters with its loads independent. A loop carrying the running max from one
-// cluster's loads to the next made the last arriver's combine a chain of L2 round trips: 3-4 us
-// at 8-16 clusters on the H200 (scripts/trace_cluster_decode.py, docs/perf-notes.md exp. 21).
-template <typename T, int GROUP>
-__device__ __forceinline__ void combine_clusters(const DecodeArgs& a, const float* work,
-                                                 int32_t* counter, int clusters, T* out_row,
-                                                 float v_scale, float* scratch) {
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(counter, 1) == static_cast<int>(gridDim.x) - 1;
-    if (last) atomicExch(counter, 0);
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  constexpr int P = Side<GROUP>::PART;
-  float* weight = scratch;                        // [clusters][GROUP]: max, then weight
-  float* sums = scratch + MAX_SPLITS * GROUP;     // [clusters][GROUP]
-  for (int i = threadIdx.x; i < clusters * GROUP; i += THREADS) {
-    const float* ml = work + (i / GROUP) * P + GROUP * HEAD_DIM;
-    weight[i] = __ldcg(ml + i % GROUP);
-    sums[i] = __ldcg(ml + GROUP + i % GROUP);
-  }
-  __syncthreads();
-  if (threadIdx.x < GROUP) {
-    const int h = threadIdx.x;
-    float mx = -INFINITY;
-    for (int c = 0; c < clusters; ++c) mx = fmaxf(mx, weight[c * GROUP + h]);
-    const float base = mx == -INFINITY ? 0.f : mx;
-    float den = 0.f;
-    for (int c = 0; c < clusters; ++c) {
-      weight[c * GROUP + h] = ex2(weight[c * GROUP + h] - base);
-      den += weight[c * GROUP + h] * sums[c * GROUP + h];
-    }
-    const float scale = den > 0.f ? v_scale / den : 0.f;
-    for (int c = 0; c < clusters; ++c) weight[c * GROUP + h] *= scale;
-  }
-  __syncthreads();
-  for (int o = threadIdx.x; o < GROUP * HEAD_DIM; o += THREADS) {
-    const int h = o / HEAD_DIM;
-    float acc = 0.f;
-#pragma unroll 8
-    for (int c = 0; c < clusters; ++c) acc += weight[c * GROUP + h] * __ldcg(work + c * P + o);
-    out_row[h * a.out_stride_h + (o % HEAD_DIM)] = Elem<T>::from(acc);
-  }
-}
-
 template <typename T, bool FP8, int GROUP>
 __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const DecodeArgs a) {
   using S = Stage<FP8>;
@@ -312,9 +243,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   KVB_MARK(0);  // entry
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
-  const int csize = static_cast<int>(cluster.num_blocks());
-  const int splits = static_cast<int>(gridDim.x);  // clusters x csize; blockIdx.x = split
-  const int clusters = splits / csize;
+  const int splits = static_cast<int>(cluster.num_blocks());
   const int hk = blockIdx.y;
   const int b = blockIdx.z;
   const int tid = threadIdx.x;
@@ -323,7 +252,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 
   const int seq_len = a.seq_lens[b];
   const int per_split = ((seq_len + splits - 1) / splits + 15) & ~15;
-  const int start = min(seq_len, static_cast<int>(blockIdx.x) * per_split);
+  const int start = min(seq_len, rank * per_split);
   const int end = min(seq_len, start + per_split);
   const int num_tiles = (end - start + TILE_N - 1) / TILE_N;
   const int32_t* bt_row = a.block_table + static_cast<int64_t>(b) * a.bt_stride;
@@ -602,19 +531,15 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   }
 
   // ---- the cluster's combine: every CTA finishes a slice of the outputs from all partials
-  // (of the whole head when it is one cluster, else of its cluster, into the workspace)
   KVB_MARK(4);  // the CTA's partial in shared memory
   cluster.sync();  // release/acquire at cluster scope: peers' partials are visible
   KVB_MARK(5);  // the cluster's partials visible
   T* out_row = static_cast<T*>(a.out) + b * a.out_stride_b + (hk * GROUP) * a.out_stride_h;
-  const int64_t head_work = (static_cast<int64_t>(b) * a.kv_heads + hk) * clusters;
-  float* work = clusters > 1 ? a.work + (head_work + blockIdx.x / csize) * Side<GROUP>::PART
-                             : nullptr;
-  for (int o = rank + csize * tid; o < GROUP * HEAD_DIM; o += csize * THREADS) {
+  for (int o = rank + splits * tid; o < GROUP * HEAD_DIM; o += splits * THREADS) {
     const int h = o / HEAD_DIM;
     float mx = -INFINITY, num = 0.f, den = 0.f;
 #pragma unroll 4
-    for (int peer = 0; peer < csize; ++peer) {  // every CTA's partial, this one's included
+    for (int peer = 0; peer < splits; ++peer) {  // every CTA's partial, this one's included
       const float* peer_o = cluster.map_shared_rank(part_o, peer);
       const float* peer_ml = cluster.map_shared_rank(part_ml, peer);
       const float pm = peer_ml[h];
@@ -625,26 +550,13 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       den = den * sa + peer_ml[GROUP + h] * sb;
       mx = m_new;
     }
-    if (work == nullptr) {
-      out_row[h * a.out_stride_h + (o % HEAD_DIM)] =
-          Elem<T>::from(den > 0.f ? num / den * v_scale : 0.f);
-    } else {
-      work[o] = num;
-      if (o % HEAD_DIM == 0) {
-        work[GROUP * HEAD_DIM + h] = mx;
-        work[GROUP * HEAD_DIM + GROUP + h] = den;
-      }
-    }
+    out_row[h * a.out_stride_h + (o % HEAD_DIM)] =
+        Elem<T>::from(den > 0.f ? num / den * v_scale : 0.f);
   }
-  KVB_MARK(6);  // this CTA's slice combined
+  KVB_MARK(6);  // this CTA's slice of the outputs stored
   cluster.sync();  // peers may still read this CTA's partial
-  if (clusters > 1) {  // the ring is free: every copy landed and the warps' partials are read
-    combine_clusters<T, GROUP>(a, a.work + head_work * Side<GROUP>::PART,
-                               a.counters + (head_work / clusters), clusters, out_row, v_scale,
-                               reinterpret_cast<float*>(smem));
-  }
 #ifdef KVB_TRACE
-  KVB_MARK(7);  // done (the last arriver: after the clusters' combine)
+  KVB_MARK(7);  // done
   const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   if (threadIdx.x == 0 && cta < TRACE_MAX_CTAS) {
     for (int i = 0; i < TRACE_POINTS; ++i) kvb_trace[cta * TRACE_POINTS + i] = trace_ns[i];
@@ -672,7 +584,7 @@ cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = a.cluster_size;
+  attr[0].val.clusterDim.x = a.splits;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
@@ -693,14 +605,8 @@ cudaError_t run_group(const DecodeArgs& a, cudaStream_t stream, int* max_cluster
 }
 
 cudaError_t dispatch(const DecodeArgs* a, int dtype, void* stream, int* max_clusters) {
-  if (a == nullptr || a->kv_heads < 1 || a->q_heads % a->kv_heads != 0 ||
-      a->cluster_size < 1 || a->cluster_size > MAX_CLUSTER || a->splits < 1 ||
-      a->splits > MAX_SPLITS || a->splits % a->cluster_size != 0 ||
-      (a->q_heads / a->kv_heads) > MAX_GROUP) {
-    return cudaErrorInvalidValue;
-  }
-  if (max_clusters == nullptr && a->splits > a->cluster_size &&
-      (a->work == nullptr || a->counters == nullptr)) {
+  if (a == nullptr || a->kv_heads < 1 || a->q_heads % a->kv_heads != 0 || a->splits < 1 ||
+      a->splits > MAX_SPLITS || (a->q_heads / a->kv_heads) > MAX_GROUP) {
     return cudaErrorInvalidValue;
   }
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -719,8 +625,7 @@ extern "C" int kvb_cluster_decode(const DecodeArgs* a, int dtype, void* stream) 
   return static_cast<int>(dispatch(a, dtype, stream, nullptr));
 }
 
-// How many clusters of a->cluster_size CTAs fit on the device at once (a->batch and grid
-// unused).
+// How many clusters of a->splits CTAs fit on the device at once (a->batch and grid unused).
 extern "C" int kvb_max_active_clusters(const DecodeArgs* a, int dtype, int* out) {
   return static_cast<int>(dispatch(a, dtype, nullptr, out));
 }
@@ -752,10 +657,8 @@ extern "C" int kvb_constant(const char* name) {
   if (std::strcmp(name, "HEAD_DIM") == 0) return HEAD_DIM;
   if (std::strcmp(name, "TILE_N") == 0) return TILE_N;
   if (std::strcmp(name, "MAX_SPLITS") == 0) return MAX_SPLITS;
-  if (std::strcmp(name, "MAX_CLUSTER") == 0) return MAX_CLUSTER;
   if (std::strcmp(name, "TRACE_POINTS") == 0) return TRACE_POINTS;
   if (std::strcmp(name, "TRACE_MAX_CTAS") == 0) return TRACE_MAX_CTAS;
-  if (std::strcmp(name, "PART_FLOATS_PER_GROUP") == 0) return Side<1>::PART;
   if (std::strcmp(name, "MAX_GROUP") == 0) return MAX_GROUP;
   return -1;
 }
