@@ -53,6 +53,21 @@ def test_trace_build_compiles_and_the_shipped_build_refuses_to_trace(tmp_path):
 
 
 @needs_nvcc
+def test_the_kernel_declares_no_static_shared_memory(tmp_path):
+    """The ring must start at the dynamic shared memory's base: one static __shared__ int put
+    it 16 bytes in and cost 8-15% (docs/perf-notes.md, experiment 21)."""
+    import subprocess
+
+    ptx = tmp_path / "cluster_decode.ptx"
+    subprocess.run([cuda_build.find_nvcc(), "-O3", "-std=c++17", *cuda_build.ARCH_FLAGS, "-ptx",
+                    "-o", str(ptx), str(cuda_build.SOURCE_DIR / f"{pdc.LIBRARY}.cu")],
+                   check=True, capture_output=True)
+    declared = [line.strip() for line in ptx.read_text().splitlines()
+                if line.strip().startswith((".shared", ".extern .shared"))]
+    assert declared and all(d.startswith(".extern .shared") for d in declared), declared
+
+
+@needs_nvcc
 def test_a_constant_edited_on_one_side_is_named(tmp_path, monkeypatch):
     lib, _ = cuda_build.compile_source(pdc.LIBRARY, tmp_path)
     monkeypatch.setattr(pdc, "TILE_N", 64)

@@ -232,6 +232,10 @@ template <typename T, bool FP8, int GROUP>
 __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const DecodeArgs a) {
   using S = Stage<FP8>;
   constexpr int NSTAGE = S::NSTAGE;
+  // No static __shared__ anywhere in this kernel: static shared memory is placed before the
+  // dynamic ring, which then starts 16 bytes in, and a 4-byte static int (d9b9205) made the
+  // same launches 8-15% slower (b8 x 4k 46.0 vs 40.2 us without it, b1 x 4k 16.1 vs 14.9 on the
+  // H200; docs/perf-notes.md, experiment 21). tests/test_paged_decode_cluster.py checks the PTX.
   extern __shared__ __align__(16) unsigned char smem[];
   float* wml_s = reinterpret_cast<float*>(smem + NSTAGE * S::BYTES);
   float* part_o = wml_s + Side<GROUP>::WML;
