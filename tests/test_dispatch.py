@@ -41,6 +41,7 @@ from kvbench.dispatch.spec import any_device, triton_device
 OP = "paged_decode"  # fake rows use a real op name so its selector variable applies
 VAR = "KVBENCH_PAGED_DECODE"
 SHAPE = {"batch": 4, "max_context": 2048}  # bucket batch=2-8,ctx<=4k
+PAGED_TAGS = frozenset({"kv:paged"})  # a problem's layout tags, as the perf provider gets them
 CPU = torch.device("cpu")
 
 
@@ -114,7 +115,7 @@ def checks() -> Checks:
 
 
 def provider_from(table_ms: dict[str, float | None], calls: list | None = None):
-    def provider(op, bucket_name, spec_name, device_name, dtype):
+    def provider(op, bucket_name, spec_name, device_name, dtype, tags):
         if calls is not None:
             calls.append((op, bucket_name, spec_name, device_name))
         return table_ms.get(spec_name)
@@ -182,7 +183,7 @@ def test_preference_rules_see_the_shape(checks):
 
 def test_provider_ms_converted_to_us_once(checks):
     set_perf_provider(provider_from({"a/x": 0.0125}))
-    assert core._provider_us(OP, "any", "a/x", "dev", "fp16") == pytest.approx(12.5)
+    assert core._provider_us(OP, "any", "a/x", "dev", "fp16", PAGED_TAGS) == pytest.approx(12.5)
     sel = pick(fake("a/x", checks))
     assert sel.ranked[0].perf_us == pytest.approx(12.5)
     assert "12.50 µs" in sel.explain()
@@ -608,13 +609,14 @@ def _write_table(device_name: str, op: str, entries: list[dict], file_device: st
 
 def test_perf_table_for_another_device_is_ignored():
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 250.0}])
-    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16") == pytest.approx(0.25)
-    assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU B", "fp16") is None
-    assert tune.load_perf_table("GPU B")(OP, "any", "a/x", "GPU B", "fp16") is None
+    table_a = tune.load_perf_table("GPU A")
+    assert table_a(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
+    assert table_a(OP, "any", "a/x", "GPU B", "fp16", PAGED_TAGS) is None
+    assert tune.load_perf_table("GPU B")(OP, "any", "a/x", "GPU B", "fp16", PAGED_TAGS) is None
     # Same file name (slug) but a different recorded device name: not used, and said so.
     _write_table("GPU_A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0}], file_device="GPU A")
     with pytest.warns(UserWarning, match="measured on 'GPU_A', not 'GPU A'"):
-        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16") is None
+        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
 
 
 def test_a_perf_table_ranks_only_the_dtype_it_was_measured_at():
@@ -625,13 +627,13 @@ def test_a_perf_table_ranks_only_the_dtype_it_was_measured_at():
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 250.0},
                                {"bucket": "any", "spec": "a/y", "us": 100.0, "dtype": "fp8"}])
     provider = tune.load_perf_table("GPU A")
-    assert provider(OP, "any", "a/x", "GPU A", "fp16") == pytest.approx(0.25)
-    assert provider(OP, "any", "a/x", "GPU A", "fp8") is None
-    assert provider(OP, "any", "a/y", "GPU A", "fp8") == pytest.approx(0.1)
-    assert provider(OP, "any", "a/y", "GPU A", "fp16") is None
+    assert provider(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
+    assert provider(OP, "any", "a/x", "GPU A", "fp8", PAGED_TAGS) is None
+    assert provider(OP, "any", "a/y", "GPU A", "fp8", PAGED_TAGS) == pytest.approx(0.1)
+    assert provider(OP, "any", "a/y", "GPU A", "fp16", PAGED_TAGS) is None
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0, "dtype": "fp4"}])
     with pytest.warns(UserWarning, match="dtype 'fp4'; accepted"):
-        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16") is None
+        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
 
 
 def test_measured_rows_rank_the_problems_of_their_dtype_only(checks):
@@ -673,8 +675,8 @@ def test_a_malformed_perf_table_is_skipped_with_a_warning_not_a_crash(content, w
     with pytest.warns(UserWarning, match=why) as record:
         provider = tune.load_perf_table("GPU A")
     assert str(bad) in str(record[0].message) and f"kvbench tune {OP}" in str(record[0].message)
-    assert provider(OP, "any", "a/x", "GPU A", "fp16") is None
-    assert provider("kv_write", "decode", "w/x", "GPU A", "fp16") == pytest.approx(0.005)
+    assert provider(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
+    assert provider("kv_write", "decode", "w/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.005)
 
 
 def test_a_perf_table_from_another_torch_or_triton_is_used_with_a_warning():
@@ -691,12 +693,13 @@ def test_a_perf_table_from_another_torch_or_triton_is_used_with_a_warning():
     with pytest.warns(UserWarning, match=rf"torch 1\.0\.0 \(now {re.escape(torch.__version__)}\)") as rec:
         provider = tune.load_perf_table("GPU A")
     assert "triton" not in str(rec[0].message) and f"kvbench tune {OP}" in str(rec[0].message)
-    assert provider(OP, "any", "a/x", "GPU A", "fp16") == pytest.approx(0.25)
+    assert provider(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
     data["metadata"] = {"torch": torch.__version__, "triton": triton_version()}
     path.write_text(json.dumps(data))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # same versions: silent
-        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16") == pytest.approx(0.25)
+        table_a = tune.load_perf_table("GPU A")
+        assert table_a(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
 
 
 def test_default_provider_reads_stored_table(checks):
@@ -778,3 +781,91 @@ def test_layout_by_dtype_names_only_served_dtypes():
         KernelSpec(name="x/y", op="paged_decode", dtypes=("fp16",), target=lambda: None,
                    selfcheck=lambda *a: 0.0,
                    layout_by_dtype={"fp8": LayoutRequirement(required=("kv:paged",))})
+
+
+# ---- perf tables per dtype and layout (kvbench tune --dtype / --storage) ------------------------
+
+
+def test_a_perf_table_entry_answers_its_layout_tags_only():
+    """fp8 decode runs different rows at different speeds from token-major and dim-major V
+    pages, so an entry measured with tags answers problems with exactly those tags; an entry
+    without tags (a table written before tags were recorded) answers any, and the exact one
+    wins where both exist."""
+    dim_major = ["kv:fp8-scaled", "kv:paged", "kv:v-dim-major"]
+    _write_table("GPU A", OP, [
+        {"bucket": "any", "spec": "a/x", "us": 300.0, "dtype": "fp8", "tags": dim_major},
+        {"bucket": "any", "spec": "a/x", "us": 500.0, "dtype": "fp8"},
+        {"bucket": "any", "spec": "a/y", "us": 200.0, "dtype": "fp8", "tags": dim_major},
+    ])
+    provider = tune.load_perf_table("GPU A")
+    token_major = frozenset({"kv:fp8-scaled", "kv:paged"})
+    assert provider(OP, "any", "a/x", "GPU A", "fp8", frozenset(dim_major)) == pytest.approx(0.3)
+    assert provider(OP, "any", "a/x", "GPU A", "fp8", token_major) == pytest.approx(0.5)
+    assert provider(OP, "any", "a/y", "GPU A", "fp8", frozenset(dim_major)) == pytest.approx(0.2)
+    assert provider(OP, "any", "a/y", "GPU A", "fp8", token_major) is None
+    _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0, "tags": "kv:paged"}])
+    with pytest.warns(UserWarning, match="tags 'kv:paged'; a list of strings"):
+        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
+
+
+def test_tune_at_another_dtype_keeps_the_other_dtypes_entries():
+    """One file per (device, op) holds every tuned dtype: a run replaces the entries of its
+    own (dtype, tags), and the tagless ones of its dtype, and keeps the rest."""
+    name = core.device_name("cpu")
+    path = tune.table_path(name, "kv_write")
+    _write_table(name, "kv_write", [{"bucket": "decode", "spec": "torch/index_copy", "us": 9.0,
+                                     "dtype": "fp16"},
+                                    {"bucket": "decode", "spec": "torch/index_copy", "us": 7.0,
+                                     "dtype": "fp8", "tags": ["kv:fp8-scaled", "kv:paged"]}])
+    cases = tune.default_cases("kv_write", "cpu", dtype="bf16")[:1]
+    tune.tune("kv_write", device="cpu", cases=cases)
+    first = json.loads(path.read_text())["entries"]
+    by_dtype = {d: [e for e in first if e["dtype"] == d] for d in ("fp16", "bf16", "fp8")}
+    assert by_dtype["fp16"] == [{"bucket": "decode", "spec": "torch/index_copy", "us": 9.0,
+                                 "dtype": "fp16"}]  # kept as it was, its dtype explicit
+    assert [e["us"] for e in by_dtype["fp8"]] == [7.0]
+    built = tune._build(cases[0], torch.device("cpu"))
+    write_tags = sorted(built.problem.tags)  # the problem's layout tags, as tune records them
+    built.release()
+    assert by_dtype["bf16"] and all(e["tags"] == write_tags for e in by_dtype["bf16"])
+    tune.tune("kv_write", device="cpu", cases=cases)  # bf16 again: replaces bf16 only
+    second = json.loads(path.read_text())["entries"]
+    assert len(second) == len(first)
+    tune.tune("kv_write", device="cpu", cases=tune.default_cases("kv_write", "cpu")[:1])
+    third = json.loads(path.read_text())["entries"]
+    fp16 = [e for e in third if e["dtype"] == "fp16"]
+    assert fp16 and all(e["tags"] == write_tags for e in fp16)  # the tagless one replaced
+    assert {e["dtype"] for e in third} == {"fp16", "bf16", "fp8"}
+    provider = tune.load_perf_table(name)
+    bucket_name = fp16[0]["bucket"]
+    for dtype in ("fp16", "bf16"):
+        assert provider("kv_write", bucket_name, "triton/scatter", name, dtype,
+                        frozenset(write_tags))
+    assert "bf16" in tune.format_table(json.loads(path.read_text()))
+
+
+@pytest.mark.parametrize(("op", "kw", "match"), [
+    ("kv_alloc", {"dtype": "fp16"}, "kv_alloc is tuned at dtype int64; got 'fp16'"),
+    ("paged_decode", {"dtype": "fp32"}, "tuned at dtype fp16, bf16, fp8; got 'fp32'"),
+    ("kv_gather_fp8", {"storage": "split"}, "--storage applies to paged_decode, kv_write"),
+    ("paged_decode", {"storage": "paged"}, "storage 'paged' is not accepted; accepted: "),
+])
+def test_tune_names_a_dtype_or_storage_it_cannot_measure(op, kw, match, capsys):
+    with pytest.raises(ValueError, match=match):
+        tune.default_cases(op, "cpu", **kw)
+    argv = [op, "--device", "cpu", *[a for k, v in kw.items() for a in (f"--{k}", v)]]
+    with pytest.raises(SystemExit) as exc:
+        tune.main(argv)
+    assert exc.value.code == 2 and match.split(";")[0] in capsys.readouterr().err
+
+
+def test_tune_cases_at_fp8_dim_major_build_that_layout():
+    """--dtype fp8 --storage v_dim_major: the decode cases' problems carry the dim-major tag,
+    so their entries answer dim-major problems."""
+    case = tune.default_cases("paged_decode", "cpu", dtype="fp8", storage="v_dim_major")[0]
+    built = tune._build(case, torch.device("cpu"))
+    try:
+        assert built.problem.dtype == "fp8"
+        assert {"kv:paged", "kv:fp8-scaled", "kv:v-dim-major"} <= built.problem.tags
+    finally:
+        built.release()

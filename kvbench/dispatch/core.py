@@ -39,11 +39,12 @@ from kvbench.dispatch.registry import REGISTRY, Registry, bucket, check_op
 from kvbench.dispatch.selectors import AUTO, SELECTOR_VARS, read_selector
 from kvbench.dispatch.spec import DTYPE_NAMES, GoldenRecord, KernelSpec
 
-#: fn(op, bucket, spec_name, device_name, dtype) -> milliseconds, or None when not measured.
-#: The dtype is the problem's: a row's rank can differ between dtypes (cuda/cluster_decode
-#: leads Triton at fp16 and trails it at fp8), so a number measured at one dtype must not rank
-#: rows for another.
-PerfProvider = Callable[[str, str, str, str, str], "float | None"]
+#: fn(op, bucket, spec_name, device_name, dtype, tags) -> milliseconds, or None when not
+#: measured. The dtype and the layout tags are the problem's: a row's rank can differ between
+#: dtypes (cuda/cluster_decode leads Triton at fp16 and trails it at fp8) and between layouts
+#: (the Triton fp8 decode is 30% faster from dim-major V pages, docs/perf-notes.md exp. 16),
+#: so a number measured at one must not rank rows for another.
+PerfProvider = Callable[[str, str, str, str, str, frozenset], "float | None"]
 
 
 class DispatchError(ValueError):
@@ -64,12 +65,13 @@ _registry: Registry = REGISTRY
 
 
 def _default_provider(
-    op: str, bucket_name: str, spec_name: str, device_name: str, dtype: str
+    op: str, bucket_name: str, spec_name: str, device_name: str, dtype: str,
+    tags: frozenset[str],
 ) -> float | None:
     """Perf tables stored by `kvbench tune` for this device name (loaded lazily, per name)."""
     from kvbench.dispatch import tune  # lazy: tune imports the harness
 
-    return tune.stored_tables_provider(op, bucket_name, spec_name, device_name, dtype)
+    return tune.stored_tables_provider(op, bucket_name, spec_name, device_name, dtype, tags)
 
 
 _provider: PerfProvider | None = _default_provider
@@ -101,7 +103,7 @@ def clear_decisions() -> None:
 def set_perf_provider(fn: PerfProvider | None) -> None:
     """Install the source of measured latencies; None ranks on preference/priority/name only.
 
-    fn(op, bucket, spec_name, device_name, dtype) returns MILLISECONDS (the engine's
+    fn(op, bucket, spec_name, device_name, dtype, tags) returns MILLISECONDS (the engine's
     convention) or None. reset_perf_provider() restores the default: the tables `kvbench
     tune` stored for the device. Cached decisions are dropped.
     """
@@ -122,7 +124,8 @@ def get_perf_provider() -> PerfProvider | None:
 
 
 def _provider_us(
-    op: str, bucket_name: str, spec_name: str, device_name: str, dtype: str
+    op: str, bucket_name: str, spec_name: str, device_name: str, dtype: str,
+    tags: frozenset[str],
 ) -> float:
     """Measured latency of a row in MICROSECONDS, +inf when the provider has no number.
 
@@ -131,7 +134,7 @@ def _provider_us(
     """
     if _provider is None:
         return math.inf
-    ms = _provider(op, bucket_name, spec_name, device_name, dtype)
+    ms = _provider(op, bucket_name, spec_name, device_name, dtype, tags)
     if ms is None:
         return math.inf
     ms = float(ms)
@@ -354,7 +357,7 @@ def _evaluate(
             v.excluded = f"unverified: selfcheck failed ({v.golden.detail})"
             continue
         v.preference, v.fired = spec.preference_score(shape)
-        v.perf_us = _provider_us(op, bucket_name, spec.name, dev_name, dtype)
+        v.perf_us = _provider_us(op, bucket_name, spec.name, dev_name, dtype, tags)
     ranked = sorted((v for v in verdicts if v.excluded is None), key=lambda v: v.key)
     return verdicts, ranked
 

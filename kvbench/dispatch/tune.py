@@ -8,10 +8,13 @@ cost is the host waiting. The table is JSON under the kvbench cache dir
 (platformdirs.user_cache_dir("kvbench"); KVBENCH_CACHE_DIR overrides), one file per
 (device name, op):
 
-    {"schema": 1, "device_name", "op", "dtype", "kvbench_commit", "date", "metadata",
-     "entries": [{"bucket", "spec", "us", "case", "timer", "l2"}]}
+    {"schema": 1, "device_name", "op", "kvbench_commit", "date", "metadata",
+     "entries": [{"bucket", "spec", "dtype", "tags", "us", "case", "timer", "l2"}]}
 
 plus one "any" entry per row (its worst bucket) for problems dispatched without a shape.
+`kvbench tune <op> --dtype D --storage S` measures the op at another KV dtype or pool storage;
+its entries replace only those of the same (dtype, tags) in the file, so one table holds every
+dtype and layout tuned on the device.
 
 Units: entries store MICROSECONDS ("us"); the perf provider built from them returns
 milliseconds (the provider convention), and dispatch converts back in core._provider_us.
@@ -21,8 +24,12 @@ table is used only for the exact device name it was measured on: numbers from an
 from a CPU run through the Triton interpreter) never rank rows here. Each entry carries the
 dtype it was measured at, and the provider answers only for that dtype: a row's rank can
 change with the dtype (cuda/cluster_decode leads the Triton decode at fp16 and trails it at
-fp8), so a problem of another dtype is ranked by the preference rules. Each op is tuned at one
-dtype (CASES below: fp16 for decode/write, fp8 for the gather, int64 rows for the allocator).
+fp8), so a problem of another dtype is ranked by the preference rules. Likewise the layout:
+an entry carries the problem's layout tags (fp8 decode from token-major or dim-major V pages
+runs different rows at different speeds) and answers problems with exactly those tags; an
+entry without tags (tables written before they were recorded) answers any. By default each
+op is tuned at one dtype (CASES below: fp16 for decode/write, fp8 for the gather, int64 rows
+for the allocator) in the engine's storage (combined, token-major).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,6 +71,7 @@ class TuneCase:
     label: str
     dtype: str
     params: dict[str, int] = field(default_factory=dict)
+    storage: str = "combined"  # paged_pool's storage (paged_decode, kv_write)
 
 
 def _decode_case(batch: int, seq_len: int, **kw: int) -> TuneCase:
@@ -123,9 +131,35 @@ CPU_CASES: dict[str, tuple[TuneCase, ...]] = {
 }
 
 
-def default_cases(op: str, device: torch.device | str | None = None) -> tuple[TuneCase, ...]:
+#: The KV dtypes each op can be tuned at (`--dtype`): the fixtures' and the rows' dtypes.
+TUNE_DTYPES: dict[str, tuple[str, ...]] = {
+    "paged_decode": ("fp16", "bf16", "fp8"),
+    "kv_write": ("fp16", "bf16", "fp8"),
+    "kv_gather_fp8": ("fp8",),
+    "kv_alloc": ("int64",),
+}
+#: The ops whose cases build a paged pool, so `--storage` applies.
+POOL_OPS = ("paged_decode", "kv_write")
+
+
+def default_cases(
+    op: str, device: torch.device | str | None = None, *, dtype: str | None = None,
+    storage: str | None = None,
+) -> tuple[TuneCase, ...]:
+    """The op's cases for the device, at `dtype` and pool `storage` when given (ValueError
+    naming what is accepted otherwise)."""
+    from kvbench.pool import STORAGES
+
     dev = core.resolve_device(device)
-    return (CASES if dev.type == "cuda" else CPU_CASES)[check_op(op)]
+    cases = (CASES if dev.type == "cuda" else CPU_CASES)[check_op(op)]
+    if dtype is not None and dtype not in TUNE_DTYPES[op]:
+        raise ValueError(f"{op} is tuned at dtype {', '.join(TUNE_DTYPES[op])}; got {dtype!r}")
+    if storage is not None and op not in POOL_OPS:
+        raise ValueError(f"--storage applies to {', '.join(POOL_OPS)} (a paged pool), not {op}")
+    if storage is not None and storage not in STORAGES:
+        raise ValueError(f"storage {storage!r} is not accepted; accepted: {STORAGES}")
+    changes = {k: v for k, v in (("dtype", dtype), ("storage", storage)) if v is not None}
+    return tuple(replace(c, **changes) for c in cases) if changes else cases
 
 
 # ---- building and timing one case -------------------------------------------------------------
@@ -148,8 +182,9 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
     p = case.params
     small = dev.type != "cuda"
 
-    def fp16_pool(num_seqs: int):
-        """The case's fragmented fp16 pool (>= 8x L2 on a GPU), as the asv suite builds it."""
+    def case_pool(num_seqs: int):
+        """The case's fragmented pool at its dtype and storage (>= 8x L2 on a GPU), as the asv
+        suite builds it."""
         from kvbench.pool import paged_pool
 
         return paged_pool(
@@ -158,7 +193,8 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
             kv_heads=p["kv_heads"],
             head_dim=p["head_dim"],
             page_size=p["page_size"],
-            dtype=torch.float16,
+            dtype=case.dtype,
+            storage=case.storage,
             min_l2_multiple=0 if small else 8,
             device=dev,
         )
@@ -166,7 +202,7 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
     if case.op == "paged_decode":
         from kvbench.checks import check_paged_decode, make_decode_query
 
-        pool = fp16_pool(p["batch"])
+        pool = case_pool(p["batch"])
         q = make_decode_query(pool, p["q_heads"])
         args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
         kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
@@ -179,7 +215,7 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
     if case.op == "kv_write":
         from kvbench.checks import check_kv_write, make_write_inputs
 
-        pool = fp16_pool(p["num_seqs"])
+        pool = case_pool(p["num_seqs"])
         k, v, slots = make_write_inputs(pool, p["n"])
         args = (k, v, pool.k_cache, pool.v_cache, slots)
         kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
@@ -265,11 +301,13 @@ def _write_json(path: Path, data: dict) -> None:
 
 def _table_entries(
     data: object, device_name: str, op: str
-) -> list[tuple[str, str, str, float]]:
-    """(bucket, spec, dtype, us) of a stored table of `op`, or ValueError saying what is wrong.
+) -> list[tuple[str, str, str, frozenset[str] | None, float]]:
+    """(bucket, spec, dtype, tags, us) of a stored table of `op`, or ValueError saying what is
+    wrong.
 
     An entry's dtype is its own "dtype", else the table's, else the dtype `kvbench tune`
-    measures the op at (CASES): tables written before entries carried one."""
+    measures the op at (CASES): tables written before entries carried one. Its tags are its
+    "tags" (a list of layout tags), or None for an entry written before tags were recorded."""
     if not isinstance(data, dict):
         # ValueError, like json's own: the caller handles every unusable file the same way.
         raise ValueError(f"a JSON object was expected, got {type(data).__name__}")  # noqa: TRY004
@@ -295,7 +333,12 @@ def _table_entries(
         dtype = e.get("dtype", data.get("dtype") or CASES[op][0].dtype)
         if dtype not in DTYPE_NAMES:
             raise ValueError(f"entries[{i}] has dtype {dtype!r}; accepted: {DTYPE_NAMES}")
-        found.append((e["bucket"], e["spec"], dtype, float(value)))
+        tags = e.get("tags")
+        if tags is not None and not (isinstance(tags, list)
+                                     and all(isinstance(t, str) for t in tags)):
+            raise ValueError(f"entries[{i}] has tags {tags!r}; a list of strings was expected")
+        found.append((e["bucket"], e["spec"], dtype,
+                      None if tags is None else frozenset(tags), float(value)))
     return found
 
 
@@ -328,7 +371,7 @@ def load_perf_table(device_name: str) -> core.PerfProvider:
     still right, but its numbers are not this software's. The provider answers None for any
     other device name.
     """
-    us: dict[tuple[str, str, str, str], float] = {}
+    us: dict[tuple[str, str, frozenset[str] | None, str, str], float] = {}
     directory = tables_dir()
     for op in BUCKETS:
         path = directory / f"{_slug(device_name)}__{op}.json"
@@ -345,15 +388,19 @@ def load_perf_table(device_name: str) -> core.PerfProvider:
         if stale:
             warnings.warn(f"perf table {path} was measured under {stale}; dispatch still ranks "
                           f"by it: re-run `kvbench tune {op}`", stacklevel=2)
-        for bucket_name, spec_name, dtype, value in entries:
-            us[(op, dtype, bucket_name, spec_name)] = value
+        for bucket_name, spec_name, dtype, tags, value in entries:
+            us[(op, dtype, tags, bucket_name, spec_name)] = value
 
     def provider(
-        op: str, bucket_name: str, spec_name: str, dev_name: str, dtype: str
+        op: str, bucket_name: str, spec_name: str, dev_name: str, dtype: str,
+        tags: frozenset[str],
     ) -> float | None:
+        """The entry measured at exactly these tags, else one recorded without tags."""
         if dev_name != device_name:
             return None
-        value = us.get((op, dtype, bucket_name, spec_name))
+        value = us.get((op, dtype, frozenset(tags), bucket_name, spec_name))
+        if value is None:
+            value = us.get((op, dtype, None, bucket_name, spec_name))
         return None if value is None else value / 1000.0  # table µs -> provider ms
 
     provider.device_name = device_name  # type: ignore[attr-defined]
@@ -365,13 +412,13 @@ _LOADED: dict[str, core.PerfProvider] = {}
 
 
 def stored_tables_provider(
-    op: str, bucket_name: str, spec_name: str, dev_name: str, dtype: str
+    op: str, bucket_name: str, spec_name: str, dev_name: str, dtype: str, tags: frozenset[str]
 ) -> float | None:
     """The default provider: stored tables for `dev_name`, loaded once per process and name."""
     provider = _LOADED.get(dev_name)
     if provider is None:
         provider = _LOADED[dev_name] = load_perf_table(dev_name)
-    return provider(op, bucket_name, spec_name, dev_name, dtype)
+    return provider(op, bucket_name, spec_name, dev_name, dtype, tags)
 
 
 def clear_table_cache() -> None:
@@ -388,18 +435,24 @@ def tune(
     *,
     device: torch.device | str | None = None,
     cases: Sequence[TuneCase] | None = None,
+    dtype: str | None = None,
+    storage: str | None = None,
 ) -> dict:
     """Measure every verified row of `op` over its cases; write and install the perf table.
 
-    Returns the table dict (also written to table_path(device name, op)). Afterwards the
-    default perf provider is active and reads the new table.
+    `dtype` / `storage` select the default cases' KV dtype and pool storage (default_cases);
+    explicit `cases` carry their own. The new entries replace those of the stored table
+    measured at the same (dtype, tags), and those of that dtype without tags; the rest of the
+    file is kept. Returns the table dict (also written to table_path(device name, op)).
+    Afterwards the default perf provider is active and reads the new table.
     """
     from kvbench.harness import metadata
 
     check_op(op)
     dev = core.resolve_device(device)
     name = core.device_name(dev)
-    cases = tuple(default_cases(op, dev) if cases is None else cases)
+    cases = tuple(default_cases(op, dev, dtype=dtype, storage=storage) if cases is None
+                  else cases)
     for c in cases:
         if not isinstance(c, TuneCase) or c.op != op:
             raise ValueError(f"cases must be TuneCase entries for {op}, got {c!r}")
@@ -426,6 +479,7 @@ def tune(
                         "bucket": bucket_name,
                         "spec": spec.name,
                         "dtype": prob.dtype,
+                        "tags": sorted(prob.tags),
                         "us": t.median_us,
                         "case": case.label,
                         "timer": t.timer,
@@ -435,24 +489,46 @@ def tune(
         finally:
             built.release()
     entries += _any_bucket_entries(entries, len(cases))
+    path = table_path(name, op)
     table = {
         "schema": SCHEMA,
         "device_name": name,
         "op": op,
-        "dtype": cases[0].dtype if cases else None,
         "kvbench_commit": None,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "metadata": metadata(command=f"kvbench tune {op}"),
-        "entries": entries,
+        "entries": _kept_entries(path, name, op, entries) + entries,
     }
     table["kvbench_commit"] = table["metadata"].get("commit")
-    _write_json(table_path(name, op), table)
+    _write_json(path, table)
     clear_table_cache()
     core.reset_perf_provider()
     for pick in picks:
         pick["after"] = _auto_pick(op, pick.pop("problem"), dev)
     table["picks"] = picks
     return table
+
+
+def _kept_entries(path: Path, device_name: str, op: str, new: list[dict]) -> list[dict]:
+    """The stored table's entries that a run measuring `new` does not replace: those of
+    another (dtype, tags), each written with its dtype and tags made explicit. An entry
+    without tags is replaced by a run at its dtype. A file that cannot be read keeps nothing
+    (load_perf_table already warned about it)."""
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+        parsed = _table_entries(data, device_name, op)
+    except (OSError, ValueError):
+        return []
+    measured = {(e["dtype"], frozenset(e["tags"])) for e in new}
+    dtypes = {dtype for dtype, _ in measured}
+    kept = []
+    for raw, (_, _, dtype, tags, _) in zip(data["entries"], parsed, strict=True):
+        if (dtype, tags) in measured or (tags is None and dtype in dtypes):
+            continue
+        kept.append({**raw, "dtype": dtype, **({} if tags is None else {"tags": sorted(tags)})})
+    return kept
 
 
 def _auto_pick(op: str, prob, dev: torch.device) -> str:
@@ -468,31 +544,39 @@ def _any_bucket_entries(entries: list[dict], n_cases: int) -> list[dict]:
     """Entries for the "any" bucket (problems dispatched without a shape, e.g. a
     KVCacheManager choosing its backend at construction): each row's worst case over the
     buckets, for rows measured in every case only, so no row wins by a missing bucket."""
-    by_spec: dict[tuple[str, str], list[float]] = {}
+    by_spec: dict[tuple[str, str, tuple[str, ...]], list[float]] = {}
     for e in entries:
-        by_spec.setdefault((e["spec"], e["dtype"]), []).append(e["us"])
+        by_spec.setdefault((e["spec"], e["dtype"], tuple(e["tags"])), []).append(e["us"])
     return [
         {
             "bucket": ANY_BUCKET,
             "spec": spec,
             "dtype": dtype,
+            "tags": list(tags),
             "us": max(us),
             "case": "worst over buckets",
             "timer": "derived",
             "l2": "-",
         }
-        for (spec, dtype), us in by_spec.items()
+        for (spec, dtype, tags), us in by_spec.items()
         if n_cases and len(us) == n_cases
     ]
 
 
 def format_table(table: dict) -> str:
+    """The stored table, grouped by (dtype, tags), each group's entries by bucket and µs."""
     lines = [
         f"# {table['op']} on {table['device_name']} ({table['kvbench_commit']}, {table['date']})",
-        f"{'bucket':<22} {'spec':<22} {'us':>12}  case",
+        f"{'dtype':<6} {'tags':<36} {'bucket':<22} {'spec':<22} {'us':>12}  case",
     ]
-    for e in sorted(table["entries"], key=lambda e: (e["bucket"], e["us"])):
-        lines.append(f"{e['bucket']:<22} {e['spec']:<22} {e['us']:>12.2f}  {e['case']}")
+
+    def order(e: dict) -> tuple:
+        return (e.get("dtype", ""), e.get("tags") or [], e["bucket"], e["us"])
+
+    for e in sorted(table["entries"], key=order):
+        tags = ",".join(e["tags"]) if e.get("tags") is not None else "(any)"
+        lines.append(f"{e.get('dtype', '?'):<6} {tags:<36} {e['bucket']:<22} {e['spec']:<22} "
+                     f"{e['us']:>12.2f}  {e.get('case', '')}")
     return "\n".join(lines)
 
 
@@ -500,8 +584,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvbench tune", description=__doc__.splitlines()[0])
     parser.add_argument("op", choices=tuple(BUCKETS))
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
+    parser.add_argument("--dtype", default=None,
+                        help="KV dtype to measure at (default: the op's, see TUNE_DTYPES)")
+    parser.add_argument("--storage", default=None,
+                        help="paged pool storage for paged_decode / kv_write (default: combined)")
     args = parser.parse_args(argv)
-    table = tune(args.op, device=args.device)
+    try:
+        default_cases(args.op, args.device, dtype=args.dtype, storage=args.storage)
+    except ValueError as exc:  # before any measurement: say what is accepted
+        parser.error(str(exc))
+    table = tune(args.op, device=args.device, dtype=args.dtype, storage=args.storage)
     print(format_table(table))
     print(f"stored in {table_path(table['device_name'], args.op)}")
     print("\nauto picks per case (before this table -> after it):")
