@@ -565,18 +565,21 @@ def _any_bucket_entries(entries: list[dict], n_cases: int) -> list[dict]:
 
 def format_table(table: dict) -> str:
     """The stored table, grouped by (dtype, tags), each group's entries by bucket and µs."""
+    def tags_of(e: dict) -> str:
+        return ",".join(e["tags"]) if e.get("tags") is not None else "(any)"
+
+    width = max([len(tags_of(e)) for e in table["entries"]] + [4])
     lines = [
         f"# {table['op']} on {table['device_name']} ({table['kvbench_commit']}, {table['date']})",
-        f"{'dtype':<6} {'tags':<36} {'bucket':<22} {'spec':<22} {'us':>12}  case",
+        f"{'dtype':<6} {'tags':<{width}} {'bucket':<22} {'spec':<22} {'us':>12}  case",
     ]
 
     def order(e: dict) -> tuple:
         return (e.get("dtype", ""), e.get("tags") or [], e["bucket"], e["us"])
 
     for e in sorted(table["entries"], key=order):
-        tags = ",".join(e["tags"]) if e.get("tags") is not None else "(any)"
-        lines.append(f"{e.get('dtype', '?'):<6} {tags:<36} {e['bucket']:<22} {e['spec']:<22} "
-                     f"{e['us']:>12.2f}  {e.get('case', '')}")
+        lines.append(f"{e.get('dtype', '?'):<6} {tags_of(e):<{width}} {e['bucket']:<22} "
+                     f"{e['spec']:<22} {e['us']:>12.2f}  {e.get('case', '')}")
     return "\n".join(lines)
 
 
