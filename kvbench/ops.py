@@ -118,10 +118,18 @@ _KW_ENV_KEY = selector_source("kv_write")[1]
 _KG_ENV_KEY = selector_source("kv_gather_fp8")[1]
 
 
+def _decode_geometry(q, ks, paged: bool) -> tuple:
+    """core.decision_geometry of the problem describe_paged_decode builds: (q_heads, kv_heads,
+    head_dim, page_size), None where the problem has no such key."""
+    q_heads = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 3 else None
+    return (q_heads, ks[2], ks[3], ks[1]) if paged else (q_heads, None, None, None)
+
+
 def _decode_key(q, k_cache, v_cache, block_table, scaled: bool) -> tuple:
     """The decision-cache key of a paged_decode call, from tensor metadata only (no sync).
 
-    Same layout as the key dispatch() stores: (op, dtype, tags, bucket, device, raw selector).
+    Same layout as the key dispatch() stores: (op, dtype, tags, bucket, device, raw selector,
+    geometry).
     """
     try:
         ks = k_cache.shape
@@ -135,6 +143,7 @@ def _decode_key(q, k_cache, v_cache, block_table, scaled: bool) -> tuple:
             decode_bucket(bs[0], bs[1] * ks[1] if paged else 0),
             k_cache.device,
             _ENV.get(_PD_ENV_KEY),
+            _decode_geometry(q, ks, paged),
         )
     except (AttributeError, KeyError, IndexError, TypeError):
         names = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": block_table}
@@ -152,7 +161,7 @@ def describe_paged_decode(
 ) -> Problem:
     """The dispatch problem kvbench.ops.paged_decode derives from these inputs."""
     scaled = k_scale is not None or v_scale is not None
-    _, dtype, tags, _, device, _ = _decode_key(q, k_cache, v_cache, block_table, scaled)
+    _, dtype, tags, _, device, *_ = _decode_key(q, k_cache, v_cache, block_table, scaled)
     bs = block_table.shape
     shape: dict[str, int] = {"batch": bs[0], "max_context": 0}
     if PAGED in tags:
@@ -197,6 +206,7 @@ def paged_decode(
             decode_bucket(bs[0], bs[1] * ks[1] if paged else 0),
             k_cache.device,
             _ENV.get(_PD_ENV_KEY),
+            _decode_geometry(q, ks, paged),
         )
     except (AttributeError, KeyError, IndexError, TypeError):
         key = _decode_key(q, k_cache, v_cache, block_table, scaled)  # raises the named error
@@ -232,6 +242,7 @@ def _write_key(k, k_cache, v_cache, scaled: bool) -> tuple:
             write_bucket(k.shape[0]),
             k_cache.device,
             _ENV.get(_KW_ENV_KEY),
+            (),  # no geometry in kv_write's decisions (core.GEOMETRY_KEYS)
         )
     except (AttributeError, KeyError, IndexError, TypeError):
         raise _bad_input({"k": k, "k_cache": k_cache, "v_cache": v_cache}) from None
@@ -248,7 +259,7 @@ def describe_kv_write(
 ) -> Problem:
     """The dispatch problem kvbench.ops.kv_write derives from these inputs."""
     scaled = k_scale is not None or v_scale is not None
-    _, dtype, tags, _, device, _ = _write_key(k, k_cache, v_cache, scaled)
+    _, dtype, tags, _, device, *_ = _write_key(k, k_cache, v_cache, scaled)
     return Problem("kv_write", dtype, tags, {"n": k.shape[0]}, device)
 
 
@@ -290,6 +301,7 @@ def _gather_key(kv_cache, page_table_flat) -> tuple:
             gather_bucket(pts[0]),
             kv_cache.device,
             _ENV.get(_KG_ENV_KEY),
+            (),  # no geometry in kv_gather_fp8's decisions (core.GEOMETRY_KEYS)
         )
     except (AttributeError, KeyError, IndexError, TypeError):
         raise _bad_input({"kv_cache": kv_cache, "page_table_flat": page_table_flat}) from None
@@ -297,7 +309,7 @@ def _gather_key(kv_cache, page_table_flat) -> tuple:
 
 def describe_kv_gather_fp8(kv_cache: torch.Tensor, page_table_flat: torch.Tensor) -> Problem:
     """The dispatch problem kvbench.ops.kv_gather_fp8 derives from these inputs."""
-    _, dtype, tags, _, device, _ = _gather_key(kv_cache, page_table_flat)
+    _, dtype, tags, _, device, *_ = _gather_key(kv_cache, page_table_flat)
     return Problem("kv_gather_fp8", dtype, tags, {"kv_len": page_table_flat.shape[0]}, device)
 
 

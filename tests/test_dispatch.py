@@ -255,7 +255,27 @@ def test_cached_selection_is_the_dispatch_entry(checks):
         tags = frozenset({"kv:paged"})
         assert core.cached_selection(OP, "fp16", tags, bucket(OP, SHAPE), CPU) is None
         sel = dispatch(OP, dtype="fp16", tags=tags, shape=SHAPE, device="cpu")
-        assert core.cached_selection(OP, "fp16", tags, bucket(OP, SHAPE), CPU) is sel
+        geometry = core.decision_geometry(OP, SHAPE)
+        assert core.cached_selection(OP, "fp16", tags, bucket(OP, SHAPE), CPU, geometry) is sel
+
+
+def test_a_gate_on_geometry_decides_per_geometry_not_per_bucket(checks):
+    """A row built for one head_dim (cuda/cluster_decode: 128) must not serve a problem of the
+    same bucket with another: geometry is part of the decision key, so the second problem is
+    decided for itself, and the first one's decision still answers the first."""
+    only_128 = fake("a/d128", checks, priority=9,
+                    gate=lambda shape: None if shape.get("head_dim") == 128 else "needs d 128")
+    rows = [only_128, fake("a/any", checks, priority=1)]
+    shape_128 = {**SHAPE, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "page_size": 16}
+    shape_64 = {**shape_128, "head_dim": 64}
+    assert bucket(OP, shape_128) == bucket(OP, shape_64)
+    with using_registry(Registry(rows)):
+        for shape, chosen in ((shape_128, "a/d128"), (shape_64, "a/any"), (shape_128, "a/d128")):
+            assert dispatch(OP, dtype="fp16", tags=PAGED_TAGS, shape=shape,
+                            device="cpu").spec.name == chosen
+    assert core.decision_geometry(OP, shape_64) == (32, 8, 64, 16)
+    assert core.decision_geometry(OP, None) == ()
+    assert core.decision_geometry("kv_write", {"n": 4}) == ()
 
 
 # ---- explain and exclusions --------------------------------------------------------------------
@@ -869,3 +889,15 @@ def test_tune_cases_at_fp8_dim_major_build_that_layout():
         assert {"kv:paged", "kv:fp8-scaled", "kv:v-dim-major"} <= built.problem.tags
     finally:
         built.release()
+
+
+def test_cluster_row_gate_refuses_fp8_pages_shorter_than_16():
+    """The CUDA decode copies 16 tokens of an fp8 d row at once: its gate (and its launcher,
+    through the same rule) refuses fp8 pages of 8, so a tuned table that ranks it first at fp8
+    cannot route such a pool to a launch that raises; 16-bit pages of 8 stay served."""
+    spec = next(s for s in registry.REGISTRY.specs("paged_decode")
+                if s.name == "cuda/cluster_decode")
+    llama = {"batch": 8, "max_context": 1024, "q_heads": 32, "kv_heads": 8, "head_dim": 128}
+    assert "page_size >= 16 for fp8" in spec.shape_gate({**llama, "dtype": "fp8", "page_size": 8})
+    assert spec.shape_gate({**llama, "dtype": "fp8", "page_size": 16}) is None
+    assert spec.shape_gate({**llama, "dtype": "fp16", "page_size": 8}) is None

@@ -58,6 +58,7 @@ def row(
     required=("kv:paged",),
     forbidden=(),
     priority=0,
+    shape_gate=None,
 ) -> KernelSpec:
     return KernelSpec(
         name=name,
@@ -67,6 +68,7 @@ def row(
         selfcheck=lambda fn, dtype, device: 0.0,
         layout=LayoutRequirement(required=required, forbidden=forbidden),
         priority=priority,
+        shape_gate=shape_gate,
     )
 
 
@@ -431,3 +433,31 @@ def test_dim_major_v_pages_carry_their_tag_on_every_path():
             ops.paged_decode(*args, pool.seq_lens)
             assert ops.last_selection("paged_decode").spec.name == chosen, storage
     assert len(token_only.calls) == 2 and len(any_layout.calls) == 1
+
+
+def test_geometry_is_part_of_the_hot_path_key():
+    """A row that serves one head_dim only (cuda/cluster_decode's templates) is decided per
+    geometry on the hot path too: a head_dim-32 call's cached decision must not serve a
+    head_dim-64 call of the same bucket (it would launch a kernel that refuses it), and the
+    key ops builds from tensors equals the one dispatch() stores."""
+    from kvbench.dispatch import core
+    from kvbench.pool import paged_pool
+
+    d32, anyd = Recorder(torch.zeros(1)), Recorder(torch.zeros(1))
+    reg = Registry([
+        row("paged_decode", "fake/d32", d32, priority=2,
+            shape_gate=lambda shape: None if shape.get("head_dim") == 32 else "needs d 32"),
+        row("paged_decode", "fake/any", anyd, priority=1),
+    ])
+    with using_registry(reg):
+        for dim, chosen in ((32, "fake/d32"), (64, "fake/any"), (32, "fake/d32")):
+            pool = paged_pool(1, 40, kv_heads=2, head_dim=dim, dtype="fp16",
+                              min_l2_multiple=0, device="cpu")
+            q = torch.zeros(1, 4, dim, dtype=torch.float16)
+            args = (q, pool.k_cache, pool.v_cache, pool.block_table)
+            ops.paged_decode(*args, pool.seq_lens)
+            assert ops.last_selection("paged_decode").spec.name == chosen, dim
+            problem = ops.describe_paged_decode(*args)
+            assert ops._decode_key(*args, False)[-1] == core.decision_geometry(
+                "paged_decode", problem.shape)
+    assert len(d32.calls) == 2 and len(anyd.calls) == 1

@@ -124,12 +124,21 @@ def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int,
     return n.value
 
 
-def shape_unsupported(head_dim: int, q_heads: int, kv_heads: int) -> str | None:
-    """None when the kernel's templates cover this geometry, else what it needs."""
+#: fp8 V^T copies move 16 tokens of one d row at once, so an fp8 page holds at least 16.
+MIN_FP8_PAGE_SIZE = 16
+
+
+def shape_unsupported(head_dim: int, q_heads: int, kv_heads: int, *, fp8: bool = False,
+                      page_size: int | None = None) -> str | None:
+    """None when the kernel's templates cover this geometry, else what it needs (the
+    registry's shape gate and the launcher's check: one rule for both)."""
     if head_dim != HEAD_DIM:
         return f"needs head_dim {HEAD_DIM}, got {head_dim}"
     if q_heads % kv_heads or q_heads // kv_heads not in GROUPS:
         return f"needs q_heads / kv_heads in {GROUPS}, got {q_heads} / {kv_heads}"
+    if fp8 and page_size is not None and page_size < MIN_FP8_PAGE_SIZE:
+        return (f"needs page_size >= {MIN_FP8_PAGE_SIZE} for fp8 (16 tokens of a d row are one "
+                f"copy), got {page_size}")
     return None
 
 
@@ -171,7 +180,8 @@ def auto_splits(device: torch.device, kv_dtype: torch.dtype, group: int, program
 def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
     """What this kernel accepts beyond paged_decode's contract (shape and dtype first, so a
     CPU caller learns them too, then the device, then the rows' alignment)."""
-    reason = shape_unsupported(p.head_dim, p.q_heads, p.kv_heads)
+    reason = shape_unsupported(p.head_dim, p.q_heads, p.kv_heads, fp8=p.fp8,
+                               page_size=p.page_size)
     if reason:
         raise ValueError(f"cuda/cluster_decode {reason}")
     if p.fp8:
@@ -181,9 +191,6 @@ def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
             raise ValueError("cuda/cluster_decode reads fp8 V from dim-major pages "
                              "(paged_pool(storage='v_dim_major')); token-major fp8 V: use "
                              "triton/split_kv")
-        if p.page_size < 16:
-            raise ValueError(f"cuda/cluster_decode needs page_size >= 16 for fp8 (16 tokens of a "
-                             f"d row are one copy), got {p.page_size}")
     elif p.v_dim_major:
         raise ValueError("cuda/cluster_decode needs a token-major v_cache (d contiguous) for "
                          "fp16 / bf16; dim-major V pages: use triton/split_kv")
