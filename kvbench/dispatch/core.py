@@ -17,10 +17,10 @@ runs its check once and never runs unverified, so a benchmark that forces a brok
 loudly instead of timing wrong output. No forced decision silently runs another row.
 
 Decisions are cached per (op, dtype, tags, bucket, device, raw selector value, geometry), the
-geometry being the shape features outside the bucket that a row's gate reads (decision_geometry:
-paged_decode's head counts, head_dim and page size). The selector
-variable is read on every call from the bytes mapping os.environ keeps in sync (one dict
-lookup; os.environ.get() would cost more than the rest of the cached path, see _ENV below and
+geometry being the shape features outside the bucket that a row's gate reads
+(decision_geometry: paged_decode's head counts, head_dim and page size). The selector variable
+is read on every call from the bytes mapping os.environ keeps in sync (one dict lookup;
+os.environ.get() would cost more than the rest of the cached path, see _ENV below and
 docs/allocator.md); with its raw value in the key a changed selector never hits a stale
 decision. set_perf_provider(), record_golden() and using_registry() clear the cache.
 """
@@ -59,8 +59,8 @@ class DispatchError(ValueError):
 
 # ---- module state ----------------------------------------------------------------------------
 
-#: (op, dtype, tags, bucket, device, raw selector value, geometry) -> Selection. kvbench.ops reads it
-#: directly on its hot path (DECISIONS is the same dict); only this module writes it.
+#: (op, dtype, tags, bucket, device, raw selector value, geometry) -> Selection. kvbench.ops
+#: reads it directly on its hot path (DECISIONS is the same dict); only this module writes it.
 _DECISIONS: dict[tuple[Any, ...], Selection] = {}
 DECISIONS = _DECISIONS
 _registry: Registry = REGISTRY
