@@ -131,13 +131,13 @@ CPU_CASES: dict[str, tuple[TuneCase, ...]] = {
 }
 
 
-#: The KV dtypes each op can be tuned at (`--dtype`): the fixtures' and the rows' dtypes.
-TUNE_DTYPES: dict[str, tuple[str, ...]] = {
-    "paged_decode": ("fp16", "bf16", "fp8"),
-    "kv_write": ("fp16", "bf16", "fp8"),
-    "kv_gather_fp8": ("fp8",),
-    "kv_alloc": ("int64",),
-}
+def tune_dtypes(op: str) -> tuple[str, ...]:
+    """The dtypes `op` can be tuned at (`--dtype`): those some registered row of it serves,
+    in DTYPE_NAMES order (the fixtures build every one of them)."""
+    rows = core.active_registry().specs(check_op(op))
+    return tuple(d for d in DTYPE_NAMES if any(d in spec.dtypes for spec in rows))
+
+
 #: The ops whose cases build a paged pool, so `--storage` applies.
 POOL_OPS = ("paged_decode", "kv_write")
 
@@ -152,8 +152,8 @@ def default_cases(
 
     dev = core.resolve_device(device)
     cases = (CASES if dev.type == "cuda" else CPU_CASES)[check_op(op)]
-    if dtype is not None and dtype not in TUNE_DTYPES[op]:
-        raise ValueError(f"{op} is tuned at dtype {', '.join(TUNE_DTYPES[op])}; got {dtype!r}")
+    if dtype is not None and dtype not in tune_dtypes(op):
+        raise ValueError(f"{op} is tuned at dtype {', '.join(tune_dtypes(op))}; got {dtype!r}")
     if storage is not None and op not in POOL_OPS:
         raise ValueError(f"--storage applies to {', '.join(POOL_OPS)} (a paged pool), not {op}")
     if storage is not None and storage not in STORAGES:
@@ -588,7 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("op", choices=tuple(BUCKETS))
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
     parser.add_argument("--dtype", default=None,
-                        help="KV dtype to measure at (default: the op's, see TUNE_DTYPES)")
+                        help="KV dtype to measure at (default: the op's; any its rows serve)")
     parser.add_argument("--storage", default=None,
                         help="paged pool storage for paged_decode / kv_write (default: combined)")
     args = parser.parse_args(argv)
