@@ -7,8 +7,8 @@
 The event timer gives one number per launch and Nsight Compute averages over warps; neither
 says which link of a short launch's chain is long. This builds cluster_decode.cu with
 -DKVB_TRACE (thread 0 of every CTA reads %globaltimer at 8 marks: entry, first copies issued,
-first tile landed, last tile done, CTA partial ready, cluster partials visible, slice stored,
-done) and launches it at each case and split count (the auto count and each --splits value),
+first tile landed, last tile done, the warps' partials stored, the CTA's partial pushed to its
+peers, the peers' partials of its outputs received, its outputs stored) and launches it at each case and split count (the auto count and each --splits value),
 cold L2 (the harness's flush before each launch) and warm, --reps launches each, every output
 checked against the fp64 reference first. Per setting it reports the medians over launches
 of: the span (first entry to last done), the entry skew across CTAs, and each phase's median
@@ -36,8 +36,8 @@ from kvbench.kernels import paged_decode_cluster as pdc
 from kvbench.pool import paged_pool
 
 #: The marks' names, in the kernel's order (cluster_decode.cu, KVB_MARK).
-MARKS = ("entry", "issued", "first_tile", "last_tile", "cta_partial", "cluster_visible",
-         "slice_stored", "done")
+MARKS = ("entry", "issued", "first_tile", "last_tile", "warps_stored", "pushed", "received",
+         "stored")
 #: Phase i runs from mark i to mark i + 1.
 PHASES = tuple(f"{a}->{b}" for a, b in itertools.pairwise(MARKS))
 DEFAULT_CASES = ("1,4096", "1,1024")

@@ -205,7 +205,7 @@ def test_trace_summary_spans_phases_and_resolution(monkeypatch):
     assert s["span"] == 7.0 and s["entry_skew"] == 0.5
     # torch's median of an even count is the lower middle value
     assert s["entry->issued med"] == 1.0 and s["entry->issued max"] == pytest.approx(1.1)
-    assert s["slice_stored->done max"] == pytest.approx(1.2)  # the median launch, not the slow one
+    assert s["received->stored max"] == pytest.approx(1.2)  # the median launch, not the slow one
     assert s["tick"] == pytest.approx(0.1)
     text = mod.table({"b1_c4096:fp16": [{"s8 cold": s}]})
-    assert "b1_c4096:fp16 s8 cold" in text and "p6 slice_stored->done" in text
+    assert "b1_c4096:fp16 s8 cold" in text and "p6 received->stored" in text

@@ -5,10 +5,10 @@
 // dependent DRAM/L2 round trips cost ~3 us on top of the split kernel. Triton's `tl` gives a
 // program no access to another program's shared memory, so the splits of one (sequence, kv
 // head) cannot combine without a second kernel. Here they are the CTAs of one cluster: each
-// CTA reduces its token range to a partial (max, sum, unnormalised output) in its own shared
-// memory, a cluster barrier makes the partials visible, and every CTA combines a slice of the
-// outputs by reading its peers' shared memory (DSMEM), then a second barrier keeps that memory
-// alive until all peers are done reading.
+// CTA reduces its token range to a partial (max, sum, unnormalised output) and pushes each
+// output's value to the CTA that owns that output (st.async into the owner's shared memory,
+// counted in bytes by the owner's mbarrier); each CTA waits for its own bytes only, combines its
+// slice of the outputs and stores it. No cluster-wide barrier after the loop (experiment 22).
 //
 // Structure of one CTA (8 warps, TILE_N = 128 tokens per stage, a cp.async ring of NSTAGE):
 //   * K and V rows are staged unpadded, XOR-swizzled by 16-byte chunk (Stage below), so a
@@ -22,7 +22,7 @@
 //     barrier per tile except the ring's, and P stays in registers (S's accumulator layout is
 //     P @ V's A operand).
 //   * After the last tile: the 8 warps' partials combine in shared memory (one CTA partial),
-//     then the cluster combine above.
+//     then the push and the owners' combine above.
 // Rows past seq_len are zero-filled by cp.async (src-size 0) and masked to -inf.
 //
 // fp8 (e4m3 bytes, fp16 q): K rows token-major as above, V pages dim-major, so the P @ V
@@ -170,19 +170,41 @@ __device__ __forceinline__ unsigned long long global_ns() {
 #define KVB_MARK(i)
 #endif
 
-// Shared memory besides the ring (floats).
+// Shared memory besides the ring (floats). The receive buffer takes the peers' pushed partials
+// (see the kernel's end): this CTA owns outputs o with o % splits == rank, so from each of the
+// splits pushers it receives ceil(GROUP * HEAD_DIM / splits) output values (<= GROUP * HEAD_DIM /
+// splits + 1 each, hence the + MAX_SPLITS) and the pusher's GROUP maxima and GROUP sums. It is
+// not the ring: a peer may push while this CTA is still in its loop. The mbarrier that counts
+// the pushed bytes comes last, 8-byte aligned.
 template <int GROUP>
 struct Side {
-  static constexpr int WML = 2 * WARPS * GROUP;              // per-warp max and sum
-  static constexpr int PART = GROUP * HEAD_DIM + 2 * GROUP;  // the CTA partial: o, max, sum
-  static constexpr int FLOATS = WML + PART;
+  static constexpr int WML = 2 * WARPS * GROUP;                 // per-warp max and sum
+  static constexpr int RECV_O = GROUP * HEAD_DIM + MAX_SPLITS;  // [splits][slots] outputs
+  static constexpr int RECV_ML = MAX_SPLITS * 2 * GROUP;        // [splits][max GROUP, sum GROUP]
+  static constexpr int FLOATS = (WML + RECV_O + RECV_ML + 1) & ~1;  // even: the mbarrier's 8 bytes
+  static constexpr int BYTES = FLOATS * 4 + 8;
 };
 
 template <int GROUP, typename S>
 constexpr int smem_bytes() {
   // The warps' partial outputs (WARPS x GROUP x HEAD_DIM floats) reuse the ring after the loop.
   static_assert(WARPS * GROUP * HEAD_DIM * 4 <= S::NSTAGE * S::BYTES, "combine fits the ring");
-  return S::NSTAGE * S::BYTES + Side<GROUP>::FLOATS * 4;
+  return S::NSTAGE * S::BYTES + Side<GROUP>::BYTES;
+}
+
+// The cluster address (shared::cluster window) of a shared::cta address in CTA `rank`.
+__device__ __forceinline__ uint32_t cluster_addr(uint32_t cta_addr, int rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(cta_addr), "r"(rank));
+  return r;
+}
+
+// A 4-byte store into a peer's shared memory whose bytes count toward that peer's mbarrier
+// (`bar`, a cluster address in the same CTA): the complete_tx is a release at cluster scope, so
+// the peer's acquire-wait on the barrier sees the value. Fire and forget for the pusher.
+__device__ __forceinline__ void push_f32(uint32_t dst, float v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+               ::"r"(dst), "f"(v), "r"(bar) : "memory");
 }
 
 // Four e4m3 codes -> two f16x2 words: (c0, c1) and (c2, c3), exact (every e4m3 value is an
@@ -238,8 +260,9 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   // H200; docs/perf-notes.md, experiment 21). tests/test_paged_decode_cluster.py checks the PTX.
   extern __shared__ __align__(16) unsigned char smem[];
   float* wml_s = reinterpret_cast<float*>(smem + NSTAGE * S::BYTES);
-  float* part_o = wml_s + Side<GROUP>::WML;
-  float* part_ml = part_o + GROUP * HEAD_DIM;  // [0, GROUP): max, [GROUP, 2 GROUP): sum
+  float* recv_o = wml_s + Side<GROUP>::WML;       // [splits][slots]
+  float* recv_ml = recv_o + Side<GROUP>::RECV_O;  // [splits][2 GROUP]: maxima, then sums
+  uint64_t* recv_bar = reinterpret_cast<uint64_t*>(wml_s + Side<GROUP>::FLOATS);
 
 #ifdef KVB_TRACE
   unsigned long long trace_ns[TRACE_POINTS] = {};
@@ -253,6 +276,23 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
+
+  // This CTA's outputs (o % splits == rank) arrive from every CTA of the cluster as bytes on
+  // recv_bar, which is armed here for all of them: the barrier's one arrival is this
+  // expect_tx, so its phase completes when the last expected byte has landed. The peers push
+  // only after the cluster barrier below, so they see the barrier initialised; the barrier is
+  // split (arrive now, wait before the first push), so no CTA waits for it at its start.
+  constexpr int OUTS = GROUP * HEAD_DIM;
+  const int slots = (OUTS + splits - 1) / splits;  // outputs per pusher and owner, at most
+  if (tid == 0) {
+    const int owned = (OUTS - rank + splits - 1) / splits;
+    const uint32_t bytes = static_cast<uint32_t>(splits * (owned + 2 * GROUP) * 4);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(recv_bar)) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 ::"r"(smem_addr(recv_bar)), "r"(bytes) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 
   const int seq_len = a.seq_lens[b];
   const int per_split = ((seq_len + splits - 1) / splits + 15) & ~15;
@@ -514,7 +554,16 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     }
   }
   __syncthreads();
-  for (int o = tid; o < GROUP * HEAD_DIM; o += THREADS) {
+  KVB_MARK(4);  // the warps' partials in shared memory
+  // ---- push: output o of this CTA's partial goes to CTA o % splits (its owner), slot o / splits
+  // of this CTA's row there; each head's max and sum go to every owner. No barrier follows: an
+  // owner waits for its bytes alone (recv_bar), and nothing reads this CTA's shared memory
+  // from outside, so it may exit as soon as its own slice is stored. This replaced two cluster
+  // barriers around a combine that read the peers' memory (docs/perf-notes.md, experiment 22).
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // peers' barriers armed
+  const uint32_t recv_o_addr = smem_addr(recv_o), recv_ml_addr = smem_addr(recv_ml);
+  const uint32_t bar_addr = smem_addr(recv_bar);
+  for (int o = tid; o < OUTS; o += THREADS) {
     const int h = o / HEAD_DIM;
     float mx = -INFINITY;
 #pragma unroll
@@ -527,40 +576,46 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       sum_o += wgt * wacc[(w * GROUP) * HEAD_DIM + o];
       sum_l += wgt * wml_s[(WARPS + w) * GROUP + h];
     }
-    part_o[o] = sum_o;
+    const int owner = o % splits;
+    push_f32(cluster_addr(recv_o_addr + (rank * slots + o / splits) * 4, owner), sum_o,
+             cluster_addr(bar_addr, owner));
     if (o % HEAD_DIM == 0) {
-      part_ml[h] = mx;
-      part_ml[GROUP + h] = sum_l;
+      for (int peer = 0; peer < splits; ++peer) {
+        const uint32_t ml = cluster_addr(recv_ml_addr + (rank * 2 * GROUP + h) * 4, peer);
+        const uint32_t bar = cluster_addr(bar_addr, peer);
+        push_f32(ml, mx, bar);
+        push_f32(ml + GROUP * 4, sum_l, bar);
+      }
     }
   }
+  KVB_MARK(5);  // this CTA's partial pushed
 
-  // ---- the cluster's combine: every CTA finishes a slice of the outputs from all partials
-  KVB_MARK(4);  // the CTA's partial in shared memory
-  cluster.sync();  // release/acquire at cluster scope: peers' partials are visible
-  KVB_MARK(5);  // the cluster's partials visible
+  // ---- this CTA's outputs, from every CTA's partial (its own included)
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar_addr) : "memory");
+  KVB_MARK(6);  // every peer's partial of this CTA's outputs received
   T* out_row = static_cast<T*>(a.out) + b * a.out_stride_b + (hk * GROUP) * a.out_stride_h;
-  for (int o = rank + splits * tid; o < GROUP * HEAD_DIM; o += splits * THREADS) {
+  for (int o = rank + splits * tid; o < OUTS; o += splits * THREADS) {
     const int h = o / HEAD_DIM;
+    const int slot = o / splits;
     float mx = -INFINITY, num = 0.f, den = 0.f;
 #pragma unroll 4
-    for (int peer = 0; peer < splits; ++peer) {  // every CTA's partial, this one's included
-      const float* peer_o = cluster.map_shared_rank(part_o, peer);
-      const float* peer_ml = cluster.map_shared_rank(part_ml, peer);
-      const float pm = peer_ml[h];
+    for (int peer = 0; peer < splits; ++peer) {
+      const float pm = recv_ml[peer * 2 * GROUP + h];
       const float m_new = fmaxf(mx, pm);
       const float base = m_new == -INFINITY ? 0.f : m_new;
       const float sa = ex2(mx - base), sb = ex2(pm - base);
-      num = num * sa + peer_o[o] * sb;
-      den = den * sa + peer_ml[GROUP + h] * sb;
+      num = num * sa + recv_o[peer * slots + slot] * sb;
+      den = den * sa + recv_ml[peer * 2 * GROUP + GROUP + h] * sb;
       mx = m_new;
     }
     out_row[h * a.out_stride_h + (o % HEAD_DIM)] =
         Elem<T>::from(den > 0.f ? num / den * v_scale : 0.f);
   }
-  KVB_MARK(6);  // this CTA's slice of the outputs stored
-  cluster.sync();  // peers may still read this CTA's partial
 #ifdef KVB_TRACE
-  KVB_MARK(7);  // done
+  KVB_MARK(7);  // this CTA's outputs stored
   const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   if (threadIdx.x == 0 && cta < TRACE_MAX_CTAS) {
     for (int i = 0; i < TRACE_POINTS; ++i) kvb_trace[cta * TRACE_POINTS + i] = trace_ns[i];
