@@ -14,13 +14,16 @@
 //   * K and V rows are staged unpadded, XOR-swizzled by 16-byte chunk (Stage below), so a
 //     warp's copy fills contiguous shared memory and ldmatrix's 8 row addresses per matrix hit
 //     distinct banks.
-//   * Warp w owns tokens [16 w, 16 w + 16) of each tile: S = q K^T and O += P V on tensor
-//     cores (mma.sync m16n8k16, fp32 accumulate), q's <= 8 heads as the A rows (the rest
-//     zero), K through ldmatrix, V through ldmatrix.trans. A first version on CUDA cores (one
-//     token per lane, commit ad4ef61) took ~2.7 us per tile on the H200, slower than Triton.
-//   * Online softmax per warp over its 16 tokens (a quad of lanes shares a row): no CTA
-//     barrier per tile except the ring's, and P stays in registers (S's accumulator layout is
-//     P @ V's A operand).
+//   * Warp w owns tokens [16 w, 16 w + 16) of each tile, on tensor cores (mma.sync m16n8k16,
+//     fp32 accumulate). 16-bit KV: S^T = K q^T and O^T += V^T P^T, the warp's 16 tokens (then
+//     16 d) as the MMA's rows and the group's <= 8 q heads as its 8 columns; K through
+//     ldmatrix, V through ldmatrix.trans, and P^T turned from S^T's accumulator into the B
+//     operand by movmatrix.trans, in registers. fp8 KV: S = q K^T and O += P V, the q heads as
+//     the 16 rows (the rest zero), so twice the MMAs per tile (its byte operands come from
+//     ldmatrix in the layouts described below). A first version on CUDA cores (one token per
+//     lane, commit ad4ef61) took ~2.7 us per tile on the H200, slower than Triton.
+//   * Online softmax per warp over its 16 tokens: no CTA barrier per tile except the ring's,
+//     and P stays in registers.
 //   * After the last tile: the 8 warps' partials combine in shared memory (one CTA partial),
 //     then the push and the owners' combine above.
 // Rows past seq_len are zero-filled by cp.async (src-size 0) and masked to -inf.
@@ -250,6 +253,33 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   }
 }
 
+// c += A (16 x 16, row; a[0..3] as ldmatrix_x4 gives them) * B (16 x 8, col), fp32 accumulate.
+template <typename T>
+__device__ __forceinline__ void mma_16816_full(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// The transpose of an 8 x 8 16-bit matrix held one 32-bit pair per lane (row lane / 4, columns
+// 2 (lane % 4) and + 1), in the same layout.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
 template <typename T, bool FP8, int GROUP>
 __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const DecodeArgs a) {
   using S = Stage<FP8>;
@@ -392,8 +422,9 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   load_pages(NSTAGE - 1, pages_ahead);
   KVB_MARK(1);  // the first tiles' copies issued (their block-table entries loaded)
 
-  // q as the A operand of S = q K^T: row r = lane / 4 (a q head; rows >= GROUP and 8-15 zero),
-  // straight from global memory. 16-bit KV: d pairs 2 (lane % 4) and + 8 of each 16-wide k
+  // q, straight from global memory: for 16-bit KV the B operand of S^T = K q^T (column r =
+  // lane / 4 a q head, columns >= GROUP zero), for fp8 the A operand of S = q K^T (row r; rows
+  // >= GROUP and 8-15 zero): the same registers. 16-bit KV: d pairs 2 (lane % 4) and + 8 of each 16-wide k
   // step. fp8: the k step's d order is permuted to match what ldmatrix gives from byte rows
   // (lane % 4 holds d 4 (lane % 4) .. + 3 of each 16): d pairs 4 (lane % 4) and + 2. A sum
   // over d does not care about the order as long as q and K agree.
@@ -418,8 +449,12 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   }
   const float qk_scale = a.qk_scale_log2 * k_scale;
 
-  // This lane's softmax row is r; acc[nb] holds its outputs at d = 8 nb + 2 quad + {0, 1}.
-  float m_run = -INFINITY, l_run = 0.f;
+  // The running softmax state. 16-bit (tokens as the MMA's rows, see TokenRows below): this
+  // lane's heads are 2 quad and 2 quad + 1 (m_run, l_run [0] and [1]), acc[mb] holds O^T at
+  // d = 16 mb + r (+ 8 in [2], [3]); l_run is this lane's share of the sum, reduced over the
+  // warp after the loop. fp8 (heads as the MMA's rows): this lane's head is r (m_run[0],
+  // l_run[0]), acc[nb] holds its outputs at d = 8 nb + 2 quad + {0, 1}.
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   float acc[HEAD_DIM / 8][4];
 #pragma unroll
   for (int nb = 0; nb < HEAD_DIM / 8; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.f;
@@ -427,12 +462,13 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   // ldmatrix row addresses: matrix mi = lane / 8, row lane % 8.
   const int mi = lane >> 3;
   const int lr = lane & 7;
-  // 16-bit: K m0, m1 tokens 0-7 / m2, m3 8-15, d +0 / +8 (k_half: the 16-byte chunk of 8 d);
-  // V (trans) m0, m2 tokens 0-7 / m1, m3 8-15, d +0 / +8.
-  const int k_tok = warp * 16 + ((mi >> 1) << 3) + lr;
-  const int k_half = mi & 1;
-  const int v_tok = warp * 16 + ((mi & 1) << 3) + lr;
-  const int v_half = mi >> 1;
+  // 16-bit, K as the A operand (16 tokens x 16 d): m0 tokens 0-7 / m1 8-15 at d + 0, m2 / m3 at
+  // d + 8 (k_half: the 16-byte chunk of 8 d). V^T as the A operand (16 d x 16 tokens) through
+  // ldmatrix.trans: m0 d + 0 / m1 d + 8 of tokens 0-7, m2 / m3 of tokens 8-15.
+  const int k_tok = warp * 16 + ((mi & 1) << 3) + lr;
+  const int k_half = mi >> 1;
+  const int v_tok = warp * 16 + ((mi >> 1) << 3) + lr;
+  const int v_half = mi & 1;
   // fp8: a matrix is 8 rows x 16 bytes. K: matrix mi = (n-block mi >> 1, k step 2 j + (mi & 1));
   // n-block nb's column n is token 4 (n >> 1) + (n & 1) + 2 nb, so that S's accumulator holds,
   // per lane, tokens 4 quad .. + 3 in the order P @ V's B operand (V^T rows) gives them; the
@@ -451,10 +487,68 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 #endif
     const uint32_t ks = smem_addr(smem + (i % NSTAGE) * S::BYTES);
     const uint32_t vs = ks + S::K_BYTES;
+    const int tile_tok = start + i * TILE_N + warp * 16;
 
-    // S (rows: q heads, columns: this warp's 16 tokens) = q K^T on tensor cores
-    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    if constexpr (FP8) {
+    if constexpr (!FP8) {
+      // TokenRows: S^T (rows: the warp's 16 tokens, columns: 8 head slots) = K q^T, then
+      // O^T += V^T P^T, so the MMA's 16 rows are tokens and d, never padding; the 8 columns
+      // hold the group's heads (4 of 8 used at the Llama-3-8B group). With heads as the rows
+      // (the fp8 path below) 12 of 16 rows are zero at a group of 4 and each tile takes twice
+      // the MMAs; the loop's math, not its copies, set the tile's pace at batch 1 (experiment
+      // 22's ablation).
+      float st0[4] = {0.f, 0.f, 0.f, 0.f}, st1[4] = {0.f, 0.f, 0.f, 0.f};  // two chains
+#pragma unroll
+      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+        uint32_t ka[4];
+        ldmatrix_x4(ks + S::swizzled(k_tok, 2 * kk + k_half), ka);
+        mma_16816_full<T>(kk & 1 ? st1 : st0, ka, qa[kk][0], qa[kk][1]);
+      }
+      // st[j]: token r + 8 (j >> 1), head 2 quad + (j & 1)
+      float sv[4], mt[2];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int tok = tile_tok + r + 8 * (j >> 1);
+        sv[j] = tok < end ? (st0[j] + st1[j]) * qk_scale : -INFINITY;
+      }
+      mt[0] = fmaxf(sv[0], sv[2]);
+      mt[1] = fmaxf(sv[1], sv[3]);
+#pragma unroll
+      for (int x = 4; x < 32; x <<= 1) {  // over the 8 lanes of this quad position
+        mt[0] = fmaxf(mt[0], __shfl_xor_sync(0xffffffffu, mt[0], x));
+        mt[1] = fmaxf(mt[1], __shfl_xor_sync(0xffffffffu, mt[1], x));
+      }
+      float alpha[2], pv[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m_new = fmaxf(m_run[h], mt[h]);
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        alpha[h] = ex2(m_run[h] - base);
+        pv[h] = ex2(sv[h] - base);
+        pv[h + 2] = ex2(sv[h + 2] - base);
+        l_run[h] = l_run[h] * alpha[h] + pv[h] + pv[h + 2];
+        m_run[h] = m_new;
+      }
+#pragma unroll
+      for (int mb = 0; mb < HEAD_DIM / 16; ++mb) {
+        acc[mb][0] *= alpha[0];
+        acc[mb][1] *= alpha[1];
+        acc[mb][2] *= alpha[0];
+        acc[mb][3] *= alpha[1];
+      }
+      // P^T (rounded to q's dtype, as the Triton kernels do) as the B operand: the accumulator
+      // of tokens 0-7 (and 8-15) is an 8 x 8 (token, head) matrix in ldmatrix's fragment
+      // layout; its transpose in registers is exactly B's (k = token, n = head) fragment.
+      const uint32_t pb0 = movmatrix_trans(Elem<T>::pack(pv[0], pv[1]));
+      const uint32_t pb1 = movmatrix_trans(Elem<T>::pack(pv[2], pv[3]));
+#pragma unroll
+      for (int mb = 0; mb < HEAD_DIM / 16; ++mb) {
+        uint32_t va[4];
+        ldmatrix_x4_trans(vs + S::swizzled(v_tok, 2 * mb + v_half), va);
+        mma_16816_full<T>(acc[mb], va, pb0, pb1);
+      }
+    } else {
+      // S (rows: q heads, columns: this warp's 16 tokens) = q K^T on tensor cores
+      float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
       for (int j = 0; j < HEAD_DIM / 32; ++j) {
         uint32_t kb[4];
@@ -467,54 +561,43 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
           mma_16816<T>(sc[m >> 1], qa[kk][0], qa[kk][1], b0, b1);
         }
       }
-    } else {
+
+      // online softmax of row r over the 16 tokens (4 per lane, the quad's lanes share a
+      // row); sv[j] is token 4 quad + 2 (j >> 1) + (j & 1)
+      float sv[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
+      float mt = -INFINITY;
 #pragma unroll
-      for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-        uint32_t kb[4];
-        ldmatrix_x4(ks + S::swizzled(k_tok, 2 * kk + k_half), kb);
-        mma_16816<T>(sc[0], qa[kk][0], qa[kk][1], kb[0], kb[1]);
-        mma_16816<T>(sc[1], qa[kk][0], qa[kk][1], kb[2], kb[3]);
+      for (int j = 0; j < 4; ++j) {
+        const int tok = tile_tok + 4 * quad + 2 * (j >> 1) + (j & 1);
+        sv[j] = tok < end ? sv[j] * qk_scale : -INFINITY;
+        mt = fmaxf(mt, sv[j]);
       }
-    }
+      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+      const float m_new = fmaxf(m_run[0], mt);
+      const float base = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = ex2(m_run[0] - base);
+      float pv[4], ps = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        pv[j] = ex2(sv[j] - base);
+        ps += pv[j];
+      }
+      ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+      ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+      l_run[0] = l_run[0] * alpha + ps;
+      m_run[0] = m_new;
+#pragma unroll
+      for (int nb = 0; nb < HEAD_DIM / 8; ++nb) {
+        acc[nb][0] *= alpha;
+        acc[nb][1] *= alpha;
+      }
 
-    // online softmax of row r over the 16 tokens (4 per lane, the quad's lanes share a row);
-    // sv[j] is token tok_j: 16-bit 2 quad + 8 (j >> 1) + (j & 1), fp8 4 quad + 2 (j >> 1) + (j & 1)
-    const int tile_tok = start + i * TILE_N + warp * 16;
-    float sv[4] = {sc[0][0], sc[0][1], sc[1][0], sc[1][1]};
-    float mt = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int tok = tile_tok + (FP8 ? 4 * quad + 2 * (j >> 1) : 2 * quad + 8 * (j >> 1)) + (j & 1);
-      sv[j] = tok < end ? sv[j] * qk_scale : -INFINITY;
-      mt = fmaxf(mt, sv[j]);
-    }
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-    const float m_new = fmaxf(m_run, mt);
-    const float base = m_new == -INFINITY ? 0.f : m_new;
-    const float alpha = ex2(m_run - base);
-    float pv[4], ps = 0.f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      pv[j] = ex2(sv[j] - base);
-      ps += pv[j];
-    }
-    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-    ps += __shfl_xor_sync(0xffffffffu, ps, 2);
-    l_run = l_run * alpha + ps;
-    m_run = m_new;
-#pragma unroll
-    for (int nb = 0; nb < HEAD_DIM / 8; ++nb) {
-      acc[nb][0] *= alpha;
-      acc[nb][1] *= alpha;
-    }
-
-    // P (rounded to q's dtype, as the Triton kernels do) is S's accumulator layout = P @ V's
-    // A operand: a0 = sv[0..1], a2 = sv[2..3] (their tokens match the B operand's k order).
-    const uint32_t pa0 = Elem<T>::pack(pv[0], pv[1]);
-    const uint32_t pa2 = Elem<T>::pack(pv[2], pv[3]);
-    if constexpr (FP8) {
-      // V^T rows d, the warp's 16 token bytes: one matrix = one n-block (8 d) x 16 tokens
+      // P (rounded to q's dtype, as the Triton kernels do) is S's accumulator layout = P @ V's
+      // A operand: a0 = sv[0..1], a2 = sv[2..3] (their tokens match the B operand's k order).
+      // V^T rows d, the warp's 16 token bytes: one matrix = one n-block (8 d) x 16 tokens.
+      const uint32_t pa0 = Elem<T>::pack(pv[0], pv[1]);
+      const uint32_t pa2 = Elem<T>::pack(pv[2], pv[3]);
 #pragma unroll
       for (int j = 0; j < HEAD_DIM / 32; ++j) {
         uint32_t vb[4];
@@ -526,14 +609,6 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
           mma_16816<T>(acc[4 * j + m], pa0, pa2, b0, b1);
         }
       }
-    } else {
-#pragma unroll
-      for (int nb2 = 0; nb2 < HEAD_DIM / 16; ++nb2) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vs + S::swizzled(v_tok, 2 * nb2 + v_half), vb);
-        mma_16816<T>(acc[2 * nb2], pa0, pa2, vb[0], vb[1]);
-        mma_16816<T>(acc[2 * nb2 + 1], pa0, pa2, vb[2], vb[3]);
-      }
     }
   }
 
@@ -542,15 +617,37 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   cp_async_wait<0>();
   __syncthreads();
   float* wacc = reinterpret_cast<float*>(smem);  // [WARPS][GROUP][HEAD_DIM]
-  if (r < GROUP) {
+  if constexpr (!FP8) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // this lane's share of the sum -> the warp's
+#pragma unroll
+      for (int x = 4; x < 32; x <<= 1) l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], x);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int head = 2 * quad + h;
+      if (head < GROUP) {
+        float* w = wacc + (warp * GROUP + head) * HEAD_DIM + r;
+#pragma unroll
+        for (int mb = 0; mb < HEAD_DIM / 16; ++mb) {
+          w[16 * mb] = acc[mb][h];
+          w[16 * mb + 8] = acc[mb][h + 2];
+        }
+        if (r == 0) {
+          wml_s[warp * GROUP + head] = m_run[h];
+          wml_s[(WARPS + warp) * GROUP + head] = l_run[h];
+        }
+      }
+    }
+  } else if (r < GROUP) {
 #pragma unroll
     for (int nb = 0; nb < HEAD_DIM / 8; ++nb) {
       *reinterpret_cast<float2*>(wacc + (warp * GROUP + r) * HEAD_DIM + nb * 8 + 2 * quad) =
           make_float2(acc[nb][0], acc[nb][1]);
     }
     if (quad == 0) {
-      wml_s[warp * GROUP + r] = m_run;
-      wml_s[(WARPS + warp) * GROUP + r] = l_run;
+      wml_s[warp * GROUP + r] = m_run[0];
+      wml_s[(WARPS + warp) * GROUP + r] = l_run[0];
     }
   }
   __syncthreads();
