@@ -59,7 +59,7 @@ class DecodeArgs(ctypes.Structure):
             "bt_stride", "out_stride_b", "out_stride_h",
         )],
         *[(n, ctypes.c_int32) for n in (
-            "batch", "q_heads", "kv_heads", "page_shift", "splits", "bt_cols")],
+            "batch", "q_heads", "kv_heads", "page_shift", "splits")],
         *[(n, ctypes.c_float) for n in ("qk_scale_log2", "k_scale", "v_scale")],
     ]
 
@@ -149,18 +149,16 @@ def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> in
     at once. A split count qualifies when programs x splits CTAs fit the SMs (one CTA per SM:
     the ring takes 192 KiB of shared memory), all clusters are resident together, and each
     split keeps >= MIN_TOKENS_PER_SPLIT tokens. Among those, the fewest TILE_N-token tiles per
-    split (the chain each CTA runs; the kernel deals a sequence's tiles round-robin, so the
-    busiest split runs ceil(tiles / splits)), then the fewest CTAs: on the H200 batch 1 x 4k ran
-    15.3 us at 8 splits (4 tiles each) and 16.4 at 9 (also 4 for the busiest). Any size, not
-    only powers of two (the H200 holds 7 clusters of 16, 9 of 9). 1 when none qualifies.
+    split (the chain each CTA runs), then the fewest CTAs: on the H200 batch 1 x 4k ran 15.3 us
+    at 8 splits (4 whole tiles each) and 16.4 at 9 (3 tiles and a tail). Any size, not only
+    powers of two (the H200 holds 7 clusters of 16, 9 of 9). 1 when none qualifies.
     """
-    context_tiles = math.ceil(max_context / TILE_N)
-    best, best_tiles = 1, context_tiles
+    best, best_tiles = 1, math.ceil(max_context / TILE_N)
     for splits in range(2, MAX_SPLITS + 1):
         if (programs * splits > sms or max_context < splits * MIN_TOKENS_PER_SPLIT
                 or programs > fits(splits)):
             continue
-        tiles = math.ceil(context_tiles / splits)
+        tiles = math.ceil(math.ceil(max_context / splits) / TILE_N)
         if tiles < best_tiles:
             best, best_tiles = splits, tiles
     return best
@@ -254,7 +252,7 @@ def paged_decode_cluster(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         block_table.stride(0), out.stride(0), out.stride(1),
         p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits,
-        block_table.shape[1], p.sm_scale * _LOG2E, *scale_vals,
+        p.sm_scale * _LOG2E, *scale_vals,
     )
     stream = torch.cuda.current_stream(q.device).cuda_stream
     code = _FP8_CODE if p.fp8 else _DTYPE_CODE[q.dtype]

@@ -107,7 +107,6 @@ struct DecodeArgs {
   int64_t bt_stride;
   int64_t out_stride_b, out_stride_h;
   int32_t batch, q_heads, kv_heads, page_shift, splits;
-  int32_t bt_cols;  // block_table's width (entries per sequence)
   float qk_scale_log2;  // sm_scale * log2(e)
   float k_scale, v_scale;
 };
@@ -325,17 +324,11 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   }
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 
-  // Tiles are dealt round-robin: this CTA runs tiles rank, rank + splits, ... of its sequence,
-  // so which block-table entries its first tiles need is known before seq_len is, and they load
-  // beside seq_len instead of after it (with contiguous ranges per split, seq_len -> entries ->
-  // copies were two dependent DRAM round trips at the start; experiment 23). The splits' tile
-  // counts differ by at most one, as with ranges.
   const int seq_len = a.seq_lens[b];
-  const int end = seq_len;
-  const int seq_tiles = (seq_len + TILE_N - 1) / TILE_N;
-  const int num_tiles = seq_tiles > rank ? (seq_tiles - rank + splits - 1) / splits : 0;
-  const int table_tokens = a.bt_cols << a.page_shift;  // the tokens the table row can address
-  auto tile_t0 = [&](int tile) { return (rank + tile * splits) * TILE_N; };
+  const int per_split = ((seq_len + splits - 1) / splits + 15) & ~15;
+  const int start = min(seq_len, rank * per_split);
+  const int end = min(seq_len, start + per_split);
+  const int num_tiles = (end - start + TILE_N - 1) / TILE_N;
   const int32_t* bt_row = a.block_table + static_cast<int64_t>(b) * a.bt_stride;
   const int page_mask = (1 << a.page_shift) - 1;
   const char* k_base = static_cast<const char*>(a.k) + hk * a.k_stride_head * S::ESZ;
@@ -370,38 +363,35 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     const int t = row & 15;
     return (row & ~15) | (8 * ((t >> 1) & 1) + 2 * (t >> 2) + (t & 1));
   };
-  // The entries of a tile's tokens below `limit` (the table's reach before seq_len is known,
-  // seq_len after); issue_tile reads an entry only for tokens below seq_len.
-  auto load_pages = [&](int tile, int* page, int limit) {
-    const int t0 = tile_t0(tile);
+  auto load_pages = [&](int tile, int* page) {
+    const int t0 = start + tile * TILE_N;
 #pragma unroll
     for (int j = 0; j < S::K_PASSES; ++j) {
       const int tok = t0 + kr0 + j * K_STEP;
-      page[j] = tok < limit ? bt_row[tok >> a.page_shift] : 0;
+      page[j] = tok < end ? bt_row[tok >> a.page_shift] : 0;
     }
     if constexpr (FP8) {
 #pragma unroll
       for (int j = 0; j < S::V_PASSES; ++j) {
         const int tok = t0 + 16 * v8_chunk(j);
-        page[S::K_PASSES + j] = tok < limit ? bt_row[tok >> a.page_shift] : 0;
+        page[S::K_PASSES + j] = tok < end ? bt_row[tok >> a.page_shift] : 0;
       }
     }
   };
   auto issue_tile = [&](int tile, const int* page) {
     unsigned char* ks = smem + (tile % NSTAGE) * S::BYTES;
     unsigned char* vs = ks + S::K_BYTES;
-    const int t0 = tile_t0(tile);
+    const int t0 = start + tile * TILE_N;
 #pragma unroll
     for (int j = 0; j < S::K_PASSES; ++j) {
       const int row = kr0 + j * K_STEP;
       const int tok = t0 + row;
       const int bytes = tok < end ? 16 : 0;  // 0: zero-fill, nothing read
-      const int64_t pg = tok < end ? page[j] : 0;  // past seq_len the entry may be anything
       const int64_t slot = tok & page_mask;
-      const int64_t k_off = (pg * a.k_stride_page + slot * a.k_stride_slot) * S::ESZ;
+      const int64_t k_off = (page[j] * a.k_stride_page + slot * a.k_stride_slot) * S::ESZ;
       cp_async16(ks + S::swizzled(k_smem_row(row), kc), k_base + k_off + kc * 16, bytes);
       if constexpr (!FP8) {
-        const int64_t v_off = (pg * a.v_stride_page + slot * a.v_stride_slot) * 2;
+        const int64_t v_off = (page[j] * a.v_stride_page + slot * a.v_stride_slot) * 2;
         cp_async16(vs + S::swizzled(row, kc), v_base + v_off + kc * 16, bytes);
       }
     }
@@ -411,8 +401,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
         const int chunk = v8_chunk(j), d = v8_row(j);
         const int tok = t0 + 16 * chunk;
         const int bytes = max(0, min(16, end - tok));
-        const int64_t pg = tok < end ? page[S::K_PASSES + j] : 0;
-        const int64_t src = pg * a.v_stride_page +
+        const int64_t src = page[S::K_PASSES + j] * a.v_stride_page +
                             (tok & page_mask) * a.v_stride_slot + d * a.v_stride_d;
         cp_async16(vs + (chunk * HEAD_DIM + d) * 16, v_base + src, bytes);
       }
@@ -422,7 +411,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   {
     int pages[NSTAGE - 1][NPAGES];
 #pragma unroll
-    for (int s = 0; s < NSTAGE - 1; ++s) load_pages(s, pages[s], table_tokens);
+    for (int s = 0; s < NSTAGE - 1; ++s) load_pages(s, pages[s]);
 #pragma unroll
     for (int s = 0; s < NSTAGE - 1; ++s) {
       if (s < num_tiles) issue_tile(s, pages[s]);
@@ -430,7 +419,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     }
   }
   int pages_ahead[NPAGES];
-  load_pages(NSTAGE - 1, pages_ahead, end);
+  load_pages(NSTAGE - 1, pages_ahead);
   KVB_MARK(1);  // the first tiles' copies issued (their block-table entries loaded)
 
   // q, straight from global memory: for 16-bit KV the B operand of S^T = K q^T (column r =
@@ -491,14 +480,14 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     __syncthreads();  // tile i visible to all; every warp is done with the stage refilled next
     if (i + NSTAGE - 1 < num_tiles) issue_tile(i + NSTAGE - 1, pages_ahead);
     cp_async_commit();
-    load_pages(i + NSTAGE, pages_ahead, end);
+    load_pages(i + NSTAGE, pages_ahead);
 
 #ifdef KVB_TRACE
     if (i == 0) KVB_MARK(2);  // the first tile landed
 #endif
     const uint32_t ks = smem_addr(smem + (i % NSTAGE) * S::BYTES);
     const uint32_t vs = ks + S::K_BYTES;
-    const int tile_tok = tile_t0(i) + warp * 16;
+    const int tile_tok = start + i * TILE_N + warp * 16;
 
     if constexpr (!FP8) {
       // TokenRows: S^T (rows: the warp's 16 tokens, columns: 8 head slots) = K q^T, then
