@@ -233,43 +233,32 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
-// c += A (16 x 16, row) * B (16 x 8, col), fp32 accumulate. A's rows 8-15 are always zero here
-// (a decode group has <= 8 q heads), so a1 = a3 = 0 and c[2], c[3] stay unused.
+// c += A (16 x 16, row; a[0..3] as ldmatrix_x4 gives them) * B (16 x 8, col), fp32 accumulate.
 template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                           uint32_t b1) {
   if constexpr (std::is_same_v<T, __half>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   } else {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
 
-// c += A (16 x 16, row; a[0..3] as ldmatrix_x4 gives them) * B (16 x 8, col), fp32 accumulate.
+// The same with A's rows 8-15 zero (the fp8 path: q's <= 8 heads as the rows), so a1 = a3 = 0
+// and c[2], c[3] stay unused.
 template <typename T>
-__device__ __forceinline__ void mma_16816_full(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                               uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
+__device__ __forceinline__ void mma_16816_top8(float (&c)[4], uint32_t a0, uint32_t a2,
+                                               uint32_t b0, uint32_t b1) {
+  const uint32_t a[4] = {a0, 0u, a2, 0u};
+  mma_16816<T>(c, a, b0, b1);
 }
 
 // The transpose of an 8 x 8 16-bit matrix held one 32-bit pair per lane (row lane / 4, columns
@@ -501,7 +490,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
         uint32_t ka[4];
         ldmatrix_x4(ks + S::swizzled(k_tok, 2 * kk + k_half), ka);
-        mma_16816_full<T>(kk & 1 ? st1 : st0, ka, qa[kk][0], qa[kk][1]);
+        mma_16816<T>(kk & 1 ? st1 : st0, ka, qa[kk][0], qa[kk][1]);
       }
       // st[j]: token r + 8 (j >> 1), head 2 quad + (j & 1)
       float sv[4], mt[2];
@@ -544,7 +533,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       for (int mb = 0; mb < HEAD_DIM / 16; ++mb) {
         uint32_t va[4];
         ldmatrix_x4_trans(vs + S::swizzled(v_tok, 2 * mb + v_half), va);
-        mma_16816_full<T>(acc[mb], va, pb0, pb1);
+        mma_16816<T>(acc[mb], va, pb0, pb1);
       }
     } else {
       // S (rows: q heads, columns: this warp's 16 tokens) = q K^T on tensor cores
@@ -558,7 +547,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
           uint32_t b0, b1;
           e4m3x4_to_f16x4(kb[m], b0, b1);
           const int kk = 2 * j + (m & 1);
-          mma_16816<T>(sc[m >> 1], qa[kk][0], qa[kk][1], b0, b1);
+          mma_16816_top8<T>(sc[m >> 1], qa[kk][0], qa[kk][1], b0, b1);
         }
       }
 
@@ -606,7 +595,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
         for (int m = 0; m < 4; ++m) {
           uint32_t b0, b1;
           e4m3x4_to_f16x4(vb[m], b0, b1);
-          mma_16816<T>(acc[4 * j + m], pa0, pa2, b0, b1);
+          mma_16816_top8<T>(acc[4 * j + m], pa0, pa2, b0, b1);
         }
       }
     }
