@@ -413,10 +413,10 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 
   // q, straight from global memory: for 16-bit KV the B operand of S^T = K q^T (column r =
   // lane / 4 a q head, columns >= GROUP zero), for fp8 the A operand of S = q K^T (row r; rows
-  // >= GROUP and 8-15 zero): the same registers. 16-bit KV: d pairs 2 (lane % 4) and + 8 of each 16-wide k
-  // step. fp8: the k step's d order is permuted to match what ldmatrix gives from byte rows
-  // (lane % 4 holds d 4 (lane % 4) .. + 3 of each 16): d pairs 4 (lane % 4) and + 2. A sum
-  // over d does not care about the order as long as q and K agree.
+  // >= GROUP and 8-15 zero): the same registers. 16-bit KV: d pairs 2 (lane % 4) and + 8 of
+  // each 16-wide k step. fp8: the k step's d order is permuted to match what ldmatrix gives
+  // from byte rows (lane % 4 holds d 4 (lane % 4) .. + 3 of each 16): d pairs 4 (lane % 4) and
+  // + 2. A sum over d does not care about the order as long as q and K agree.
   const int r = lane >> 2;
   const int quad = lane & 3;
   uint32_t qa[HEAD_DIM / 16][2];
@@ -483,8 +483,9 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       // O^T += V^T P^T, so the MMA's 16 rows are tokens and d, never padding; the 8 columns
       // hold the group's heads (4 of 8 used at the Llama-3-8B group). With heads as the rows
       // (the fp8 path below) 12 of 16 rows are zero at a group of 4 and each tile takes twice
-      // the MMAs; the loop's math, not its copies, set the tile's pace at batch 1 (experiment
-      // 22's ablation).
+      // the MMAs. The loop's math, not its copies, sets the tile's pace at batch 1, but halving
+      // the MMAs took only ~10% off it (1 x 32k, math alone 15.75 -> 14.25 us): the math is
+      // bound by its chain's latency, not by MMA issue (experiment 22).
       float st0[4] = {0.f, 0.f, 0.f, 0.f}, st1[4] = {0.f, 0.f, 0.f, 0.f};  // two chains
 #pragma unroll
       for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
