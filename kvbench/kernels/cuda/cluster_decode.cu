@@ -22,9 +22,8 @@
 //     the 16 rows (the rest zero), so twice the MMAs per tile (its byte operands come from
 //     ldmatrix in the layouts described below). A first version on CUDA cores (one token per
 //     lane, commit ad4ef61) took ~2.7 us per tile on the H200, slower than Triton.
-//   * Online softmax per warp over its 16 tokens, P in registers. At 16 bits each warp also
-//     copies its own rows, so the warps run their loops without a CTA barrier; fp8's V^T
-//     chunks are copied across warps and keep one per tile.
+//   * Online softmax per warp over its 16 tokens: no CTA barrier per tile except the ring's,
+//     and P stays in registers.
 //   * After the last tile: the 8 warps' partials combine in shared memory (one CTA partial),
 //     then the push and the owners' combine above.
 // Rows past seq_len are zero-filled by cp.async (src-size 0) and masked to -inf.
@@ -324,18 +323,15 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   const char* k_base = static_cast<const char*>(a.k) + hk * a.k_stride_head * S::ESZ;
   const char* v_base = static_cast<const char*>(a.v) + hk * a.v_stride_head * S::ESZ;
 
-  // Stage one tile. K (and 16-bit V) rows: thread copies chunk kc of rows kr0 + j * PASS_ROWS,
-  // zero-filled past seq_len; a warp copies exactly the 16 token rows it computes on, so at
-  // 16 bits no warp reads what another copied and the loop needs no CTA barrier (experiment
-  // 24). fp8 V^T: copy j of a thread is 16 tokens (one 16-byte chunk of
+  // Stage one tile. K (and 16-bit V) rows: thread copies chunk kc of rows kr0 + j * K_STEP,
+  // zero-filled past seq_len. fp8 V^T: copy j of a thread is 16 tokens (one 16-byte chunk of
   // a d row; page_size >= 16) of chunk v8_chunk(j) and d row v8_row(j), the tokens past
   // seq_len zero-filled (0 x NaN would be NaN). Block-table entries are loaded a tile ahead of
   // their copies: a copy waiting on its entry would stall the warp for a DRAM round trip
   // before the math of the current tile.
-  constexpr int PASS_ROWS = 32 / S::K_CHUNKS;  // token rows one warp-wide copy covers
-  static_assert(S::K_PASSES * PASS_ROWS == 16, "a warp copies its own 16 token rows");
+  constexpr int K_STEP = THREADS / S::K_CHUNKS;
   constexpr int NPAGES = S::K_PASSES + (FP8 ? S::V_PASSES : 0);  // fp8: + each V copy's page
-  const int kc = lane % S::K_CHUNKS, kr0 = warp * 16 + lane / S::K_CHUNKS;
+  const int kc = tid % S::K_CHUNKS, kr0 = tid / S::K_CHUNKS;
   // fp8 V^T copies in memory order: one warp-wide copy is 512 contiguous bytes of a page (a
   // dim-major page of one head is [128 d][page_size] bytes), landing in 512 contiguous bytes of
   // the V^T chunk at page_size 16. Lanes run over a page's chunks of one d row first (up to 8:
@@ -360,7 +356,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     const int t0 = start + tile * TILE_N;
 #pragma unroll
     for (int j = 0; j < S::K_PASSES; ++j) {
-      const int tok = t0 + kr0 + j * PASS_ROWS;
+      const int tok = t0 + kr0 + j * K_STEP;
       page[j] = tok < end ? bt_row[tok >> a.page_shift] : 0;
     }
     if constexpr (FP8) {
@@ -377,7 +373,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     const int t0 = start + tile * TILE_N;
 #pragma unroll
     for (int j = 0; j < S::K_PASSES; ++j) {
-      const int row = kr0 + j * PASS_ROWS;
+      const int row = kr0 + j * K_STEP;
       const int tok = t0 + row;
       const int bytes = tok < end ? 16 : 0;  // 0: zero-fill, nothing read
       const int64_t slot = tok & page_mask;
@@ -470,12 +466,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 
   for (int i = 0; i < num_tiles; ++i) {
     cp_async_wait<NSTAGE - 2>();
-    if constexpr (FP8) {
-      __syncthreads();  // tile i visible to all (V^T chunks are copied across warps); every
-                        // warp is done with the stage refilled next
-    } else {
-      __syncwarp();  // this warp's rows of tile i visible to its lanes; it alone reads them
-    }
+    __syncthreads();  // tile i visible to all; every warp is done with the stage refilled next
     if (i + NSTAGE - 1 < num_tiles) issue_tile(i + NSTAGE - 1, pages_ahead);
     cp_async_commit();
     load_pages(i + NSTAGE, pages_ahead);
