@@ -666,13 +666,15 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     const int owner = o % splits;
     push_f32(cluster_addr(recv_o_addr + (rank * slots + o / splits) * 4, owner), sum_o,
              cluster_addr(bar_addr, owner));
-    if (o % HEAD_DIM == 0) {
-      for (int peer = 0; peer < splits; ++peer) {
-        const uint32_t ml = cluster_addr(recv_ml_addr + (rank * 2 * GROUP + h) * 4, peer);
-        const uint32_t bar = cluster_addr(bar_addr, peer);
-        push_f32(ml, mx, bar);
-        push_f32(ml + GROUP * 4, sum_l, bar);
-      }
+    // Head h's max and sum go to CTA p from the thread of output h * HEAD_DIM + p (p < splits
+    // <= HEAD_DIM; every thread holds its head's max and sum), not all from one thread.
+    static_assert(MAX_SPLITS <= HEAD_DIM, "one pushing thread per peer and head");
+    const int ml_peer = o % HEAD_DIM;
+    if (ml_peer < splits) {
+      const uint32_t ml = cluster_addr(recv_ml_addr + (rank * 2 * GROUP + h) * 4, ml_peer);
+      const uint32_t bar = cluster_addr(bar_addr, ml_peer);
+      push_f32(ml, mx, bar);
+      push_f32(ml + GROUP * 4, sum_l, bar);
     }
   }
   KVB_MARK(5);  // this CTA's partial pushed
