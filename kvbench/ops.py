@@ -118,32 +118,36 @@ _KW_ENV_KEY = selector_source("kv_write")[1]
 _KG_ENV_KEY = selector_source("kv_gather_fp8")[1]
 
 
-def _decode_geometry(q, ks, paged: bool) -> tuple:
-    """core.decision_geometry of the problem describe_paged_decode builds: (q_heads, kv_heads,
-    head_dim, page_size), None where the problem has no such key."""
+def _decode_features(q, ks, batch: int, context: int, paged: bool) -> tuple:
+    """core.decision_features of the problem describe_paged_decode builds: (batch,
+    max_context, q_heads, kv_heads, head_dim, page_size), None where the problem has no such
+    key."""
     q_heads = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 3 else None
-    return (q_heads, ks[2], ks[3], ks[1]) if paged else (q_heads, None, None, None)
+    if paged:
+        return (batch, context, q_heads, ks[2], ks[3], ks[1])
+    return (batch, context, q_heads, None, None, None)
 
 
 def _decode_key(q, k_cache, v_cache, block_table, scaled: bool) -> tuple:
     """The decision-cache key of a paged_decode call, from tensor metadata only (no sync).
 
     Same layout as the key dispatch() stores: (op, dtype, tags, bucket, device, raw selector,
-    geometry).
+    features).
     """
     try:
         ks = k_cache.shape
         bs = block_table.shape
         paged = len(ks) == 4 and len(bs) == 2
         strided = not (k_cache.is_contiguous() and v_cache.is_contiguous())
+        context = bs[1] * ks[1] if paged else 0
         return (
             "paged_decode",
             DTYPE_NAMES[k_cache.dtype],
             _TAGS[paged, strided, scaled, paged and v_cache.stride(-1) != 1],
-            decode_bucket(bs[0], bs[1] * ks[1] if paged else 0),
+            decode_bucket(bs[0], context),
             k_cache.device,
             _ENV.get(_PD_ENV_KEY),
-            _decode_geometry(q, ks, paged),
+            _decode_features(q, ks, bs[0], context, paged),
         )
     except (AttributeError, KeyError, IndexError, TypeError):
         names = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": block_table}
@@ -199,14 +203,15 @@ def paged_decode(
         bs = block_table.shape
         paged = len(ks) == 4 and len(bs) == 2
         strided = not (k_cache.is_contiguous() and v_cache.is_contiguous())
+        context = bs[1] * ks[1] if paged else 0
         key = (
             "paged_decode",
             DTYPE_NAMES[k_cache.dtype],
             _TAGS[paged, strided, scaled, paged and v_cache.stride(-1) != 1],
-            decode_bucket(bs[0], bs[1] * ks[1] if paged else 0),
+            decode_bucket(bs[0], context),
             k_cache.device,
             _ENV.get(_PD_ENV_KEY),
-            _decode_geometry(q, ks, paged),
+            _decode_features(q, ks, bs[0], context, paged),
         )
     except (AttributeError, KeyError, IndexError, TypeError):
         key = _decode_key(q, k_cache, v_cache, block_table, scaled)  # raises the named error
@@ -242,7 +247,7 @@ def _write_key(k, k_cache, v_cache, scaled: bool) -> tuple:
             write_bucket(k.shape[0]),
             k_cache.device,
             _ENV.get(_KW_ENV_KEY),
-            (),  # no geometry in kv_write's decisions (core.GEOMETRY_KEYS)
+            (),  # no exact features in kv_write's decisions (core.DECISION_KEYS)
         )
     except (AttributeError, KeyError, IndexError, TypeError):
         raise _bad_input({"k": k, "k_cache": k_cache, "v_cache": v_cache}) from None
@@ -301,7 +306,7 @@ def _gather_key(kv_cache, page_table_flat) -> tuple:
             gather_bucket(pts[0]),
             kv_cache.device,
             _ENV.get(_KG_ENV_KEY),
-            (),  # no geometry in kv_gather_fp8's decisions (core.GEOMETRY_KEYS)
+            (),  # no exact features in kv_gather_fp8's decisions (core.DECISION_KEYS)
         )
     except (AttributeError, KeyError, IndexError, TypeError):
         raise _bad_input({"kv_cache": kv_cache, "page_table_flat": page_table_flat}) from None

@@ -204,16 +204,22 @@ def test_set_perf_provider_rejects_non_callable():
 # ---- decision cache ----------------------------------------------------------------------------
 
 
-def test_decision_cached_per_bucket(checks):
+def test_decision_cached_per_shape(checks):
+    """The same problem hits the cache (however its tags are spelled); another shape of the
+    same bucket is decided for itself (core.DECISION_KEYS holds batch and context exactly),
+    and asks the perf table for the same bucket."""
     calls: list = []
     set_perf_provider(provider_from({"a/x": 0.01}, calls))
     with using_registry(Registry([fake("a/x", checks)])):
         first = dispatch(OP, dtype="fp16", tags=("kv:paged",), shape=SHAPE, device="cpu")
+        again = dispatch(OP, dtype="fp16", tags=["kv:paged"], shape=dict(SHAPE), device=CPU)
+        assert again is first
+        assert len(calls) == 1
         same_bucket = dispatch(
             OP, dtype="fp16", tags=["kv:paged"], shape={"batch": 8, "max_context": 4096}, device=CPU
         )
-        assert same_bucket is first
-        assert len(calls) == 1
+        assert same_bucket is not first and same_bucket.bucket == first.bucket
+        assert [c[1] for c in calls] == [first.bucket, first.bucket]
         other = dispatch(
             OP,
             dtype="fp16",
@@ -221,9 +227,26 @@ def test_decision_cached_per_bucket(checks):
             shape={"batch": 64, "max_context": 4096},
             device="cpu",
         )
-        assert other is not first and other.bucket == "batch=33+,ctx<=4k"
-        assert len(calls) == 2
+        assert other.bucket == "batch=33+,ctx<=4k"
+        assert len(calls) == 3
     assert checks.calls == ["a/x"]  # golden ran once for (row, dtype, device kind)
+
+
+def test_a_rule_threshold_inside_a_bucket_decides_per_shape_in_any_order(checks):
+    """Batch x kv heads against the SM count falls inside the 9-32 batch bucket (batch 16 and
+    32 at 8 kv heads, 132 SMs): each shape gets the rule's pick whichever came first; with one
+    decision per bucket the first shape seen used to decide for both."""
+    few = Preference("few", lambda shape: 1.0 if shape["batch"] * shape["kv_heads"] < 132
+                     else 0.0, "pairs < SMs")
+    rows = [fake("a/split", checks, preferences=(few,)), fake("a/single", checks, priority=1)]
+    small = {"batch": 16, "max_context": 1024, "kv_heads": 8}
+    large = {"batch": 32, "max_context": 1024, "kv_heads": 8}
+    assert bucket(OP, small) == bucket(OP, large)
+    for order in ((small, large), (large, small)):
+        with using_registry(Registry(rows)):
+            picks = {shape["batch"]: dispatch(OP, dtype="fp16", tags=PAGED_TAGS, shape=shape,
+                                              device="cpu").spec.name for shape in order}
+        assert picks == {16: "a/split", 32: "a/single"}, order
 
 
 def test_cache_invalidated_by_provider_change(checks):
@@ -255,8 +278,8 @@ def test_cached_selection_is_the_dispatch_entry(checks):
         tags = frozenset({"kv:paged"})
         assert core.cached_selection(OP, "fp16", tags, bucket(OP, SHAPE), CPU) is None
         sel = dispatch(OP, dtype="fp16", tags=tags, shape=SHAPE, device="cpu")
-        geometry = core.decision_geometry(OP, SHAPE)
-        assert core.cached_selection(OP, "fp16", tags, bucket(OP, SHAPE), CPU, geometry) is sel
+        features = core.decision_features(OP, SHAPE)
+        assert core.cached_selection(OP, "fp16", tags, bucket(OP, SHAPE), CPU, features) is sel
 
 
 def test_a_gate_on_geometry_decides_per_geometry_not_per_bucket(checks):
@@ -273,9 +296,9 @@ def test_a_gate_on_geometry_decides_per_geometry_not_per_bucket(checks):
         for shape, chosen in ((shape_128, "a/d128"), (shape_64, "a/any"), (shape_128, "a/d128")):
             assert dispatch(OP, dtype="fp16", tags=PAGED_TAGS, shape=shape,
                             device="cpu").spec.name == chosen
-    assert core.decision_geometry(OP, shape_64) == (32, 8, 64, 16)
-    assert core.decision_geometry(OP, None) == ()
-    assert core.decision_geometry("kv_write", {"n": 4}) == ()
+    assert core.decision_features(OP, shape_64) == (4, 2048, 32, 8, 64, 16)
+    assert core.decision_features(OP, None) == ()
+    assert core.decision_features("kv_write", {"n": 4}) == ()
 
 
 # ---- explain and exclusions --------------------------------------------------------------------

@@ -458,6 +458,6 @@ def test_geometry_is_part_of_the_hot_path_key():
             ops.paged_decode(*args, pool.seq_lens)
             assert ops.last_selection("paged_decode").spec.name == chosen, dim
             problem = ops.describe_paged_decode(*args)
-            assert ops._decode_key(*args, False)[-1] == core.decision_geometry(
+            assert ops._decode_key(*args, False)[-1] == core.decision_features(
                 "paged_decode", problem.shape)
     assert len(d32.calls) == 2 and len(anyd.calls) == 1

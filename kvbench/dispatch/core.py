@@ -16,9 +16,10 @@ message carries explain()), and so does a forced row whose check fails: a forced
 runs its check once and never runs unverified, so a benchmark that forces a broken row fails
 loudly instead of timing wrong output. No forced decision silently runs another row.
 
-Decisions are cached per (op, dtype, tags, bucket, device, raw selector value, geometry), the
-geometry being the shape features outside the bucket that a row's gate reads
-(decision_geometry: paged_decode's head counts, head_dim and page size). The selector variable
+Decisions are cached per (op, dtype, tags, bucket, device, raw selector value, features), the
+features being the shape values the key holds exactly because a gate or a preference rule
+reads them (decision_features: paged_decode's batch, context capacity, head counts, head_dim
+and page size; the tune table still answers per bucket). The selector variable
 is read on every call from the bytes mapping os.environ keeps in sync (one dict lookup;
 os.environ.get() would cost more than the rest of the cached path, see _ENV below and
 docs/allocator.md); with its raw value in the key a changed selector never hits a stale
@@ -59,7 +60,7 @@ class DispatchError(ValueError):
 
 # ---- module state ----------------------------------------------------------------------------
 
-#: (op, dtype, tags, bucket, device, raw selector value, geometry) -> Selection. kvbench.ops
+#: (op, dtype, tags, bucket, device, raw selector value, features) -> Selection. kvbench.ops
 #: reads it directly on its hot path (DECISIONS is the same dict); only this module writes it.
 _DECISIONS: dict[tuple[Any, ...], Selection] = {}
 DECISIONS = _DECISIONS
@@ -460,7 +461,7 @@ def dispatch(
     dev = resolve_device(device)
     bucket_name = bucket(op, shape)  # also validates op
     key = (op, dtype, tagset, bucket_name, dev, _ENV.get(_ENV_KEYS[op]),
-           decision_geometry(op, shape))
+           decision_features(op, shape))
     sel = _DECISIONS.get(key)
     if sel is None:
         _check_dtype(dtype)
@@ -469,21 +470,26 @@ def dispatch(
     return sel
 
 
-#: The shape keys outside the bucket that decide which rows can serve a problem, per op. A
-#: kernel built for some geometries only (cuda/cluster_decode: head_dim 128, 1/2/4/8 q heads
-#: per kv head, fp8 pages of >= 16 tokens) gates on them, so two problems of one bucket with
-#: different geometry must not share a decision: a process decoding a head_dim-128 model and
-#: then a head_dim-64 one would otherwise launch the first one's row on the second and fail.
-GEOMETRY_KEYS: dict[str, tuple[str, ...]] = {
-    "paged_decode": ("q_heads", "kv_heads", "head_dim", "page_size"),
+#: The shape keys whose exact values the decision key holds, per op, beyond the bucket.
+#: paged_decode's geometry (q heads, kv heads, head_dim, page size): a kernel built for some
+#: geometries only (cuda/cluster_decode: head_dim 128, 1/2/4/8 q heads per kv head, fp8 pages of
+#: >= 16 tokens) gates on it, so a process decoding a head_dim-128 model and then a head_dim-64
+#: one in the same bucket would otherwise launch the first one's row on the second. Its batch
+#: and context capacity: the preference rules compare batch x kv heads with the SM count, a
+#: threshold inside the batch buckets (batch 16 and 17 fall on either side at 8 kv heads and
+#: 132 SMs, both in "9-32"), so one decision per bucket let whichever shape came first decide
+#: for the rest and made the pick depend on call order. A serving loop sees a bounded set of
+#: batch sizes and one table width, so the cache stays small; measured tables stay per bucket.
+DECISION_KEYS: dict[str, tuple[str, ...]] = {
+    "paged_decode": ("batch", "max_context", "q_heads", "kv_heads", "head_dim", "page_size"),
 }
 
 
-def decision_geometry(op: str, shape: Mapping[str, Any] | None) -> tuple:
-    """The decision key's geometry part: GEOMETRY_KEYS' values of the shape (None where
-    absent), () for an op without any or a problem without a shape. kvbench.ops builds the
-    same tuple from tensor shapes on its hot path."""
-    keys = GEOMETRY_KEYS.get(op)
+def decision_features(op: str, shape: Mapping[str, Any] | None) -> tuple:
+    """The decision key's last part: DECISION_KEYS' values of the shape (None where absent),
+    () for an op without any or a problem without a shape. kvbench.ops builds the same tuple
+    from tensor shapes on its hot path."""
+    keys = DECISION_KEYS.get(op)
     if not keys or shape is None:
         return ()
     return tuple(shape.get(k) for k in keys)
@@ -491,7 +497,7 @@ def decision_geometry(op: str, shape: Mapping[str, Any] | None) -> tuple:
 
 def cached_selection(
     op: str, dtype: str, tags: frozenset[str], bucket_name: str, device: torch.device,
-    geometry: tuple = (),
+    features: tuple = (),
 ) -> Selection | None:
     """The cached decision for an already-bucketed problem, or None (the ops' hot path).
 
@@ -500,7 +506,7 @@ def cached_selection(
     shape, which stores the decision under the same key.
     """
     return _DECISIONS.get(
-        (op, dtype, tags, bucket_name, device, _ENV.get(_ENV_KEYS[op]), geometry))
+        (op, dtype, tags, bucket_name, device, _ENV.get(_ENV_KEYS[op]), features))
 
 
 def verified_rows(

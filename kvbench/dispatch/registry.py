@@ -252,7 +252,7 @@ PREFER_CLUSTER = Preference(
 
 def _cluster_geometry(shape: Mapping[str, Any]) -> str | None:
     """cuda/cluster_decode's templates: head_dim 128, q heads per kv head 1, 2, 4 or 8, and
-    fp8 pages of >= 16 tokens (every key read here is in core.GEOMETRY_KEYS or the dtype)."""
+    fp8 pages of >= 16 tokens (every key read here is in core.DECISION_KEYS or the dtype)."""
     from kvbench.kernels.paged_decode_cluster import shape_unsupported
 
     if "head_dim" not in shape or "q_heads" not in shape:

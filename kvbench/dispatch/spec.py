@@ -157,7 +157,8 @@ class KernelSpec:
     priority: the last-but-one tie-break (higher wins), after measured perf and preference.
     preferences: shape rules; their scores are summed (higher wins).
     shape_gate: excludes shapes the row cannot serve. Decisions are cached per shape bucket
-        and geometry (core.GEOMETRY_KEYS), so a gate must depend only on those features.
+        and the exact values of core.DECISION_KEYS, so a gate (and a preference rule) must
+        depend only on those.
     layout_by_dtype: a dtype's own LayoutRequirement where it differs from `layout` (a kernel
         that reads fp8 from one page layout and 16-bit caches from another).
     """
