@@ -221,8 +221,9 @@ PREFER_SINGLE = Preference(
 # (fp16, 0249a99) and bench_cluster_decode.py at batch 2-5 (02fae99; docs/dispatch.md): it
 # leads in 12 of the 16 tune buckets. It trails where the pairs are too few for the clusters
 # the machine holds to fill its SMs on a long context (batch 1 = 8 pairs: 64 of 132 SMs, since
-# at most 7 clusters of 9-16 CTAs fit; 1 x 8k 20.1 vs 19.0 us, 1 x 32k 47.5 vs 43.4), and where
-# the pairs fill the SMs at 1k tokens (32 x 1k 43.0 vs 40.5; 64 x 1k 79.5 vs 73.8), where
+# at most 7 clusters of 9-16 CTAs fit; 1 x 8k 20.1 vs 19.0 us, 1 x 32k 47.5 vs 43.4; in
+# session 11's table at edd2792, experiment 22's kernel: 1 x 32k 44.6 vs 43.4), and where the
+# pairs fill the SMs at 1k tokens (32 x 1k 43.0 vs 40.5; 64 x 1k 79.5 vs 73.8), where
 # Triton's four CTAs per SM hide more latency than its one. Its fp8 path (dim-major V) trails
 # Triton's at every measured case (docs/perf-notes.md, experiment 19), so 16-bit only.
 _CLUSTER_LONG_CONTEXT = 4096  # above: few pairs cannot fill the SMs for long enough
