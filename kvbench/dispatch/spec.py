@@ -158,7 +158,7 @@ class KernelSpec:
     preferences: shape rules; their scores are summed (higher wins).
     shape_gate: excludes shapes the row cannot serve. Decisions are cached per shape bucket
         and the exact values of core.DECISION_KEYS, so a gate (and a preference rule) must
-        depend only on those.
+        depend only on those, the dtype and the device (sm_count), which the key holds too.
     layout_by_dtype: a dtype's own LayoutRequirement where it differs from `layout` (a kernel
         that reads fp8 from one page layout and 16-bit caches from another).
     """
