@@ -66,6 +66,8 @@ _DTYPES: dict[object, str] = {
     "fp8": "fp8",
 }
 _STORAGE_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.uint8}
+#: The KV dtype names paged_pool builds (fp8: e4m3 bytes stored as uint8).
+KV_DTYPES = tuple(_STORAGE_DTYPE)
 # Stream tags for derive_seed: one independent random stream per purpose.
 STREAM_TABLE, STREAM_KV, STREAM_QUERY = 1, 2, 3
 

@@ -39,7 +39,7 @@ from kvbench.harness.stream_read import page_read_fn
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels import paged_decode_cluster as pdc
 from kvbench.kernels._device import sm_count
-from kvbench.pool import STORAGES, paged_pool
+from kvbench.pool import KV_DTYPES, STORAGES, paged_pool
 
 #: (label, batch, context, KV dtype, pool storage): fp8 runs on dim-major V pages, the layout
 #: the cluster kernel reads fp8 from (and the Triton kernel's fastest fp8 storage, exp. 16).
@@ -54,10 +54,6 @@ CASES = (
 )
 
 
-#: The KV dtypes paged_pool builds (the registry's DTYPE_NAMES also holds the allocator's int64).
-DTYPES = ("fp16", "bf16", "fp8")
-
-
 def parse_case(text: str) -> tuple[str, int, int, str, str]:
     """'BATCH,CONTEXT[,DTYPE[,STORAGE]]' -> a CASES entry; ValueError naming what is accepted.
     fp8 defaults to dim-major V pages (the cluster kernel's fp8 layout), 16-bit to combined."""
@@ -70,8 +66,8 @@ def parse_case(text: str) -> tuple[str, int, int, str, str]:
         raise ValueError(f"--case wants BATCH,CONTEXT[,DTYPE[,STORAGE]], got {text!r}") from None
     dtype = parts[2] if len(parts) > 2 else "fp16"
     storage = parts[3] if len(parts) > 3 else ("v_dim_major" if dtype == "fp8" else "combined")
-    if batch < 1 or context < 1 or dtype not in DTYPES or storage not in STORAGES:
-        raise ValueError(f"--case {text!r}: batch and context >= 1, dtype one of {DTYPES}, "
+    if batch < 1 or context < 1 or dtype not in KV_DTYPES or storage not in STORAGES:
+        raise ValueError(f"--case {text!r}: batch and context >= 1, dtype one of {KV_DTYPES}, "
                          f"storage one of {STORAGES}")
     return (f"b{batch}_c{context}", batch, context, dtype, storage)
 
