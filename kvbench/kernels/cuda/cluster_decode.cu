@@ -22,8 +22,9 @@
 //     the 16 rows (the rest zero), so twice the MMAs per tile (its byte operands come from
 //     ldmatrix in the layouts described below). A first version on CUDA cores (one token per
 //     lane, commit ad4ef61) took ~2.7 us per tile on the H200, slower than Triton.
-//   * Online softmax per warp over its 16 tokens: no CTA barrier per tile except the ring's,
-//     and P stays in registers.
+//   * Online softmax per warp over its 16 tokens, P in registers. At 16 bits a warp computes on
+//     the rows it copies, so the warps run their loops without a CTA barrier; fp8 keeps one per
+//     tile (its V^T chunks are copied across warps).
 //   * After the last tile: the 8 warps' partials combine in shared memory (one CTA partial),
 //     then the push and the owners' combine above.
 // Rows past seq_len are zero-filled by cp.async (src-size 0) and masked to -inf.
@@ -85,7 +86,13 @@ struct Stage {
   static_assert(THREADS % K_CHUNKS == 0, "copy mapping");
 
   // Byte offset of 16-byte chunk c of token row r: chunks permuted within each 128 bytes.
-  static __device__ __forceinline__ int swizzled(int r, int c) { return r * ROW + ((c ^ (r & 7)) << 4); }
+  // The key is the row's place among the rows one ldmatrix matrix reads: 8 consecutive rows at
+  // fp8; at 16 bits rows 2w + b + 16 j (j = 0-3 or 4-7, b = 0, 1: a warp's own rows, see the
+  // kernel's warp_row), keyed b + 2 (j % 4).
+  static __device__ __forceinline__ int swizzled(int r, int c) {
+    const int key = FP8 ? (r & 7) : ((r & 1) | ((r >> 3) & 6));
+    return r * ROW + ((c ^ key) << 4);
+  }
 };
 
 }  // namespace
@@ -451,13 +458,20 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   // ldmatrix row addresses: matrix mi = lane / 8, row lane % 8.
   const int mi = lane >> 3;
   const int lr = lane & 7;
-  // 16-bit, K as the A operand (16 tokens x 16 d): m0 tokens 0-7 / m1 8-15 at d + 0, m2 / m3 at
+  // 16-bit: warp w computes on the token rows it copies itself (issue_tile: rows 2w and 2w + 1
+  // of each 16-row group), so no warp reads a row another copied and the loop needs no CTA
+  // barrier (experiments 24-26): the MMA's row rho (0-15) is tile row warp_row(rho). The 16
+  // rows of an MMA need not be consecutive tokens; the mask below uses the same map.
+  static_assert(FP8 || THREADS / S::K_CHUNKS == 16, "a 16-bit warp copies 2 rows of each 16");
+  auto warp_row = [&](int rho) { return 2 * warp + (rho & 1) + 16 * (rho >> 1); };
+  // 16-bit, K as the A operand (16 tokens x 16 d): m0 rows 0-7 / m1 8-15 at d + 0, m2 / m3 at
   // d + 8 (k_half: the 16-byte chunk of 8 d). V^T as the A operand (16 d x 16 tokens) through
-  // ldmatrix.trans: m0 d + 0 / m1 d + 8 of tokens 0-7, m2 / m3 of tokens 8-15.
-  const int k_tok = warp * 16 + ((mi & 1) << 3) + lr;
+  // ldmatrix.trans: m0 d + 0 / m1 d + 8 of rows 0-7, m2 / m3 of rows 8-15.
+  const int k_tok = warp_row(((mi & 1) << 3) + lr);
   const int k_half = mi >> 1;
-  const int v_tok = warp * 16 + ((mi >> 1) << 3) + lr;
+  const int v_tok = warp_row(((mi >> 1) << 3) + lr);
   const int v_half = mi & 1;
+  const int row_r = warp_row(r), row_r8 = warp_row(r + 8);  // this lane's S^T rows' tokens
   // fp8: a matrix is 8 rows x 16 bytes. K: matrix mi = (n-block mi >> 1, k step 2 j + (mi & 1));
   // n-block nb's column n is token 4 (n >> 1) + (n & 1) + 2 nb, so that S's accumulator holds,
   // per lane, tokens 4 quad .. + 3 in the order P @ V's B operand (V^T rows) gives them; the
@@ -466,7 +480,12 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 
   for (int i = 0; i < num_tiles; ++i) {
     cp_async_wait<NSTAGE - 2>();
-    __syncthreads();  // tile i visible to all; every warp is done with the stage refilled next
+    if constexpr (FP8) {
+      __syncthreads();  // tile i visible to all (rows and V^T chunks are copied across warps);
+                        // every warp is done with the stage refilled next
+    } else {
+      __syncwarp();  // this warp's rows of tile i visible to its lanes; it alone reads them
+    }
     if (i + NSTAGE - 1 < num_tiles) issue_tile(i + NSTAGE - 1, pages_ahead);
     cp_async_commit();
     load_pages(i + NSTAGE, pages_ahead);
@@ -476,7 +495,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
 #endif
     const uint32_t ks = smem_addr(smem + (i % NSTAGE) * S::BYTES);
     const uint32_t vs = ks + S::K_BYTES;
-    const int tile_tok = start + i * TILE_N + warp * 16;
+    const int tile_base = start + i * TILE_N;
 
     if constexpr (!FP8) {
       // TokenRows: S^T (rows: the warp's 16 tokens, columns: 8 head slots) = K q^T, then
@@ -497,7 +516,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       float sv[4], mt[2];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int tok = tile_tok + r + 8 * (j >> 1);
+        const int tok = tile_base + (j >> 1 ? row_r8 : row_r);
         sv[j] = tok < end ? (st0[j] + st1[j]) * qk_scale : -INFINITY;
       }
       mt[0] = fmaxf(sv[0], sv[2]);
@@ -558,7 +577,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       float mt = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int tok = tile_tok + 4 * quad + 2 * (j >> 1) + (j & 1);
+        const int tok = tile_base + warp * 16 + 4 * quad + 2 * (j >> 1) + (j & 1);
         sv[j] = tok < end ? sv[j] * qk_scale : -INFINITY;
         mt = fmaxf(mt, sv[j]);
       }
