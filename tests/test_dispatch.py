@@ -585,11 +585,11 @@ def test_split_preference_rules():
     assert (split(no_sms), single(no_sms)) == (0.0, 0.0)
 
 
-#: `kvbench tune paged_decode` on the H200 at 0249a99 (fp16, docs/dispatch.md): the tune case
+#: `kvbench tune paged_decode` on the H200 at 8606722 (fp16, docs/dispatch.md): the tune case
 #: (batch, context) of each bucket -> whether cuda/cluster_decode measured ahead of the Triton
 #: rows.
 _CLUSTER_MEASURED_AHEAD = {
-    (1, 1024): True, (1, 4096): True, (1, 8192): False, (1, 32768): False,
+    (1, 1024): True, (1, 4096): True, (1, 8192): True, (1, 32768): True,
     (8, 1024): True, (8, 4096): True, (8, 8192): True, (8, 32768): True,
     (32, 1024): False, (32, 4096): True, (32, 8192): True, (32, 32768): True,
     (64, 1024): False, (64, 4096): True, (64, 8192): True, (64, 32768): True,
@@ -604,6 +604,19 @@ def test_cluster_preference_follows_the_measured_buckets(dtype):
                  "dtype": dtype}
         # above the Triton rows' own rule (+1) where it fires
         assert rule(shape) == (2.0 if ahead else 0.0), (batch, context)
+
+
+def test_cluster_preference_stops_at_few_pairs_beyond_32k():
+    """Batch 1 (8 pairs) trails past 32k tokens: bench_cluster_decode at 8606722, 1 x 64k 74.2
+    vs 73.2-73.9 us for triton/split_kv, 1 x 16k 26.1 vs 27.5-27.8 (docs/dispatch.md); 16
+    pairs lead at 32k (2 x 32k 70.1-70.7 vs 73.6-74.2)."""
+    rule = registry.PREFER_CLUSTER.score
+    shape = {"kv_heads": 8, "sm_count": 132, "dtype": "fp16"}
+    assert rule(dict(shape, batch=1, max_context=16384)) == 2.0
+    assert rule(dict(shape, batch=1, max_context=32768)) == 2.0
+    assert rule(dict(shape, batch=1, max_context=32769)) == 0.0
+    assert rule(dict(shape, batch=1, max_context=65536)) == 0.0
+    assert rule(dict(shape, batch=2, max_context=65536)) == 2.0
 
 
 def test_cluster_preference_between_the_tune_cases():

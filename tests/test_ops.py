@@ -367,26 +367,28 @@ def test_kv_gather_auto_is_correct(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("batch", "seq_len", "dtype", "expected"),
+    ("batch", "seq_len", "dtype", "expected", "without_cluster_row"),
     [
-        (1, 32768, "fp16", "triton/split_kv"),
-        (64, 8192, "fp16", "cuda/cluster_decode"),
-        (64, 8192, "fp8", "triton/single_pass"),
+        (1, 32768, "fp16", "cuda/cluster_decode", "triton/split_kv"),
+        (1, 65536, "fp16", "triton/split_kv", "triton/split_kv"),
+        (64, 8192, "fp16", "cuda/cluster_decode", "triton/single_pass"),
+        (64, 8192, "fp8", "triton/single_pass", "triton/single_pass"),
     ],
 )
-def test_decode_preference_follows_occupancy_on_cuda(batch, seq_len, dtype, expected):
-    """Without measurements the rules pick split-KV for batch 1 x 32k, the CUDA cluster row at
-    16-bit 64 x 8k (single-pass where that row is unavailable: not sm_90 or no nvcc) and
-    single-pass for fp8 at 64 x 8k (32 q / 8 kv heads, d 128); the chosen row is correct at
-    that size."""
+def test_decode_preference_follows_occupancy_on_cuda(batch, seq_len, dtype, expected,
+                                                     without_cluster_row):
+    """Without measurements the rules pick the CUDA cluster row at 16-bit batch 1 x 32k and
+    64 x 8k, split-KV for batch 1 past 32k (8 pairs on at most 72 SMs in clusters) and
+    single-pass for fp8 at 64 x 8k (32 q / 8 kv heads, d 128); where the cluster row is
+    unavailable (not sm_90 or no nvcc), the Triton row the occupancy rules pick. The chosen
+    row is correct at that size."""
     from kvbench.checks import check_paged_decode, make_decode_query
     from kvbench.dispatch import registry
     from kvbench.pool import paged_pool
 
-    if expected == "cuda/cluster_decode":
-        spec = registry.REGISTRY.get("paged_decode", expected)
-        if spec.available(torch.device("cuda")):
-            expected = "triton/single_pass"
+    cluster = registry.REGISTRY.get("paged_decode", "cuda/cluster_decode")
+    if cluster.available(torch.device("cuda")) is not None:  # a reason: unavailable here
+        expected = without_cluster_row
     pool = paged_pool(batch, seq_len, dtype=dtype, device="cuda")
     q = make_decode_query(pool, 32)
     check_paged_decode(ops.paged_decode, pool, q)

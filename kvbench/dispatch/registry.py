@@ -218,15 +218,16 @@ PREFER_SINGLE = Preference(
 )
 
 # cuda/cluster_decode against the Triton rows, from `kvbench tune paged_decode` on the H200
-# (fp16, 0249a99) and bench_cluster_decode.py at batch 2-5 (02fae99; docs/dispatch.md): it
-# leads in 12 of the 16 tune buckets. It trails where the pairs are too few for the clusters
-# the machine holds to fill its SMs on a long context (batch 1 = 8 pairs: 64 of 132 SMs, since
-# at most 7 clusters of 9-16 CTAs fit; 1 x 8k 20.1 vs 19.0 us, 1 x 32k 47.5 vs 43.4; in
-# session 11's table at edd2792, experiment 22's kernel: 1 x 32k 44.6 vs 43.4), and where the
-# pairs fill the SMs at 1k tokens (32 x 1k 43.0 vs 40.5; 64 x 1k 79.5 vs 73.8), where
-# Triton's four CTAs per SM hide more latency than its one. Its fp8 path (dim-major V) trails
-# Triton's at every measured case (docs/perf-notes.md, experiment 19), so 16-bit only.
-_CLUSTER_LONG_CONTEXT = 4096  # above: few pairs cannot fill the SMs for long enough
+# (fp16, 8606722; docs/dispatch.md) and bench_cluster_decode.py between its cases (02fae99 at
+# batch 2-5, 8606722 at batch 1-2 up to 64k): it leads in 14 of the 16 tune buckets. It trails
+# where the pairs fill the SMs at 1k tokens (32 x 1k 42.4 vs 40.4 us; 64 x 1k 77.0 vs 73.5),
+# where Triton's four CTAs per SM hide more latency than its one, and where few pairs meet a
+# very long context (batch 1 = 8 pairs: 64 of 132 SMs at 8 splits, 72 at 9, since at most 7
+# clusters of 10-16 CTAs fit; 1 x 64k 74.2 vs 73.2-73.9 us), though since 8606722 (warps
+# without a per-tile barrier) it leads at 1 x 8k-32k (17.5 vs 19.1-20.2, 42.0 vs 43.3).
+# Its fp8 path (dim-major V) trails Triton's at every measured case (docs/perf-notes.md,
+# experiment 19), so 16-bit only.
+_CLUSTER_LONG_CONTEXT = 32768  # above: few pairs cannot fill the SMs for long enough
 _CLUSTER_SHORT_CONTEXT = 1024  # at or below, with the SMs full: Triton's occupancy wins
 _CLUSTER_FEW_PAIRS_PER_SM = 1 / 16  # pairs <= SMs/16 (8 on 132 SMs) trail; 16 pairs lead
 
