@@ -8,11 +8,12 @@ The event timer gives one number per launch and Nsight Compute averages over war
 says which link of a short launch's chain is long. This builds cluster_decode.cu with
 -DKVB_TRACE (thread 0 of every CTA reads %globaltimer at 8 marks: entry, first copies issued,
 first tile landed, last tile done, the warps' partials stored, the CTA's partial pushed to its
-peers, the peers' partials of its outputs received, its outputs stored) and launches it at each case and split count (the auto count and each --splits value),
-cold L2 (the harness's flush before each launch) and warm, --reps launches each, every output
-checked against the fp64 reference first. Per setting it reports the medians over launches
-of: the span (first entry to last done), the entry skew across CTAs, and each phase's median
-and max over CTAs. The shipped build has no trace code. Experiment 21 (docs/perf-notes.md).
+peers, the peers' partials of its outputs received, its outputs stored) and launches it at each
+case and split count (the auto count and each --splits value), cold L2 (the harness's flush
+before each launch) and warm, --reps launches each, every output checked against the fp64
+reference first. Per setting it reports the medians over launches of: the span (first entry to
+last done), the entry skew across CTAs, and each phase's median and max over CTAs. The shipped
+build has no trace code. Experiment 21 (docs/perf-notes.md).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@
 //   * K and V rows are staged unpadded, XOR-swizzled by 16-byte chunk (Stage below), so a
 //     warp's copy fills contiguous shared memory and ldmatrix's 8 row addresses per matrix hit
 //     distinct banks.
-//   * Warp w owns tokens [16 w, 16 w + 16) of each tile, on tensor cores (mma.sync m16n8k16,
-//     fp32 accumulate). 16-bit KV: S^T = K q^T and O^T += V^T P^T, the warp's 16 tokens (then
+//   * Each warp owns 16 of each tile's tokens (fp8: tokens [16 w, 16 w + 16); 16-bit: the rows
+//     it copies, see warp_row in the kernel), on tensor cores (mma.sync m16n8k16, fp32
+//     accumulate). 16-bit KV: S^T = K q^T and O^T += V^T P^T, the warp's 16 tokens (then
 //     16 d) as the MMA's rows and the group's <= 8 q heads as its 8 columns; K through
 //     ldmatrix, V through ldmatrix.trans, and P^T turned from S^T's accumulator into the B
 //     operand by movmatrix.trans, in registers. fp8 KV: S = q K^T and O += P V, the q heads as
@@ -512,7 +513,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
         ldmatrix_x4(ks + S::swizzled(k_tok, 2 * kk + k_half), ka);
         mma_16816<T>(kk & 1 ? st1 : st0, ka, qa[kk][0], qa[kk][1]);
       }
-      // st[j]: token r + 8 (j >> 1), head 2 quad + (j & 1)
+      // st[j]: MMA row r + 8 (j >> 1) (tile row row_r / row_r8), head 2 quad + (j & 1)
       float sv[4], mt[2];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
