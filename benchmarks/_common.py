@@ -25,6 +25,14 @@ turns a missing module or name into a recorded skip, so `asv run` over old histo
 those rows instead of failing. Nothing here imports torch at module level: discovery and the
 lookup processes stay fast, and no CUDA state exists before asv forks.
 
+Measuring one case (`kvbench bisect`). When KVBENCH_ASV_SELECT names one case as
+"Class(param, ...)" (the params repr'd as asv names a combination, e.g.
+"KVAlloc('host/freelist', 'fragmented', 64)"), a measuring process measures that case only:
+the group's other classes are not run, the selected class builds only the inputs the case
+needs, and every other case is recorded as a skip "not selected". The suite, not the commit,
+reads the variable, so it works on old commits too; names, params and `version` are the same
+as in a full run, so such a run's number belongs to the same series.
+
 On a machine without CUDA: Triton rows and GPU-size cases are skipped (CPU timings of
 interpreted Triton mean nothing and take minutes); torch rows run at the small cases, and
 host-side costs (allocator, dispatch) are real numbers.
@@ -63,6 +71,10 @@ SELECTOR_VARS = {
     "kv_alloc": "KVBENCH_KV_ALLOC",
 }
 AUTO = "auto"
+#: The variable naming the one case a measuring process measures (module docstring).
+SELECT_VAR = "KVBENCH_ASV_SELECT"
+#: The skip recorded for the cases a selective run leaves out.
+NOT_SELECTED = "not selected: this run measures only"
 
 
 class Skip(NotImplementedError):
@@ -196,10 +208,31 @@ def timed_once(timings: dict, row: str, measure: Callable[[], Any]) -> tuple[Any
     return timings[row], False
 
 
+def case_label(cls: str, key: tuple) -> str:
+    """A case as SELECT_VAR names it: "Class('row', 'dtype', 'case')" (asv's param reprs)."""
+    return f"{cls}({', '.join(map(repr, key))})"
+
+
+#: The class measure_group is measuring now (its measure functions do not know their class).
+_measuring: list[str] = []
+
+
+def not_selected(key: tuple) -> str | None:
+    """The skip reason of `key` when SELECT_VAR names another case, else None."""
+    wanted = os.environ.get(SELECT_VAR)
+    if not wanted or not _measuring or case_label(_measuring[-1], tuple(key)) == wanted:
+        return None
+    return f"{NOT_SELECTED} {wanted}"
+
+
 def run_cases(keys: Iterable[tuple[str, ...]], body: Callable[[tuple[str, ...]], dict],
               results: dict) -> None:
     """Fill results[key] for each key: body's entry, a skip, or the error that stopped it."""
     for key in keys:
+        why = not_selected(key)
+        if why:
+            results.setdefault(key, {"skip": why})
+            continue
         try:
             results[key] = body(key)
         except NotImplementedError as exc:
@@ -236,7 +269,12 @@ def run_group(keys: list[tuple[str, ...]], build: Callable[[], Any],
 
     A build or measure failure lands on every case of the group not recorded yet; the input
     is passed to `release` (if given) and device memory returned before the next group.
+    Nothing is built when SELECT_VAR names a case outside `keys`.
     """
+    if all(not_selected(key) for key in keys):
+        for key in keys:
+            results.setdefault(key, {"skip": not_selected(key)})
+        return
     resource = None
     try:
         resource = build()
@@ -257,6 +295,8 @@ def class_results(cache: dict, cls: str) -> dict:
     found = cache.get(cls)
     if found is None:
         raise NotImplementedError(f"{cls} was not measured by its setup_cache group")
+    if _CLASS_SKIP in found:
+        raise NotImplementedError(found[_CLASS_SKIP])
     if _CLASS_ERROR in found:
         raise RuntimeError(f"{cls}'s measure function failed (no number recorded):\n"
                            f"{found[_CLASS_ERROR]}")
@@ -286,6 +326,8 @@ def report_selection(key: tuple[str, ...], found: dict) -> None:
 
 #: The key under which measure_group records a class whose measure function raised.
 _CLASS_ERROR = "__class_error__"
+#: The key under which measure_group records a class a selective run leaves out.
+_CLASS_SKIP = "__class_skip__"
 #: group -> ((benchmarks module, its measure function, the class it feeds), ...)
 GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "decode": (("paged_decode", "measure_decode", "PagedDecode"),
@@ -304,7 +346,12 @@ def measure_group(group: str) -> dict[str, dict]:
     suite itself) fails its own class's cases only: the group's other class keeps its numbers.
     """
     out: dict[str, dict] = {}
+    wanted = os.environ.get(SELECT_VAR)
     for module, func, cls in GROUPS[group]:
+        if wanted and not wanted.startswith(f"{cls}("):
+            out[cls] = {_CLASS_SKIP: f"{NOT_SELECTED} {wanted}"}
+            continue
+        _measuring.append(cls)
         try:
             measure = getattr(importlib.import_module(f"{__package__}.{module}"), func)
             out[cls] = measure()
@@ -312,6 +359,8 @@ def measure_group(group: str) -> dict[str, dict]:
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             print(f"{cls}: {func} failed:\n{text}", file=sys.stderr)
             out[cls] = {_CLASS_ERROR: text}
+        finally:
+            _measuring.pop()
         free_device_memory()
     return out
 

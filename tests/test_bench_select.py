@@ -1,0 +1,62 @@
+"""The suite's one-case mode (KVBENCH_ASV_SELECT, benchmarks/_common.py): `kvbench bisect`
+re-measures exactly the series it bisects, and nothing else of the group."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the asv suite package `benchmarks` lives at the repo root
+
+from benchmarks import _common, dispatch_overhead, kv_alloc
+
+SELECTED = ("host/freelist", "fragmented", 64)
+
+
+def test_case_label_is_asvs_param_repr():
+    assert _common.case_label("KVAlloc", SELECTED) == "KVAlloc('host/freelist', 'fragmented', 64)"
+    assert _common.case_label("X", ("a",)) == "X('a')"
+
+
+def test_selected_run_measures_one_case_and_builds_nothing_else(monkeypatch):
+    monkeypatch.setenv(_common.SELECT_VAR, _common.case_label("KVAlloc", SELECTED))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    built = []
+    real_build = _common.run_group
+
+    def counting_run_group(keys, build, measure, results, release=None):
+        def build_and_count():
+            built.append(keys[0][0])
+            return build()
+        return real_build(keys, build_and_count, measure, results, release)
+
+    monkeypatch.setattr(_common, "run_group", counting_run_group)
+    other = []
+    monkeypatch.setattr(dispatch_overhead, "measure", lambda: other.append(1) or {})
+    out = _common.measure_group("host")
+
+    assert other == [], "the group's other class must not run at all"
+    with pytest.raises(NotImplementedError, match="not selected"):
+        _common.class_results(out, "DispatchOverhead")
+    alloc = _common.class_results(out, "KVAlloc")
+    measured = [k for k, v in alloc.items() if "samples_s" in v]
+    assert measured == [SELECTED]
+    assert all(v["skip"].startswith(_common.NOT_SELECTED) for k, v in alloc.items() if k != SELECTED)
+    assert built == ["host/freelist"], "only the selected selector's manager is built"
+    assert len(alloc) == len(kv_alloc.SELECTORS) * len(kv_alloc.STATES) * len(kv_alloc.NS)
+    suite = kv_alloc.KVAlloc()
+    suite.setup(out, *SELECTED)
+    assert suite.track_us(out, *SELECTED)["samples"]
+    with pytest.raises(NotImplementedError, match="not selected"):
+        suite.setup(out, "auto", "bump", 1)
+
+
+def test_without_the_variable_every_case_is_measured(monkeypatch):
+    monkeypatch.delenv(_common.SELECT_VAR, raising=False)
+    results: dict = {}
+    _common.run_cases([("a",), ("b",)], lambda key: {"ok": key}, results)
+    assert results == {("a",): {"ok": ("a",)}, ("b",): {"ok": ("b",)}}
+    assert _common.not_selected(("a",)) is None
