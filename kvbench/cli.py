@@ -111,6 +111,33 @@ def _cmd_main(args: argparse.Namespace) -> int:
     return run_all(json_dir=args.json_dir)
 
 
+def _percent(text: str) -> float:
+    """argparse type of a relative effect given in percent ('2' or '2%' -> 0.02)."""
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage > 0 (e.g. 2 or 2%), got {text!r}") from None
+    if not 0 < value < 1000:
+        raise argparse.ArgumentTypeError(f"expected a percentage in (0, 1000), got {text!r}")
+    return value / 100
+
+
+def _cmd_bisect(args: argparse.Namespace) -> int:
+    """Which commit of RANGE made the series worse, confirmed by A/B runs (docs/history.md)."""
+    from kvbench.history.bisect import run_command
+
+    try:
+        return run_command(args.range, args.series, machine=args.machine, rounds=args.rounds,
+                           max_rounds=args.max_rounds, search_runs=args.search_runs,
+                           mde=args.mde, json_path=args.json, log_dir=args.log_dir,
+                           config=args.config)
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    except RuntimeError as exc:
+        print(f"kvbench bisect: {exc}", file=sys.stderr)
+        return 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvbench",
@@ -141,6 +168,32 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("op", choices=OPS)
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(func=func)
+
+    p = sub.add_parser(
+        "bisect", help="which commit of RANGE made one series worse, measured fresh and confirmed",
+        description="Bisect one asv series over RANGE with fresh process-level runs: end points "
+                    "first (no regression -> says so), then a binary search, then an interleaved "
+                    "A/B confirmation of the commit it names. Exit 0: a verdict (regression "
+                    "named, or no regression); 3: inconclusive; 2: bad input; 1: asv failed.")
+    p.add_argument("range", help="BASE..END, e.g. HEAD~32..HEAD (first-parent history)")
+    p.add_argument("series", help="asv's name of one param combination, e.g. "
+                   "\"paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')\"")
+    p.add_argument("--machine", default=None,
+                   help="asv machine name (default: this hardware's, as `kvbench machine` names it)")
+    p.add_argument("--rounds", type=_positive_int, default=5,
+                   help="A/B rounds (one run per side each) for the end points and the "
+                        "confirmation (default 5, the fewest that can reach p <= 0.01)")
+    p.add_argument("--max-rounds", type=_positive_int, default=10,
+                   help="cap on A/B rounds while inconclusive (default 10)")
+    p.add_argument("--search-runs", type=_positive_int, default=3,
+                   help="runs per commit visited by the search (default 3; more while unclear)")
+    p.add_argument("--mde", type=_percent, default=None,
+                   help="minimum detectable effect in %% for 'no change' (default: 3x the "
+                        "between-process noise of the runs, at least 0.5%%)")
+    p.add_argument("--json", default=None, metavar="PATH", help="write the evidence as JSON")
+    p.add_argument("--log-dir", default=None, help="keep asv's output (asv.log) here")
+    p.add_argument("--config", default=None, help="asv.conf.json (default: the project root's)")
+    p.set_defaults(func=_cmd_bisect, parser=p)
 
     p = sub.add_parser("main", help="the main job: env + a table for every op this device runs")
     p.add_argument("--json-dir", default=None, help="also write each table as JSON here")

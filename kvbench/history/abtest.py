@@ -25,7 +25,7 @@ reach p <= 0.01 (0.0079, complete separation), so MIN_ROUNDS is 5.
 The effect is the relative change of the median run, B over A (+0.04: B's value 4% higher),
 with a percentile-bootstrap interval (scipy.stats.bootstrap). The MDE defaults to
 NOISE_MULTIPLE x the between-process noise (pooled standard deviation of the run medians,
-relative to A's median), at least MDE_FLOOR; a caller that knows the series' noise from its
+each side relative to its own median), at least MDE_FLOOR; a caller that knows the series' noise from its
 history passes its own.
 """
 
@@ -72,7 +72,7 @@ class ABResult:
     p_mannwhitney: float
     p_ks: float
     p: float
-    noise: float  # between-process noise, relative to before's median
+    noise: float  # between-process noise, relative (between_process_noise)
     mde: float  # relative
     rounds: int = 0  # A/B rounds run (set by run_sequential)
     failed_runs: int = 0  # runs that gave no value (set by run_sequential)
@@ -137,15 +137,17 @@ def effect_interval(before: Sequence[float], after: Sequence[float],
 
 
 def between_process_noise(before: Sequence[float], after: Sequence[float]) -> float:
-    """Pooled standard deviation of the run medians (each side about its own mean), relative
-    to before's median. Not a MAD: at 5 runs a side the MAD reads about half the true
-    spread (one deviation is 0 by construction), which would shrink the default MDE."""
+    """Relative spread of the run medians between processes: each side's runs divided by
+    that side's own median, then the pooled standard deviation of those ratios (so a side
+    100x slower does not read as 100x noisier). Not a MAD: at 5 runs a side the MAD reads
+    about half the true spread (one deviation is 0 by construction), which would shrink the
+    default MDE."""
     import numpy as np
 
-    a = np.asarray(before, dtype=float)
-    b = np.asarray(after, dtype=float)
+    a = np.asarray(before, dtype=float) / median(before)
+    b = np.asarray(after, dtype=float) / median(after)
     pooled = ((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2)
-    return float(np.sqrt(pooled)) / abs(median(a))
+    return float(np.sqrt(pooled))
 
 
 def default_mde(noise: float) -> float:

@@ -1,0 +1,646 @@
+"""`kvbench bisect RANGE SERIES`: which commit of RANGE made SERIES worse, confirmed, or
+"no regression in RANGE".
+
+One series, fresh measurements only. SERIES is asv's own name of one param combination,
+`module.Class.method(param, ...)` with the params as Python literals, e.g.
+`paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')`. Every value used
+is measured by this command, at the commit it belongs to, by the real asv (which builds and
+installs each commit); nothing is read from the user's results/. The suite's one-case mode
+(KVBENCH_ASV_SELECT, benchmarks/_common.py) makes each run measure only that series.
+
+The unit of evidence is one process run (the median of its samples; `Run`). The steps:
+
+1. End points: the range's base and end, measured in interleaved rounds (A,B then B,A, so a
+   linear drift cancels) and judged by kvbench.history.abtest (min p of Mann-Whitney U and
+   KS; regression / improvement / no change / inconclusive, rounds added while inconclusive
+   up to a cap). Not a regression -> "no regression in RANGE" and no commit is named. An end
+   point where the series cannot run (asv skip, failure) is moved inward and reported.
+2. Search: binary search on the first-parent commits between the two sides. A visited
+   commit gets `search_runs` runs and is placed by `abtest.side_of` against the runs of the
+   commits already known good and bad; an unclear position gets more runs (up to 3x). A
+   commit where the series cannot run is skipped (git bisect's rule: look at a neighbour)
+   and listed.
+3. Confirmation: the first bad commit against its nearest runnable parent, interleaved
+   rounds again, judged by the same A/B test. Only a confirmed regression names a commit;
+   otherwise the answer is "inconclusive" with the evidence.
+
+The measuring side is a `Measurer` (`AsvMeasurer` drives asv; tests pass a fake), so the
+search itself is a pure function of the values it is given.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from kvbench.history import abtest
+
+SCHEMA = "kvbench-bisect/1"
+#: Runs a search step gives a visited commit before placing it (more while unclear).
+SEARCH_RUNS = 3
+#: An unclear commit gets up to this many times search_runs runs.
+SEARCH_RUNS_CAP_FACTOR = 3
+#: Variable read by benchmarks/_common.py: the one case a measuring process measures.
+SELECT_VAR = "KVBENCH_ASV_SELECT"
+#: Units of the series asv stores, and which way is better.
+HIGHER_IS_BETTER = {"seconds": False, "GB/s": True}
+
+REGRESSION = "regression"
+NO_REGRESSION = "no regression"
+INCONCLUSIVE = "inconclusive"
+
+OK, SKIPPED, FAILED = "ok", "skipped", "failed"
+
+
+# ---- the series -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Series:
+    """One asv param combination: benchmark 'module.Class.method' and its params' reprs."""
+
+    benchmark: str
+    param_reprs: tuple[str, ...]
+
+    @property
+    def cls(self) -> str:
+        return self.benchmark.split(".")[-2]
+
+    @property
+    def name(self) -> str:
+        """asv's name of the combination: benchmark(param, ...)."""
+        return f"{self.benchmark}({', '.join(self.param_reprs)})"
+
+    @property
+    def select(self) -> str:
+        """The KVBENCH_ASV_SELECT value: Class(param, ...)."""
+        return f"{self.cls}({', '.join(self.param_reprs)})"
+
+    @property
+    def bench_regex(self) -> str:
+        """asv --bench regex matching exactly this combination."""
+        return "^" + re.escape(self.name) + "$"
+
+
+_SERIES_FORM = ("module.Class.method(param, ...) with Python-literal params, e.g. "
+                "\"paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')\"")
+
+
+def parse_series(text: str) -> Series:
+    """Series from asv's name of one combination; ValueError naming the accepted form."""
+    match = re.fullmatch(r"\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,})\s*\((.*)\)\s*", text)
+    if not match:
+        raise ValueError(f"series {text!r}: expected {_SERIES_FORM}")
+    try:
+        values = ast.literal_eval(f"({match.group(2)},)") if match.group(2).strip() else ()
+    except (ValueError, SyntaxError):
+        raise ValueError(f"series {text!r}: the params must be Python literals; expected "
+                         f"{_SERIES_FORM}") from None
+    if not values:
+        raise ValueError(f"series {text!r}: name at least one param; expected {_SERIES_FORM}")
+    return Series(match.group(1), tuple(repr(v) for v in values))
+
+
+def check_series(series: Series, benchmarks: dict) -> bool:
+    """Validate `series` against asv's benchmarks.json content; return higher_is_better."""
+    info = benchmarks.get(series.benchmark)
+    if info is None:
+        known = sorted(k for k in benchmarks if k != "version")
+        raise ValueError(f"benchmark {series.benchmark!r} is not in the suite; known: "
+                         f"{', '.join(known)}")
+    params = info.get("params") or []
+    if len(params) != len(series.param_reprs):
+        raise ValueError(f"{series.benchmark} takes {len(params)} params "
+                         f"({', '.join(info.get('param_names', []))}), got "
+                         f"{len(series.param_reprs)}")
+    for name, value, allowed in zip(info.get("param_names", []), series.param_reprs, params,
+                                    strict=True):
+        if value not in allowed:
+            raise ValueError(f"{series.benchmark}: {name}={value} is not a param value; "
+                             f"accepted: {', '.join(allowed)}")
+    unit = info.get("unit")
+    if unit not in HIGHER_IS_BETTER:
+        raise ValueError(f"{series.benchmark} has unit {unit!r}; bisect knows the direction of "
+                         f"{', '.join(HIGHER_IS_BETTER)} only")
+    return HIGHER_IS_BETTER[unit]
+
+
+# ---- runs and the measurer ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    """One measuring process at one commit: the median of its samples, or why there is none."""
+
+    commit: str
+    value: float | None
+    status: str  # OK | SKIPPED | FAILED
+    reason: str = ""
+    samples: int = 0
+    process_s: float | None = None  # asv's duration of the measuring (setup_cache) process
+    phase: str = ""  # set by the bisection: endpoints / search / confirmation
+
+
+class Measurer(Protocol):
+    """Measures the series once per listed commit, in order, each in a fresh process."""
+
+    def measure(self, commits: Sequence[str]) -> list[Run]: ...
+
+
+# ---- the git range ------------------------------------------------------------------------
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ValueError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
+    return proc.stdout.strip()
+
+
+def resolve_range(repo: Path, text: str) -> list[str]:
+    """[base, c1, ..., end]: full hashes of the first-parent history of RANGE 'BASE..END'."""
+    if text.count("..") != 1 or "..." in text:
+        raise ValueError(f"range {text!r}: expected BASE..END (two dots, e.g. HEAD~32..HEAD)")
+    base_name, end_name = text.split("..")
+    if not base_name or not end_name:
+        raise ValueError(f"range {text!r}: name both ends, BASE..END (e.g. HEAD~32..HEAD)")
+    base = _git(repo, "rev-parse", "--verify", "--quiet", f"{base_name}^{{commit}}")
+    end = _git(repo, "rev-parse", "--verify", "--quiet", f"{end_name}^{{commit}}")
+    listed = _git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..{end}").split()
+    if not listed:
+        raise ValueError(f"range {text!r} holds no commit ({base_name} is not before {end_name})")
+    first_parent = _git(repo, "rev-parse", f"{listed[0]}^")
+    if first_parent != base:
+        raise ValueError(f"range {text!r}: {base_name} is not on {end_name}'s first-parent "
+                         "history; pick a base on it (e.g. END~N)")
+    return [base, *listed]
+
+
+# ---- the report -------------------------------------------------------------------------------
+
+@dataclass
+class Report:
+    """What bisect found, with every run; `to_json` is the --json schema (docs/history.md)."""
+
+    range: str
+    series: str
+    machine: str
+    unit: str
+    higher_is_better: bool
+    commits: list[str]
+    subjects: dict[str, str] = field(default_factory=dict)
+    verdict: str = INCONCLUSIVE
+    summary: str = ""
+    culprit: str | None = None
+    parent: str | None = None
+    skipped: dict[str, str] = field(default_factory=dict)  # commit -> why it cannot run
+    untested_between: list[str] = field(default_factory=list)
+    endpoints: dict | None = None
+    search: list[dict] = field(default_factory=list)
+    confirmation: dict | None = None
+    runs: list[Run] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k != "runs"}
+        out["schema"] = SCHEMA
+        out["direction"] = "higher is better" if self.higher_is_better else "lower is better"
+        out["runs"] = [asdict(r) for r in self.runs]
+        out["cost"] = {"runs": len(self.runs),
+                       "process_s": sum(r.process_s or 0.0 for r in self.runs),
+                       "wall_s": self.wall_s}
+        return out
+
+
+def _ab_json(result: abtest.ABResult, before: str, after: str) -> dict:
+    return {"before_commit": before, "after_commit": after, **result.to_json()}
+
+
+# ---- the bisection ----------------------------------------------------------------------------
+
+class _Session:
+    """Runs measurements through the measurer and records every run in the report."""
+
+    def __init__(self, measurer: Measurer, report: Report, log) -> None:
+        self.measurer, self.report, self.log = measurer, report, log
+
+    def measure(self, commits: Sequence[str], phase: str) -> list[Run]:
+        runs = self.measurer.measure(list(commits))
+        runs = [Run(**{**asdict(r), "phase": phase}) for r in runs]
+        self.report.runs.extend(runs)
+        for run in runs:
+            if run.status != OK and run.commit not in self.report.skipped:
+                self.report.skipped[run.commit] = f"{run.status}: {run.reason}"
+        return runs
+
+    def ab(self, before: str, after: str, phase: str, *, rounds: int, max_rounds: int,
+           mde: float | None, first: tuple[float, float] | None = None) -> abtest.ABResult:
+        """Interleaved A/B rounds (A,B then B,A ...) of two commits, decided by abtest.
+        `first`: round 1's values when already measured in that order (the end-point probe)."""
+
+        def one_round(i: int) -> tuple[float | None, float | None]:
+            if i == 0 and first is not None:
+                return first
+            order = (before, after) if i % 2 == 0 else (after, before)
+            got = {r.commit: r.value for r in self.measure(order, phase)}
+            self.log(f"  {phase} round {i + 1}: {self.fmt(got.get(before))} -> "
+                     f"{self.fmt(got.get(after))}")
+            return got.get(before), got.get(after)
+
+        return abtest.run_sequential(one_round, rounds=rounds, max_rounds=max_rounds,
+                                     higher_is_better=self.report.higher_is_better, mde=mde)
+
+    def fmt(self, value: float | None) -> str:
+        return format_value(value, self.report.unit)
+
+
+def format_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "seconds":
+        return f"{value * 1e6:.4g} us"
+    return f"{value:.4g} {unit}"
+
+
+def _runnable_endpoints(session: _Session, commits: list[str]
+                        ) -> tuple[int, int, tuple[float, float]] | None:
+    """(lo, hi, their values): the oldest and newest commits of the range where the series
+    runs, found by probe runs that move inward past those that cannot run, with the values of
+    the successful probe (round 1 of the end-point A/B); None if fewer than two run."""
+    lo, hi = 0, len(commits) - 1
+    while lo < hi:
+        runs = session.measure([commits[lo], commits[hi]], "endpoints")
+        got = {r.commit: r.value for r in runs if r.status == OK}
+        if commits[lo] in got and commits[hi] in got:
+            session.log(f"  endpoints round 1: {session.fmt(got[commits[lo]])} -> "
+                        f"{session.fmt(got[commits[hi]])}")
+            return lo, hi, (got[commits[lo]], got[commits[hi]])
+        if commits[lo] not in got:
+            lo += 1
+        if commits[hi] not in got:
+            hi -= 1
+    return None
+
+
+def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_text: str,
+               machine: str, unit: str, higher_is_better: bool, rounds: int = abtest.MIN_ROUNDS,
+               max_rounds: int = 2 * abtest.MIN_ROUNDS, search_runs: int = SEARCH_RUNS,
+               mde: float | None = None, subjects: dict[str, str] | None = None,
+               log=print) -> Report:
+    """Bisect `commits` ([base, ..., end], oldest first) for a regression of one series."""
+    abtest.check_rounds(rounds, max_rounds)
+    if search_runs < 1:
+        raise ValueError(f"search_runs must be >= 1, got {search_runs}")
+    if len(commits) < 2:
+        raise ValueError("a range needs a base and at least one commit after it")
+    t0 = time.monotonic()
+    report = Report(range_text, series, machine, unit, higher_is_better, list(commits),
+                    subjects=dict(subjects or {}))
+    session = _Session(measurer, report, log)
+    short = {c: c[:8] for c in commits}
+
+    def finish(verdict: str, summary: str) -> Report:
+        report.verdict, report.summary = verdict, summary
+        report.wall_s = time.monotonic() - t0
+        return report
+
+    log(f"end points: {short[commits[0]]} .. {short[commits[-1]]} ({len(commits) - 1} commits)")
+    ends = _runnable_endpoints(session, commits)
+    if ends is None:
+        return finish(INCONCLUSIVE, f"{series} runs at fewer than two commits of {range_text}: "
+                      "nothing to compare")
+    lo, hi, first = ends
+    result = session.ab(commits[lo], commits[hi], "endpoints", rounds=rounds,
+                        max_rounds=max_rounds, mde=mde, first=first)
+    report.endpoints = _ab_json(result, commits[lo], commits[hi])
+    ends_text = f"{short[commits[lo]]}..{short[commits[hi]]}"
+    if result.outcome in (abtest.NO_CHANGE, abtest.IMPROVEMENT):
+        what = ("no change" if result.outcome == abtest.NO_CHANGE
+                else f"it improved by {abs(result.effect):.1%}")
+        return finish(NO_REGRESSION, f"no regression in {range_text}: the end points "
+                      f"({ends_text}) do not differ for the worse ({what}: effect "
+                      f"{result.effect:+.2%} [{result.ci_low:+.2%}, {result.ci_high:+.2%}], "
+                      f"p {result.p:.3g}, {result.rounds} rounds)")
+    if result.outcome == abtest.INCONCLUSIVE:
+        return finish(INCONCLUSIVE, f"inconclusive over {range_text}: the end points "
+                      f"({ends_text}) after {result.rounds} rounds: {result.reason}")
+
+    # 2. search between the two sides
+    values: dict[str, list[float]] = {}
+    for run in report.runs:
+        if run.value is not None:
+            values.setdefault(run.commit, []).append(run.value)
+    good = list(values[commits[lo]])
+    bad = list(values[commits[hi]])
+    cannot_run = set(report.skipped)
+
+    def candidates(a: int, b: int) -> list[int]:
+        return [i for i in range(a + 1, b) if commits[i] not in cannot_run]
+
+    while candidates(lo, hi):
+        middle = (lo + hi) / 2
+        m = min(candidates(lo, hi), key=lambda i: (abs(i - middle), i))
+        runs = session.measure([commits[m]], "search")
+        if runs[0].status != OK:
+            cannot_run.add(commits[m])
+            log(f"  search {short[commits[m]]}: cannot run ({runs[0].status}: {runs[0].reason})")
+            continue
+        got = [runs[0].value]
+        for _ in range(search_runs - 1):
+            got += [r.value for r in session.measure([commits[m]], "search") if r.value is not None]
+        side, position = abtest.side_of(got, good, bad)
+        while side == abtest.UNCLEAR and len(got) < search_runs * SEARCH_RUNS_CAP_FACTOR:
+            got += [r.value for r in session.measure([commits[m]], "search") if r.value is not None]
+            side, position = abtest.side_of(got, good, bad)
+        placed = side if side != abtest.UNCLEAR else (abtest.BAD if position >= 0.5 else abtest.GOOD)
+        report.search.append({"commit": commits[m], "runs": got, "side": side, "placed": placed,
+                              "position": position, "good_median": abtest.median(good),
+                              "bad_median": abtest.median(bad)})
+        log(f"  search {short[commits[m]]}: {', '.join(session.fmt(v) for v in got)} -> {side}"
+            f" (position {position:.2f} from good 0 to bad 1)")
+        if placed == abtest.BAD:
+            hi, bad = m, bad + got
+        else:
+            lo, good = m, good + got
+    report.untested_between = [commits[i] for i in range(lo + 1, hi)]
+    report.culprit, report.parent = commits[hi], commits[lo]
+
+    # 3. confirmation: the first bad commit against its nearest runnable parent
+    result = session.ab(commits[lo], commits[hi], "confirmation", rounds=rounds,
+                        max_rounds=max_rounds, mde=mde)
+    report.confirmation = _ab_json(result, commits[lo], commits[hi])
+    also = (f" (or one of the {len(report.untested_between)} commits between them where the "
+            "series cannot run)" if report.untested_between else "")
+    evidence = (f"{session.fmt(abtest.median(result.before))} -> "
+                f"{session.fmt(abtest.median(result.after))}, effect {result.effect:+.2%} "
+                f"[{result.ci_low:+.2%}, {result.ci_high:+.2%}], p {result.p:.3g}, "
+                f"{result.rounds} rounds")
+    if result.outcome == abtest.REGRESSION:
+        return finish(REGRESSION, f"regression at {short[commits[hi]]}{also} against "
+                      f"{short[commits[lo]]}: {evidence}")
+    report.culprit = None
+    return finish(INCONCLUSIVE, f"inconclusive: the search narrowed the step to "
+                  f"{short[commits[hi]]}{also}, but its A/B against {short[commits[lo]]} says "
+                  f"{result.outcome} ({evidence}; {result.reason})")
+
+
+# ---- asv as the measuring engine ------------------------------------------------------------
+
+class AsvMeasurer:
+    """Measures one series with the real asv, in a private results directory.
+
+    A copy of the project's asv.conf.json goes into `workdir` with results_dir and html_dir
+    pointing there (the user's results/ is never read or written); repo, benchmark_dir and
+    env_dir stay the project's, so asv reuses the environment and the wheels it already
+    built. asv imports the environment plugin (".kvbench.asv_env") from the directory of the
+    config it runs, so the project root goes on the asv process's PYTHONPATH (asv strips
+    PYTHONPATH from the benchmark processes it starts). One `asv run` per call, commits in the
+    given order, KVBENCH_ASV_SELECT naming the series; each result file is read and removed.
+    """
+
+    def __init__(self, repo: Path, series: Series, machine: str, workdir: Path, *,
+                 conf_path: Path | None = None, log_path: Path | None = None,
+                 timeout_s: float = 1800.0) -> None:
+        from asv import util as asv_util
+
+        self.repo, self.series, self.machine = Path(repo).resolve(), series, machine
+        self.workdir = Path(workdir)
+        self.results_dir = self.workdir / "results"
+        self.log_path = log_path or self.workdir / "asv.log"
+        self.timeout_s = timeout_s
+        self.invocations = 0
+        conf_path = Path(conf_path or self.repo / "asv.conf.json")
+        if not conf_path.is_file():
+            raise ValueError(f"{conf_path}: no asv.conf.json (run from the project root or "
+                             "pass --config)")
+        conf = asv_util.load_json(str(conf_path), js_comments=True)
+        here = conf_path.resolve().parent
+        conf["repo"] = str((here / conf.get("repo", ".")).resolve())
+        conf["benchmark_dir"] = str((here / conf.get("benchmark_dir", "benchmarks")).resolve())
+        conf["env_dir"] = str((here / conf.get("env_dir", "env")).resolve())
+        conf["results_dir"] = str(self.results_dir)
+        conf["html_dir"] = str(self.workdir / "html")
+        self.conf_path = self.workdir / "asv.conf.json"
+        self.plugin_root = here
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.conf_path.write_text(json.dumps(conf, indent=2))
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env.setdefault("PIP_NO_INDEX", "1")
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(self.plugin_root), os.environ.get("PYTHONPATH", "")) if p)
+        env[SELECT_VAR] = self.series.select
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _asv_run(self, commits: Sequence[str], bench: str) -> tuple[int, str]:
+        hashfile = self.workdir / "commits.txt"
+        hashfile.write_text("".join(f"{c}\n" for c in commits))
+        cmd = [sys.executable, "-m", "asv", "--config", str(self.conf_path), "run",
+               "--machine", self.machine, "--record-samples", "--show-stderr",
+               "--launch-method", "forkserver", "--bench", bench, f"HASHFILE:{hashfile}"]
+        self.invocations += 1
+        try:
+            proc = subprocess.run(cmd, cwd=self.repo, env=self._env(), capture_output=True,
+                                  text=True, timeout=self.timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"asv run did not finish in {self.timeout_s:.0f} s "
+                               f"(log: {self.log_path})") from exc
+        out = proc.stdout + proc.stderr
+        with open(self.log_path, "a") as f:
+            f.write(f"$ {' '.join(cmd)}\n{out}\n[exit {proc.returncode}]\n")
+        return proc.returncode, out
+
+    def discover(self, commit: str) -> dict:
+        """asv's discovery of the suite (benchmarks.json) with `commit` installed."""
+        code, out = self._asv_run([commit], "just-discover")
+        path = self.results_dir / "benchmarks.json"
+        if code != 0 or not path.is_file():
+            raise RuntimeError(f"asv could not discover the suite at {commit[:8]} (exit "
+                               f"{code}):\n{out[-3000:]}")
+        return json.loads(path.read_text())
+
+    def measure(self, commits: Sequence[str]) -> list[Run]:
+        code, out = self._asv_run(commits, self.series.bench_regex)
+        if code not in (0, 2):  # 2: a benchmark failed, which the result file records
+            raise RuntimeError(f"asv run exited {code} (log: {self.log_path}):\n{out[-3000:]}")
+        return [self._read(commit, _segment(out, commit)) for commit in commits]
+
+    def _read(self, commit: str, log_text: str) -> Run:
+        from asv.results import Results
+
+        pattern = str(self.results_dir / self.machine / f"{commit[:8]}-*.json")
+        paths = glob.glob(pattern)
+        if not paths:
+            return Run(commit, None, FAILED, _reason(log_text) or "asv wrote no result")
+        result = Results.load(paths[0])
+        for path in paths:
+            os.remove(path)
+        name = self.series.benchmark
+        if name not in result.get_all_result_keys():
+            return Run(commit, None, FAILED, _reason(log_text) or "no result for the benchmark")
+        params = result.get_result_params(name)
+        combos = [tuple(c) for c in itertools.product(*params)]
+        try:
+            idx = combos.index(self.series.param_reprs)
+        except ValueError:
+            return Run(commit, None, SKIPPED, "the suite at this commit lacks the combination")
+        value = result.get_result_value(name, params)[idx]
+        samples = (result.get_result_samples(name, params) or [None] * len(combos))[idx]
+        process_s = next((v for k, v in result.duration.items()
+                          if k.startswith("<setup_cache")), None)
+        if value is None:
+            return Run(commit, None, FAILED, _reason(log_text) or "the benchmark failed",
+                       process_s=process_s)
+        if math.isnan(value):  # asv's skip
+            return Run(commit, None, SKIPPED, _reason(log_text) or "skipped (n/a)",
+                       process_s=process_s)
+        if samples:
+            value = abtest.median(samples)
+        return Run(commit, float(value), OK, samples=len(samples or []), process_s=process_s)
+
+
+def _segment(out: str, commit: str) -> str:
+    """The part of asv's output about `commit` (from its 'commit <hash8>' line to the next)."""
+    parts = re.split(r"(?m)^.*For \S+ commit ([0-9a-f]{8})", out)
+    for i in range(1, len(parts) - 1, 2):
+        if parts[i] == commit[:8]:
+            return parts[i + 1]
+    return ""
+
+
+def _reason(text: str) -> str:
+    """Why the series has no value, from asv's output: its skip message or the error line."""
+    skipped = re.findall(r"asv: skipped: (.+)", text)
+    if skipped:
+        return skipped[-1].strip()
+    errors = re.findall(r"(?m)^\s*((?:\w+\.)*\w*(?:Error|Exception)\b.*)$", text)
+    if errors:
+        return errors[-1].strip()[:300]
+    if "setup_cache failed" in text:
+        return "asv: setup_cache failed"
+    return ""
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+def default_machine() -> str:
+    from kvbench.machine import machine_record
+
+    return machine_record()["machine"]
+
+
+def check_machine(machine: str) -> None:
+    """ValueError unless asv's machine file has a record named `machine`."""
+    from asv import util as asv_util
+    from asv.machine import MachineCollection
+
+    try:
+        MachineCollection.load(machine)
+    except asv_util.UserError as exc:
+        raise ValueError(f"--machine {machine}: {exc} Write it with `kvbench machine` (or "
+                         "`kvbench machine --name NAME`).") from None
+
+
+def format_report(report: Report) -> str:
+    """The evidence, as text: per-run values of both sides, effect, interval, p, rounds."""
+    unit = report.unit
+    better = "higher" if report.higher_is_better else "lower"
+    lines = [f"kvbench bisect {report.range} {report.series}",
+             f"machine {report.machine}; {better} is better"]
+
+    def ab_lines(title: str, ab: dict | None) -> None:
+        if not ab:
+            return
+        lines.append(f"{title}: {ab['before_commit'][:8]} -> {ab['after_commit'][:8]}: "
+                     f"{ab['outcome']} ({ab['reason']})")
+        lines.append(f"  before runs: {', '.join(format_value(v, unit) for v in ab['before'])}")
+        lines.append(f"  after runs:  {', '.join(format_value(v, unit) for v in ab['after'])}")
+        lines.append(f"  effect {ab['effect']:+.2%} [{ab['ci_low']:+.2%}, {ab['ci_high']:+.2%}] "
+                     f"({abtest.CONFIDENCE:.0%} interval); p {ab['p']:.3g} (Mann-Whitney "
+                     f"{ab['p_mannwhitney']:.3g}, KS {ab['p_ks']:.3g}); noise {ab['noise']:.2%},"
+                     f" MDE {ab['mde']:.2%}; {ab['rounds']} rounds")
+
+    ab_lines("end points", report.endpoints)
+    for step in report.search:
+        lines.append(f"search {step['commit'][:8]}: "
+                     f"{', '.join(format_value(v, unit) for v in step['runs'])} -> {step['side']}"
+                     f" (position {step['position']:.2f})")
+    ab_lines("confirmation", report.confirmation)
+    if report.skipped:
+        lines.append("skipped (the series cannot run there):")
+        for commit, why in report.skipped.items():
+            lines.append(f"  {commit[:8]} {report.subjects.get(commit, '')[:50]}: {why[:160]}")
+    processes = sum(r.process_s or 0.0 for r in report.runs)
+    lines.append(f"cost: {len(report.runs)} process runs ({processes:.0f} s measuring), "
+                 f"{report.wall_s:.0f} s wall")
+    lines.append(f"VERDICT: {report.summary}")
+    return "\n".join(lines)
+
+
+def _subjects(repo: Path, commits: Sequence[str]) -> dict[str, str]:
+    out = _git(repo, "log", "--no-walk=unsorted", "--format=%H %s", *commits)
+    return dict(line.split(" ", 1) if " " in line else (line, "") for line in out.splitlines())
+
+
+EXIT = {REGRESSION: 0, NO_REGRESSION: 0, INCONCLUSIVE: 3}
+
+
+def run_command(range_text: str, series_text: str, *, machine: str | None = None,
+                rounds: int = abtest.MIN_ROUNDS, max_rounds: int = 2 * abtest.MIN_ROUNDS,
+                search_runs: int = SEARCH_RUNS, mde: float | None = None,
+                json_path: str | None = None, log_dir: str | None = None,
+                repo: str | os.PathLike = ".", config: str | None = None) -> int:
+    """`kvbench bisect`: validate, measure, print the evidence; the exit status says the
+    verdict (0 regression named or no regression, 3 inconclusive). ValueError on bad input."""
+    from kvbench.jsonfile import check_writable
+
+    series = parse_series(series_text)
+    abtest.check_rounds(rounds, max_rounds)
+    if mde is not None and not (0 < mde < 10):
+        raise ValueError(f"--mde is a relative effect in (0, 10) (0.02 = 2%), got {mde}")
+    root = Path(_git(Path(repo), "rev-parse", "--show-toplevel"))
+    commits = resolve_range(root, range_text)
+    if json_path:
+        check_writable(Path(json_path))
+    machine = machine or default_machine()
+    check_machine(machine)
+    workdir = Path(tempfile.mkdtemp(prefix="kvbench-bisect-"))
+    log_path = None
+    if log_dir:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        log_path = Path(log_dir) / "asv.log"
+    try:
+        measurer = AsvMeasurer(root, series, machine, workdir, log_path=log_path,
+                               conf_path=Path(config) if config else None)
+        print(f"asv discovery at {commits[-1][:8]} (private results in {workdir})", flush=True)
+        higher_is_better = check_series(series, measurer.discover(commits[-1]))
+        unit = "GB/s" if higher_is_better else "seconds"
+        report = run_bisect(measurer, commits, series=series.name, range_text=range_text,
+                            machine=machine, unit=unit, higher_is_better=higher_is_better,
+                            rounds=rounds, max_rounds=max_rounds, search_runs=search_runs,
+                            mde=mde, subjects=_subjects(root, commits),
+                            log=lambda text: print(text, flush=True))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(format_report(report))
+    if json_path:
+        from kvbench.jsonfile import write_json_atomic
+
+        data = report.to_json()
+        data["asv_invocations"] = measurer.invocations
+        write_json_atomic(Path(json_path), data)
+        print(f"wrote {json_path}")
+    return EXIT[report.verdict]

@@ -1,0 +1,189 @@
+"""kvbench.history.bisect: the search on synthetic measurements (a fake measurer), the series
+and range parsing, and the report. tests/test_bisect_e2e.py drives the real asv."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from kvbench.history import abtest
+from kvbench.history import bisect as bs
+
+SERIES = "paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')"
+
+
+class FakeMeasurer:
+    """Run values from `level(index)` with relative Gaussian noise; `broken` cannot run."""
+
+    def __init__(self, commits, level, *, noise=0.005, broken=(), seed=0):
+        self.index = {c: i for i, c in enumerate(commits)}
+        self.level, self.noise, self.broken = level, noise, set(broken)
+        self.rng = np.random.default_rng(seed)
+        self.calls: list[list[str]] = []
+
+    def measure(self, commits):
+        self.calls.append(list(commits))
+        runs = []
+        for c in commits:
+            if c in self.broken:
+                runs.append(bs.Run(c, None, bs.SKIPPED, "this commit has no kvbench.ops"))
+            else:
+                value = self.level(self.index[c]) * (1 + self.noise * self.rng.standard_normal())
+                runs.append(bs.Run(c, value, bs.OK, samples=100, process_s=1.0))
+        return runs
+
+
+def _commits(n):
+    return [f"{i:02d}" + "0" * 38 for i in range(n + 1)]  # base + n commits
+
+
+def _bisect(commits, measurer, **kw):
+    kw.setdefault("higher_is_better", False)
+    return bs.run_bisect(measurer, commits, series=SERIES, range_text="HEAD~32..HEAD",
+                         machine="h200", unit="seconds", log=lambda _: None, **kw)
+
+
+@pytest.mark.parametrize("culprit", [1, 13, 32])
+def test_a_step_is_named_and_confirmed_within_the_run_budget(culprit):
+    commits = _commits(32)
+    fake = FakeMeasurer(commits, lambda i: 500e-6 * (1.04 if i >= culprit else 1.0), seed=culprit)
+    report = _bisect(commits, fake)
+    assert report.verdict == bs.REGRESSION, report.summary
+    assert report.culprit == commits[culprit] and report.parent == commits[culprit - 1]
+    assert report.confirmation["outcome"] == abtest.REGRESSION
+    assert 0.03 < report.confirmation["effect"] < 0.05
+    # 32 commits: 10 end-point runs + 5 search steps x 3 + 10 confirmation runs
+    assert len(report.runs) <= 40, len(report.runs)
+    assert {r.phase for r in report.runs} == {"endpoints", "search", "confirmation"}
+
+
+def test_flat_range_says_no_regression_and_names_no_commit():
+    commits = _commits(32)
+    fake = FakeMeasurer(commits, lambda i: 500e-6, seed=3)
+    report = _bisect(commits, fake)
+    assert report.verdict == bs.NO_REGRESSION and report.culprit is None
+    assert report.summary.startswith("no regression in HEAD~32..HEAD")
+    assert report.search == [] and report.confirmation is None
+    assert {c for call in fake.calls for c in call} == {commits[0], commits[-1]}
+
+
+def test_an_improvement_is_not_a_regression():
+    commits = _commits(8)
+    fake = FakeMeasurer(commits, lambda i: 500e-6 * (0.9 if i >= 4 else 1.0))
+    report = _bisect(commits, fake)
+    assert report.verdict == bs.NO_REGRESSION and "improved by" in report.summary
+
+
+def test_a_gbps_drop_is_bisected_as_a_regression():
+    commits = _commits(8)
+    fake = FakeMeasurer(commits, lambda i: 4000.0 * (0.95 if i >= 6 else 1.0))
+    report = _bisect(commits, fake, higher_is_better=True)
+    assert report.verdict == bs.REGRESSION and report.culprit == commits[6]
+    assert report.confirmation["effect"] < 0
+
+
+def test_commits_that_cannot_run_are_skipped_and_listed():
+    commits = _commits(8)
+    broken = {commits[0], commits[4]}  # the base (old history) and the first midpoint
+    fake = FakeMeasurer(commits, lambda i: 1e-3 * (1.5 if i >= 6 else 1.0), broken=broken)
+    report = _bisect(commits, fake)
+    assert report.verdict == bs.REGRESSION and report.culprit == commits[6]
+    assert set(report.skipped) == broken
+    assert all("no kvbench.ops" in why for why in report.skipped.values())
+    assert report.endpoints["before_commit"] == commits[1]  # moved inward past the base
+    assert "skipped" in bs.format_report(report)
+
+
+def test_a_step_behind_a_commit_that_cannot_run_names_both():
+    commits = _commits(4)
+    fake = FakeMeasurer(commits, lambda i: 1e-3 * (1.5 if i >= 3 else 1.0), broken={commits[2]})
+    report = _bisect(commits, fake)
+    assert report.verdict == bs.REGRESSION
+    assert report.parent == commits[1] and report.culprit == commits[3]
+    assert report.untested_between == [commits[2]] and "or one of the 1 commits" in report.summary
+
+
+def test_a_drift_without_a_step_is_inconclusive_not_a_named_commit():
+    commits = _commits(16)  # +0.4% a commit: the end points differ, no single commit does
+    fake = FakeMeasurer(commits, lambda i: 1e-3 * (1 + 0.004 * i), noise=0.003, seed=5)
+    report = _bisect(commits, fake)
+    assert report.verdict == bs.INCONCLUSIVE and report.culprit is None
+    assert report.confirmation is not None and "narrowed" in report.summary
+
+
+def test_report_json_is_the_documented_schema():
+    commits = _commits(4)
+    fake = FakeMeasurer(commits, lambda i: 1e-3 * (1.2 if i >= 2 else 1.0))
+    data = json.loads(json.dumps(_bisect(commits, fake).to_json()))
+    assert data["schema"] == bs.SCHEMA
+    for key in ("range", "series", "machine", "unit", "direction", "verdict", "summary",
+                "culprit", "parent", "skipped", "untested_between", "endpoints", "search",
+                "confirmation", "runs", "cost", "commits"):
+        assert key in data, key
+    for key in ("before_commit", "after_commit", "outcome", "before", "after", "effect",
+                "ci_low", "ci_high", "p_mannwhitney", "p_ks", "p", "noise", "mde", "rounds"):
+        assert key in data["confirmation"], key
+    assert set(data["runs"][0]) == {"commit", "value", "status", "reason", "samples",
+                                    "process_s", "phase"}
+    assert data["cost"]["runs"] == len(data["runs"])
+
+
+def test_series_names_are_parsed_and_checked():
+    s = bs.parse_series(SERIES)
+    assert s.benchmark == "paged_decode.PagedDecode.track_us" and s.cls == "PagedDecode"
+    assert s.select == "PagedDecode('triton/split_kv', 'fp16', 'b64_c8k')"
+    assert s.name == SERIES
+    assert bs.parse_series('kv_alloc.KVAlloc.track_us("host/freelist","bump",64)').name == \
+        "kv_alloc.KVAlloc.track_us('host/freelist', 'bump', 64)"
+    for bad in ("paged_decode.PagedDecode.track_us", "track_us('a')", "a.B.c(foo bar)",
+                "a.B.c()"):
+        with pytest.raises(ValueError, match="expected|params"):
+            bs.parse_series(bad)
+    benchmarks = {"kv_alloc.KVAlloc.track_us": {
+        "params": [["'auto'", "'host/freelist'"], ["'bump'"], ["1", "64"]],
+        "param_names": ["selector", "state", "n"], "unit": "seconds"},
+        "x.Y.track_gbps": {"params": [["'a'"]], "param_names": ["p"], "unit": "GB/s"}}
+    assert bs.check_series(bs.parse_series("kv_alloc.KVAlloc.track_us('auto', 'bump', 64)"),
+                           benchmarks) is False
+    assert bs.check_series(bs.parse_series("x.Y.track_gbps('a')"), benchmarks) is True
+    with pytest.raises(ValueError, match="n=65 is not a param value; accepted: 1, 64"):
+        bs.check_series(bs.parse_series("kv_alloc.KVAlloc.track_us('auto', 'bump', 65)"),
+                        benchmarks)
+    with pytest.raises(ValueError, match="takes 3 params"):
+        bs.check_series(bs.parse_series("kv_alloc.KVAlloc.track_us('auto')"), benchmarks)
+    with pytest.raises(ValueError, match="not in the suite"):
+        bs.check_series(bs.parse_series("a.B.track_us('auto')"), benchmarks)
+
+
+def test_ranges_are_first_parent_history(tmp_path):
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    for i in range(4):
+        (tmp_path / "f").write_text(str(i))
+        git("add", "f")
+        git("commit", "-qm", f"c{i}")
+    commits = bs.resolve_range(tmp_path, "HEAD~3..HEAD")
+    assert commits == [git("rev-parse", f"HEAD~{k}") for k in (3, 2, 1, 0)]
+    for bad, match in (("HEAD~3", "BASE..END"), ("HEAD...HEAD~1", "BASE..END"),
+                       ("HEAD..HEAD~2", "holds no commit"), ("nope..HEAD", "git rev-parse"),
+                       ("..HEAD", "name both ends")):
+        with pytest.raises(ValueError, match=match):
+            bs.resolve_range(tmp_path, bad)
+
+
+def test_bad_arguments_are_value_errors():
+    commits = _commits(2)
+    fake = FakeMeasurer(commits, lambda i: 1.0)
+    with pytest.raises(ValueError, match="max_rounds"):
+        _bisect(commits, fake, rounds=6, max_rounds=5)
+    with pytest.raises(ValueError, match="search_runs"):
+        _bisect(commits, fake, search_runs=0)
+    with pytest.raises(ValueError, match="at least one commit"):
+        _bisect(commits[:1], fake)
