@@ -326,7 +326,8 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
     report.endpoints = _ab_json(result, commits[lo], commits[hi])
     ends_text = f"{short[commits[lo]]}..{short[commits[hi]]}"
     if result.outcome in (abtest.NO_CHANGE, abtest.IMPROVEMENT):
-        what = ("no change" if result.outcome == abtest.NO_CHANGE
+        what = (f"no change beyond the MDE of +-{result.mde:.1%}"
+                if result.outcome == abtest.NO_CHANGE
                 else f"it improved by {abs(result.effect):.1%}")
         return finish(NO_REGRESSION, f"no regression in {range_text}: the end points "
                       f"({ends_text}) do not differ for the worse ({what}: effect "
