@@ -187,3 +187,18 @@ def test_bad_arguments_are_value_errors():
         _bisect(commits, fake, search_runs=0)
     with pytest.raises(ValueError, match="at least one commit"):
         _bisect(commits[:1], fake)
+
+
+def test_cli_rejects_bad_input_with_usage_errors(capsys):
+    from kvbench.cli import main
+
+    for argv, message in (
+        (["bisect", "HEAD~1..HEAD", "paged_decode.PagedDecode.track_us"], "expected module.Class"),
+        (["bisect", "HEAD~1", SERIES], "BASE..END"),
+        (["bisect", "HEAD~1..HEAD", SERIES, "--rounds", "6", "--max-rounds", "5"], "max_rounds"),
+        (["bisect", "HEAD~1..HEAD", SERIES, "--mde", "-1"], "percentage"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert message in capsys.readouterr().err
