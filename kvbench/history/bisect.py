@@ -204,7 +204,7 @@ class Report:
     summary: str = ""
     culprit: str | None = None
     parent: str | None = None
-    skipped: dict[str, str] = field(default_factory=dict)  # commit -> why it cannot run
+    skipped: dict[str, str] = field(default_factory=dict)  # commit -> first run's why
     untested_between: list[str] = field(default_factory=list)
     endpoints: dict | None = None
     search: list[dict] = field(default_factory=list)
@@ -581,7 +581,7 @@ def format_report(report: Report) -> str:
                      f" (position {step['position']:.2f})")
     ab_lines("confirmation", report.confirmation)
     if report.skipped:
-        lines.append("skipped (the series cannot run there):")
+        lines.append("skipped: commits where a run gave no value (asv skip or failure)")
         for commit, why in report.skipped.items():
             lines.append(f"  {commit[:8]} {report.subjects.get(commit, '')[:50]}: {why[:160]}")
     processes = sum(r.process_s or 0.0 for r in report.runs)
