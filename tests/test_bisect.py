@@ -202,3 +202,24 @@ def test_cli_rejects_bad_input_with_usage_errors(capsys):
             main(argv)
         assert exc.value.code == 2
         assert message in capsys.readouterr().err
+
+
+ASV_OUTPUT = """\
+[ 0.00%] · For kvbench commit 210c51db <main~5>:
+[ 0.00%] ·· Benchmarking kvbench-offline-py3.11
+[50.00%] ···· For parameters: 'host/freelist', 'fragmented', 64
+               asv: skipped: NotImplementedError('this commit has no kvbench.alloc.checked_alloc')
+[50.00%] · For kvbench commit 7b8df986 <main>:
+[100.00%] ···· For parameters: 'host/freelist', 'fragmented', 64
+               Traceback (most recent call last):
+               RuntimeError: case ('host/freelist', 'fragmented', 64) failed in setup_cache
+"""
+
+
+def test_asv_output_is_split_per_commit_and_the_reason_found():
+    first = bs._segment(ASV_OUTPUT, "210c51db" + "0" * 32)
+    second = bs._segment(ASV_OUTPUT, "7b8df986" + "0" * 32)
+    assert bs._reason(first) == "NotImplementedError('this commit has no kvbench.alloc.checked_alloc')"
+    assert bs._reason(second).startswith("RuntimeError: case ('host/freelist'")
+    assert bs._segment(ASV_OUTPUT, "deadbeef" + "0" * 32) == ""
+    assert bs._reason("nothing useful") == ""
