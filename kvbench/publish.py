@@ -117,16 +117,28 @@ def _tarball(package: str, version: str, cache: Path) -> Path:
     return path
 
 
-def fetch_assets(html_dir: str | os.PathLike, *, cache: Path | None = None) -> list[Path]:
-    """Unpack every asset (and the files they reference) into html_dir/vendor/; return them."""
-    cache = cache_dir() if cache is None else Path(cache)
+def _wanted() -> dict[tuple[str, str], set[str]]:
+    """(npm package, version) -> the files of its tarball the dashboard uses."""
     wanted: dict[tuple[str, str], set[str]] = {}
     for asset in ASSETS:
         wanted.setdefault((asset.package, asset.version), set()).add(asset.member)
     for key, extra in EXTRA_MEMBERS.items():
         wanted.setdefault(key, set()).update(extra)
+    return wanted
+
+
+def prefetch(*, cache: Path | None = None) -> list[Path]:
+    """Fill the tarball cache (npm pack once per package) so later publishes run offline;
+    return the cached tarballs. scripts/setup.sh calls it on a fresh machine."""
+    cache = cache_dir() if cache is None else Path(cache)
+    return [_tarball(package, version, cache) for package, version in sorted(_wanted())]
+
+
+def fetch_assets(html_dir: str | os.PathLike, *, cache: Path | None = None) -> list[Path]:
+    """Unpack every asset (and the files they reference) into html_dir/vendor/; return them."""
+    cache = cache_dir() if cache is None else Path(cache)
     written = []
-    for (package, version), members in sorted(wanted.items()):
+    for (package, version), members in sorted(_wanted().items()):
         path = _tarball(package, version, cache)
         try:
             written += _unpack(path, package, version, sorted(members), Path(html_dir))
@@ -221,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="asv config (default: %(default)s)")
     parser.add_argument("--vendor-only", action="store_true",
                         help="skip `asv publish`; only vendor an already published html/")
+    parser.add_argument("--prefetch", action="store_true",
+                        help="only fill the npm tarball cache (needs npm once), then exit")
     args, rest = parser.parse_known_args(argv)
+    if args.prefetch:
+        tarballs = prefetch()
+        print(f"dashboard assets cached: {len(tarballs)} npm tarballs in {cache_dir()}")
+        return 0
     if args.vendor_only:
         html_dir = html_dir_of(args.config)
         vendor_dashboard(html_dir)

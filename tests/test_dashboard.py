@@ -77,6 +77,19 @@ def test_a_corrupt_cached_tarball_is_named(tmp_path, content):
         publish.fetch_assets(tmp_path / "html", cache=tmp_path)
 
 
+def test_prefetch_fills_the_cache_once(tmp_path, monkeypatch):
+    """setup.sh's prefetch: one tarball per package; a filled cache needs no npm at all."""
+    packages = sorted({(a.package, a.version) for a in publish.ASSETS})
+    for package, version in packages:
+        (tmp_path / f"{package}-{version}.tgz").write_bytes(b"cached")
+    monkeypatch.setattr(publish.shutil, "which", lambda name: None)
+    got = publish.prefetch(cache=tmp_path)
+    assert got == [tmp_path / f"{p}-{v}.tgz" for p, v in packages]
+    (tmp_path / f"{packages[0][0]}-{packages[0][1]}.tgz").unlink()
+    with pytest.raises(RuntimeError, match="npm is not installed"):
+        publish.prefetch(cache=tmp_path)
+
+
 def test_assets_match_the_installed_asv():
     """Every CDN URL in this asv's index.html is one ASSETS replaces (asv upgrade guard)."""
     urls = set(re.findall(r"""<(?:script|link)\b[^>]*?(?:src|href)=["'](https?://[^"']+)""",
