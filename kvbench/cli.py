@@ -92,6 +92,24 @@ def _run_publish(rest: list[str]) -> int:
 PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish}
 
 
+def _cmd_discover(args: argparse.Namespace) -> int:
+    """results/benchmarks.json from benchmarks/ (asv's discovery, offline): write or check."""
+    from kvbench.history import suite
+
+    if args.check:
+        diffs = suite.differences(args.config)
+        for line in diffs:
+            print(line)
+        if diffs:
+            print(f"{suite.benchmarks_json_path(args.config)} differs from the suite: run "
+                  "`kvbench discover` and commit it")
+            return 1
+        print("benchmarks.json matches the suite")
+        return 0
+    print(f"wrote {suite.write(args.config)}")
+    return 0
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     from kvbench.dispatch.tune import main as tune_main
 
@@ -141,6 +159,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("op", choices=OPS)
         p.add_argument("rest", nargs=argparse.REMAINDER)
         p.set_defaults(func=func)
+
+    p = sub.add_parser("discover", help="rewrite results/benchmarks.json from benchmarks/ "
+                       "(asv's discovery, offline; --check: exit 1 where it differs)")
+    p.add_argument("--check", action="store_true",
+                   help="only compare: exit 1 and name what differs")
+    p.add_argument("--config", default="asv.conf.json", help="asv config (default: %(default)s)")
+    p.set_defaults(func=_cmd_discover)
 
     p = sub.add_parser("main", help="the main job: env + a table for every op this device runs")
     p.add_argument("--json-dir", default=None, help="also write each table as JSON here")

@@ -215,7 +215,12 @@ def html_dir_of(config: str | os.PathLike) -> Path:
 
 
 def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | None = None) -> Path:
-    """Run `asv publish` for `config`, then vendor the dashboard's assets; return html_dir."""
+    """Rewrite results/benchmarks.json from the suite (kvbench.history.suite: asv publish
+    shows only the series it lists), run `asv publish` for `config`, then vendor the
+    dashboard's assets; return html_dir."""
+    from kvbench.history import suite
+
+    suite.write(config)
     cmd = [sys.executable, "-m", "asv", "publish", "--config", str(config), *(asv_args or [])]
     subprocess.run(cmd, check=True)
     html_dir = html_dir_of(config)
