@@ -113,13 +113,36 @@ def _cmd_discover(args: argparse.Namespace) -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from kvbench.dispatch.tune import main as tune_main
 
-    return tune_main([args.op, *args.rest])
+    return tune_main(args.argv)
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
     from kvbench.table import main as table_main
 
-    return table_main([args.op, *args.rest])
+    return table_main(args.argv)
+
+
+def _add_table_arguments(p: argparse.ArgumentParser) -> None:
+    """`kvbench table`'s options, declared here so `--help` answers without importing torch
+    or a kernel; kvbench.table.main parses the same arguments (tests/test_cli.py keeps the
+    two in step)."""
+    p.add_argument("op", choices=OPS)
+    p.add_argument("--json", dest="json_path", metavar="PATH", default=None,
+                   help="also write the rows (and skipped rows, checks, floors) as JSON")
+    p.add_argument("--grid", action="store_true",
+                   help="paged_decode: the full batch x context grid")
+    p.add_argument("--no-ablations", action="store_true",
+                   help="paged_decode: skip the layout/storage/L2 ablation rows")
+
+
+def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
+    """`kvbench tune`'s options (kvbench.dispatch.tune.main parses the same; see above)."""
+    p.add_argument("op", choices=OPS)
+    p.add_argument("--device", default=None, help="torch device (default: cuda if present)")
+    p.add_argument("--dtype", default=None,
+                   help="KV dtype to measure at (default: the op's; any its rows serve)")
+    p.add_argument("--storage", default=None,
+                   help="paged pool storage for paged_decode / kv_write (default: combined)")
 
 
 def _cmd_main(args: argparse.Namespace) -> int:
@@ -151,13 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         sub.add_parser(name, help=text, add_help=False)  # listed in --help; see PASSTHROUGH
 
-    for name, func, text in (
-        ("tune", _cmd_tune, "measure every verified row and store the perf table dispatch ranks on"),
-        ("table", _cmd_table, "correctness-checked report table of every row and peer"),
+    for name, func, add_arguments, text in (
+        ("tune", _cmd_tune, _add_tune_arguments,
+         "measure every verified row and store the perf table dispatch ranks on"),
+        ("table", _cmd_table, _add_table_arguments,
+         "correctness-checked report table of every row and peer"),
     ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("op", choices=OPS)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p = sub.add_parser(name, help=text, description=text)
+        add_arguments(p)
         p.set_defaults(func=func)
 
     p = sub.add_parser("discover", help="rewrite results/benchmarks.json from benchmarks/ "
@@ -178,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in PASSTHROUGH:
         return int(PASSTHROUGH[argv[0]](argv[1:]) or 0)
     args = build_parser().parse_args(argv)
+    args.argv = argv[1:]  # what followed the command name: table/tune re-parse it themselves
     return int(args.func(args) or 0)
 
 

@@ -1,6 +1,9 @@
 """The `kvbench` command line: every documented invocation parses, bad values are named."""
 
 import json
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -85,3 +88,29 @@ def test_env_names_a_selector_that_names_no_row(monkeypatch, capsys):
     monkeypatch.delenv("KVBENCH_PAGED_DECODE")
     assert main(["env"]) == 0
     assert "invalid selector" not in capsys.readouterr().out
+
+
+def _options(help_text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", help_text))
+
+
+@pytest.mark.parametrize("sub", ["table", "tune"])
+def test_help_lists_the_real_options_fast_and_in_step(sub, capsys):
+    """`kvbench table --help` lists the options a user types (not a positional `rest`),
+    without importing torch, and the same options as the module's own parser."""
+    code = (f"import sys; from kvbench.cli import main\ntry: main([{sub!r}, '--help'])\n"
+            "except SystemExit: pass\nprint(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'triton', 'kvbench')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    fast = proc.stdout
+    assert "rest" not in fast
+    assert "'torch'" not in fast and "triton" not in fast, "help imported torch/triton"
+    from kvbench.dispatch.tune import main as tune_main
+    from kvbench.table import main as table_main
+
+    with pytest.raises(SystemExit):
+        {"table": table_main, "tune": tune_main}[sub](["--help"])
+    own = capsys.readouterr().out
+    assert _options(fast) == _options(own)
+    assert len(_options(own)) >= 4
