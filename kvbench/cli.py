@@ -62,10 +62,12 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure copy / read / write bandwidth with the harness and store them per device name."""
+    from kvbench import progress
     from kvbench.harness.calibrate import cache_dir, calibrate
 
     kwargs = {} if args.size_mib is None else {"size_bytes": args.size_mib * 2**20}
-    ceilings = calibrate(**kwargs)
+    with progress.status("kvbench calibrate: measuring copy, read and write bandwidth"):
+        ceilings = calibrate(**kwargs)
     print(
         f"{ceilings.device_name}: copy {ceilings.copy_gbps:.0f} GB/s (read+write), "
         f"read {ceilings.read_gbps:.0f} GB/s, write {ceilings.write_gbps:.0f} GB/s"
@@ -111,9 +113,11 @@ def _cmd_discover(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    from kvbench import progress
     from kvbench.dispatch.tune import main as tune_main
 
-    return tune_main(args.argv)
+    with progress.status(f"kvbench tune {args.op}: measuring every verified row"):
+        return tune_main(args.argv)
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
@@ -146,10 +150,14 @@ def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_main(args: argparse.Namespace) -> int:
-    """The main job: environment, then a correctness-checked table for every op."""
+    """The main job: the environment report first (a few seconds), then a
+    correctness-checked table for every op (minutes, with a live status on a terminal)."""
+    print("== environment (kvbench env)", flush=True)
+    env_status = _cmd_env(argparse.Namespace(json=False))
+    print(flush=True)
     from kvbench.table import run_all
 
-    return run_all(json_dir=args.json_dir)
+    return run_all(json_dir=args.json_dir) | (1 if env_status else 0)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from kvbench import checks, ops, theory
+from kvbench import checks, ops, progress, theory
 from kvbench.dispatch.core import dispatch, spec_names
 from kvbench.dispatch.selectors import selector_var
 from kvbench.harness import (
@@ -328,6 +328,7 @@ def decode_case(
     if with_peers:
         candidates.update(_decode_peers(pool, q))
     for name, fn in candidates.items():
+        progress.report(f"{name} @ {case}", rows=len(table.rows))
         call = partial(fn, *args, **kwargs)
         try:
             table.checks[f"{name} @ {case}"] = checks.check_paged_decode(fn, pool, q)
@@ -428,6 +429,7 @@ def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "
             + ("" if order == "scattered" else f" {order}-order"))
     table.explains[case] = _auto_explain("kv_write", lambda: ops.kv_write(*args, **kwargs))
     for name in _timed_rows(table, "kv_write", case, dev):
+        progress.report(f"{name} @ {case}", rows=len(table.rows))
         try:
             fn = _run_forced("kv_write", name, lambda: ops.kv_write(*args, **kwargs))
             table.checks[f"{name} @ {case}"] = checks.check_kv_write(fn, pool, k, v, slots)
@@ -492,6 +494,7 @@ def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
             "kv_gather_fp8", lambda: ops.kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS)  # noqa: B023 - called before the loop moves on
         )
         for name in _timed_rows(table, "kv_gather_fp8", case, dev):
+            progress.report(f"{name} @ {case}", rows=len(table.rows))
             try:
                 fn = _run_forced(
                     "kv_gather_fp8", name,
@@ -519,6 +522,7 @@ def table_kv_alloc(*, table: Table | None = None) -> Table:
         for state in ALLOC_STATES:
             for n in ALLOC_SIZES:
                 case = f"{state} n={n}"
+                progress.report(f"{name} @ {case}", rows=len(table.rows))
                 try:
                     manager = KVCacheManager(ALLOC_ROWS, device=dev, impl=name)
                     held: list[torch.Tensor] = []
@@ -613,9 +617,27 @@ def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
         print("\nINTERRUPTED: the rows above are those measured before the interrupt",
               file=file)
     if table.skipped:
-        print("\nrows not measured (with the reason):", file=file)
-        for label, why in table.skipped.items():
-            print(f"  {label}: {why}", file=file)
+        print(f"\nrows not measured ({len(table.skipped)}; each row and its reason in --json's "
+              "\"skipped\"):", file=file)
+        for line in skipped_summary(table.skipped):
+            print(f"  {line}", file=file)
+
+
+def skipped_summary(skipped: dict[str, str]) -> list[str]:
+    """One line per reason: how many rows, which impls, at how many cases (the rows of one
+    reason are usually one impl at every case, or every Triton row on a CPU)."""
+    by_reason: dict[str, list[tuple[str, str]]] = {}
+    for label, why in skipped.items():
+        impl, _, case = label.partition(" @ ")
+        by_reason.setdefault(why, []).append((impl, case))
+    lines = []
+    for why, labels in by_reason.items():
+        impls = sorted({impl for impl, _ in labels})
+        cases = {case for _, case in labels if case}
+        where = f" at {len(cases)} case{'s' * (len(cases) != 1)}" if cases else ""
+        count = f"{len(labels)} row{'s' * (len(labels) != 1)}"
+        lines.append(f"{count} ({', '.join(impls)}){where}: {why}")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -639,7 +661,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         kwargs = {"grid": args.grid, "ablations": not args.no_ablations}
     table = Table(args.op)
     try:
-        table = BUILDERS[args.op](table=table, **kwargs)
+        with progress.status(f"kvbench table {args.op}"):
+            table = BUILDERS[args.op](table=table, **kwargs)
     except KeyboardInterrupt:  # keep what was measured: print and write it, marked as partial
         table.interrupted = True
     meta = metadata(command="kvbench table " + " ".join(argv or sys.argv[1:]))
@@ -668,6 +691,7 @@ def run_all(json_dir: str | None = None) -> int:
             raise SystemExit(f"kvbench main: --json-dir {json_dir}: {exc}") from None
     status = 0
     for op in BUILDERS:
+        print(f"== kvbench table {op}: measuring ...", flush=True)
         argv = [op] + ([] if json_dir is None else ["--json", os.path.join(json_dir, f"{op}.json")])
         try:
             code = main(argv)

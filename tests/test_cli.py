@@ -114,3 +114,15 @@ def test_help_lists_the_real_options_fast_and_in_step(sub, capsys):
     own = capsys.readouterr().out
     assert _options(fast) == _options(own)
     assert len(_options(own)) >= 4
+
+
+def test_main_prints_the_environment_before_measuring(monkeypatch, capsys):
+    """README promises the environment report first: it is out before any table starts."""
+    import kvbench.table
+
+    def tables(json_dir=None):
+        assert "# gpu " in capsys.readouterr().out, "no environment report before the tables"
+        return 0
+
+    monkeypatch.setattr(kvbench.table, "run_all", tables)
+    assert main(["main"]) == 0
