@@ -591,12 +591,22 @@ def bound_ratios(rows: Sequence[Row]) -> dict[str, dict[str, float]]:
     return out
 
 
+#: The ops whose rows are GPU kernels (or torch's ops meant for the GPU): on a CPU their
+#: numbers prove only that the suite runs. kv_alloc's host rows are real host costs anywhere.
+GPU_KERNEL_OPS = ("paged_decode", "kv_write", "kv_gather_fp8")
+CPU_NOTE = ("# note: CPU run of GPU kernels: these rows run torch's CPU ops at small shapes; "
+            "they prove the suite runs and check correctness, not how fast the kernels are "
+            "(run on a GPU for that)")
+
+
 def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
     """Metadata header, the report (throughput first), each row over its case's bytes-only
     bound, auto's explain(), skipped rows."""
     file = sys.stdout if file is None else file  # resolved per call (redirections, capture)
     peaks = device_peaks()
     print(format_metadata(meta), file=file)
+    if _device().type == "cpu" and table.op in GPU_KERNEL_OPS:
+        print(CPU_NOTE, file=file)
     measure_floors(table)
     report(
         table.rows, peaks=peaks, ceilings=load_ceilings(peaks.name), floor_us=table.floor_us,

@@ -26,6 +26,12 @@ def test_kv_alloc_table_checks_every_state_and_writes_json(tmp_path, capsys):
     assert all(r["timer"] == "bench_host" for r in data["rows"])
     printed = capsys.readouterr().out
     assert "# command: kvbench table kv_alloc" in printed and "dispatch/cached" in printed
+    assert "CPU run of GPU kernels" not in printed  # host rows are real host costs
+
+
+def test_cpu_run_of_gpu_kernels_says_what_it_is(capsys):
+    assert main(["kv_gather_fp8"]) == 0
+    assert "# note: CPU run of GPU kernels" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("interpret", [False, True], ids=["plain", "TRITON_INTERPRET=1"])
@@ -48,6 +54,7 @@ def test_gather_table_names_the_dispatched_row_and_says_why_rows_are_missing(
     assert any("triton/vectorized" in k and "interpreter's timings mean nothing" in v
                for k, v in data["skipped"].items())
     assert "selected:" in next(iter(data["explain"].values()))
+    assert all(r["iqr_rel"] is not None for r in data["rows"])  # every row carries its spread
 
 
 def test_gather_pool_tokens_cpu_is_twice_kv_len_in_whole_pages():

@@ -37,6 +37,14 @@ FLOOR_FACTOR = 3.0
 #: event loop around a trivial kernel); bench_host rows are compared with host_floor().
 EVENT_TIMERS = ("bench", "bench_stateful")
 
+#: A row whose samples' interquartile range exceeds this fraction of its median is flagged
+#: `noisy`: its middle half spans more than 10%, so it cannot rank rows or place a row against
+#: a peak at the ~10% resolution the table is read at. On the H200 (10 result files of
+#: results/h200) device rows' relative IQR has median 1.3% and 90th percentile 7.5%, so the
+#: flag marks the contended tail; host-side rows' median is 14%: the flag says what is true of
+#: them, that they hold only to tens of percent.
+NOISY_IQR = 0.10
+
 #: Which measured ceiling %ceil divides by. "copy" (read + write streams) is the default: it is
 #: the ceiling of a scatter/gather and a conservative one for reads. Use "read" for
 #: read-dominated ops (decode attention), "write" for fills.
@@ -51,12 +59,13 @@ _COLUMNS = (
     "%bw",
     "%ceil",
     "us",
+    "iqr",
     "l2",
     "timer",
     "flag",
     "note",
 )
-_NUMERIC = {"TFLOP/s", "%tc", "GB/s", "%bw", "%ceil", "us"}
+_NUMERIC = {"TFLOP/s", "%tc", "GB/s", "%bw", "%ceil", "us", "iqr"}
 _DASH = "-"
 _STDOUT = object()  # resolved at call time, so a redirected/captured sys.stdout is honoured
 
@@ -160,6 +169,7 @@ def report(
     above_ceiling: list[str] = []
     warm_kinds: set[str] = set()
     any_host_sync = False
+    noisy = 0
     for row, row_violations in zip(rows, per_row, strict=True):
         flags = []
         if row_violations:
@@ -174,6 +184,9 @@ def report(
         if row.host_syncs and row.timer in EVENT_TIMERS:
             flags.append("host-sync")
             any_host_sync = True
+        if row.iqr_rel is not None and row.iqr_rel > NOISY_IQR:
+            flags.append("noisy")
+            noisy += 1
         if row.l2 == "warm":
             warm_kinds.add("host" if row.timer == "bench_host" else "device")
         has_flops = row.work.flops > 0
@@ -188,6 +201,7 @@ def report(
                 "%bw": _pct(row.gbps, peaks.mem_gbps) if has_bytes else _DASH,
                 "%ceil": _pct(row.gbps, ceil_gbps) if has_bytes else _DASH,
                 "us": _num(row.us),
+                "iqr": _DASH if row.iqr_rel is None else _pct(row.iqr_rel, 1.0),
                 "l2": "warm*" if row.l2 == "warm" else row.l2,
                 "timer": row.timer,
                 "flag": ",".join(flags),
@@ -237,6 +251,11 @@ def report(
         lines.append(
             f">ceil: above the measured {ceiling} ceiling, which under-read this run (re-run "
             f"calibrate on this machine): {'; '.join(above_ceiling)}"
+        )
+    if noisy:
+        lines.append(
+            f"noisy: {noisy} row(s) whose samples' interquartile range (iqr, over the median) "
+            f"exceeds {NOISY_IQR:.0%}: too unstable to rank or compare; re-run on a quiet machine"
         )
     if any_host_sync:
         lines.append(
