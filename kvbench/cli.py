@@ -112,6 +112,21 @@ def _cmd_discover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    """The roofline picture of a stored table (`kvbench table OP --json FILE`)."""
+    from kvbench.plots import plot_roofline
+
+    try:
+        with open(args.table_json, encoding="utf-8") as fh:
+            table = json.load(fh)
+        out = plot_roofline(table, args.path)
+    except (OSError, ValueError) as exc:
+        print(f"kvbench plot: {args.table_json}: {exc}", file=sys.stderr)
+        return 2
+    print(f"roofline plot: {out}")
+    return 0
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     from kvbench import progress
     from kvbench.dispatch.tune import main as tune_main
@@ -137,6 +152,9 @@ def _add_table_arguments(p: argparse.ArgumentParser) -> None:
                    help="paged_decode: the full batch x context grid")
     p.add_argument("--no-ablations", action="store_true",
                    help="paged_decode: skip the layout/storage/L2 ablation rows")
+    p.add_argument("--plot", metavar="PATH", default=None,
+                   help="also draw the rows' GB/s against the spec peak and the measured "
+                        "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
 
 
 def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
@@ -198,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only compare: exit 1 and name what differs")
     p.add_argument("--config", default="asv.conf.json", help="asv config (default: %(default)s)")
     p.set_defaults(func=_cmd_discover)
+
+    p = sub.add_parser("plot", help="draw the roofline of a stored table JSON "
+                       "(kvbench table OP --json FILE) to PATH")
+    p.add_argument("table_json", metavar="TABLE_JSON")
+    p.add_argument("path", metavar="PATH", help="picture to write (.png, .svg, .pdf)")
+    p.set_defaults(func=_cmd_plot)
 
     p = sub.add_parser("main", help="the main job: env + a table for every op this device runs")
     p.add_argument("--json-dir", default=None, help="also write each table as JSON here")

@@ -656,16 +656,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON")
     parser.add_argument("--grid", action="store_true", help="paged_decode: full batch x context grid")
     parser.add_argument("--no-ablations", action="store_true", help="paged_decode: skip ablation rows")
+    parser.add_argument("--plot", metavar="PATH", default=None,
+                        help="also draw the rows' GB/s against the spec peak and the measured "
+                             "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
     args = parser.parse_args(argv)
     if args.op != "paged_decode":
         for flag, given in (("--grid", args.grid), ("--no-ablations", args.no_ablations)):
             if given:
                 parser.error(f"{flag} applies to paged_decode only, not {args.op}")
-    if args.json_path:  # before minutes of measuring, not after
-        try:
-            check_writable(args.json_path)
-        except ValueError as exc:
-            parser.error(f"--json {exc}")
+    if args.plot and args.op == "kv_alloc":
+        parser.error("--plot draws GB/s: kv_alloc's rows move no bytes (read its table); "
+                     "--plot takes paged_decode, kv_write or kv_gather_fp8")
+    for flag, target in (("--json", args.json_path), ("--plot", args.plot)):
+        if target:  # before minutes of measuring, not after
+            try:
+                check_writable(target)
+            except ValueError as exc:
+                parser.error(f"{flag} {exc}")
     kwargs: dict[str, Any] = {}
     if args.op == "paged_decode":
         kwargs = {"grid": args.grid, "ablations": not args.no_ablations}
@@ -679,6 +686,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     render(table, meta)
     if args.json_path:  # atomically: a failed write leaves the previous file as it was
         write_json_atomic(args.json_path, table.as_json(meta), indent=2, default=str)
+    if args.plot and any(r.work.moved > 0 for r in table.rows):
+        from kvbench.plots import plot_roofline
+
+        print(f"roofline plot: {plot_roofline(table.as_json(meta), args.plot)}")
     if table.interrupted:
         return 130  # the shell's status for SIGINT
     if not table.rows:
