@@ -91,7 +91,13 @@ def _run_publish(rest: list[str]) -> int:
 #: Subcommands whose own parser takes every argument after the name. They are handed over
 #: before `kvbench`'s parser runs: argparse.REMAINDER as a subparser's only positional does
 #: not capture options that come first (`kvbench machine --name x` was an error).
-PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish}
+def _run_preview(rest: list[str]) -> int:
+    from kvbench.publish import preview_main
+
+    return preview_main(rest)
+
+
+PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish, "preview": _run_preview}
 
 
 def _cmd_discover(args: argparse.Namespace) -> int:
@@ -197,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("machine", "write the asv machine record from code ([--name NAME] [--file PATH])"),
         ("publish", "asv publish + local dashboard assets (renders offline)"),
+        ("preview", "serve the published dashboard on 127.0.0.1 and print its URL"),
     ):
         sub.add_parser(name, help=text, add_help=False)  # listed in --help; see PASSTHROUGH
 

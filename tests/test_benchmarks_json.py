@@ -65,3 +65,9 @@ def test_write_and_differences_round_trip(tmp_path):
 def test_a_missing_config_is_named(tmp_path):
     with pytest.raises(ValueError, match="asv.conf.json file"):
         suite.discover(tmp_path / "nope.json")
+
+
+def test_paths_resolve_against_the_config_folder_not_the_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a folder with no benchmarks/ and no results/
+    assert suite.benchmarks_json_path(CONFIG) == ROOT / "results" / "benchmarks.json"
+    assert "kv_alloc.KVAlloc.track_us" in suite.discover(CONFIG)

@@ -47,7 +47,7 @@ def discover(config: str | os.PathLike = REPO_ROOT / "asv.conf.json") -> dict[st
         out = Path(tmp) / "benchmarks.json"
         proc = subprocess.run(
             [sys.executable, "-m", "asv.benchmark", "discover",
-             str(Path(conf.benchmark_dir).resolve()), str(out)],
+             str((root / conf.benchmark_dir).resolve()), str(out)],
             cwd=tmp, env=env, capture_output=True, text=True, timeout=300, check=False,
         )
         if proc.returncode != 0 or not out.is_file():
@@ -63,7 +63,8 @@ def benchmarks_json_path(config: str | os.PathLike = REPO_ROOT / "asv.conf.json"
     from asv.benchmarks import Benchmarks
 
     conf = _config(config)
-    return Path(Benchmarks.get_benchmark_file_path(conf.results_dir)).resolve()
+    root = Path(config).resolve().parent  # asv.conf.json's paths are relative to its folder
+    return Path(Benchmarks.get_benchmark_file_path(str(root / conf.results_dir))).resolve()
 
 
 def differences(config: str | os.PathLike = REPO_ROOT / "asv.conf.json") -> list[str]:
