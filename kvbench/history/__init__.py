@@ -1,1 +1,1 @@
-"""asv glue and the verdict engine (DESIGN.md's target layout): what sits on top of asv."""
+"""asv glue and the verdict engine: what kvbench builds on top of asv's results."""
