@@ -3,6 +3,8 @@
 `check_<op>` returns max_abs_diff and raises harness.VerificationError on a mismatch; the
 tolerances are the kernel module's `_RTOL` / `_ATOL`, shared with tests and benchmarks.
 `selfcheck_<op>` builds a tiny problem so dispatch.golden can verify a registry row.
+Every checked call runs in safe mode (``KVBENCH_CHECK=1``, docs/safety.md): index values are
+validated on the device too, and a failure raises here instead of becoming a wrong number.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from kvbench.harness.verify import verify
+from kvbench.kernels._validate import checked_calls
 
 # ---- paged_decode (owned by the paged-decode work) -------------------------------------
 #
@@ -80,7 +83,8 @@ def check_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = No
     kwargs = {"sm_scale": sm_scale, "k_scale": pool.k_scale, "v_scale": pool.v_scale}
     ref = paged_decode_ref(*args, **kwargs)
     _poison_next_alloc(tuple(q.shape), q.dtype, q.device)
-    out = fn(*args, **kwargs)
+    with checked_calls():
+        out = fn(*args, **kwargs)
     if out.dtype != q.dtype:
         raise ValueError(f"{getattr(fn, '__name__', fn)} returned {out.dtype}; expected {q.dtype}")
     name = f"paged_decode[{getattr(fn, '__name__', fn)}, kv={kv_name}, q={q_name}]"
@@ -255,7 +259,8 @@ def check_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor, slot_mapping: tor
         _bits(cache)[dst // ps, dst % ps] = -1  # all-ones bits: NaN in fp16/bf16, 0xFF in e4m3
 
     scales = {"k_scale": pool.k_scale, "v_scale": pool.v_scale} if dtype == "fp8" else {}
-    fn(k, v, kc, vc, slot_mapping, **scales)
+    with checked_calls():
+        fn(k, v, kc, vc, slot_mapping, **scales)
 
     ref_k, ref_v = kv_write_ref(k, v, slot_mapping, cache_dtype=dtype, **scales)
     diff = 0.0
@@ -308,7 +313,8 @@ def check_kv_gather_fp8(
 
     rows = int(page_table_flat.shape[0]) + extra_rows
     _poison_next_alloc((rows, 576), torch.uint8, kv_cache.device)  # stale bytes fail, not pass
-    out = fn(kv_cache, page_table_flat, extra_rows=extra_rows)
+    with checked_calls():
+        out = fn(kv_cache, page_table_flat, extra_rows=extra_rows)
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float8_e4m3fn:
         got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
         raise VerificationError(f"kv_gather_fp8: output must be float8_e4m3fn, got {got}",
