@@ -379,14 +379,13 @@ def check_no_overlap(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor)
     by a page). Views interleaved page by page in one buffer (the engine's combined K/V
     layout) do not overlap and pass.
 
-    Each view is its pages' byte ranges [start + i * stride, + span); with equal page
-    strides the question is whether some page distance m in [-(pages - 1), pages - 1] puts a
-    page of ``b`` within a page of ``a``, answered in O(1). Unequal strides fall back to
-    comparing the views' whole ranges (conservative).
+    Each view is its pages' byte ranges [start + i * stride, + span) in the address space
+    (views of distinct allocations never intersect there); with equal page strides the
+    question is whether some page distance m in [-(pages - 1), pages - 1] puts a page of
+    ``b`` within a page of ``a``, answered in O(1). Unequal strides fall back to comparing
+    the views' whole ranges (conservative).
     """
     if a.numel() == 0 or b.numel() == 0:
-        return
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return
     a0, sa, ea = _footprint(a)
     b0, sb, eb = _footprint(b)
@@ -424,3 +423,25 @@ def checked_calls() -> Iterator[None]:
             os.environ.pop(SAFE_MODE_VAR, None)
         else:
             os.environ[SAFE_MODE_VAR] = before
+
+
+#: Cache-view pairs already found disjoint, by (pointers, shapes, strides, element size):
+#: the verdict is arithmetic on those alone, and an engine passes the same per-layer caches
+#: every step, so the check costs one dict lookup after the first call. Bounded.
+_DISJOINT_VIEWS: set[tuple] = set()
+_DISJOINT_VIEWS_MAX = 1024
+
+
+def check_cache_views(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """Raise when a K or V cache view overlaps itself or the other (check_no_self_overlap,
+    check_no_overlap); remembered per view geometry once it passed."""
+    key = (k_cache.data_ptr(), v_cache.data_ptr(), k_cache.element_size(), tuple(k_cache.shape),
+           k_cache.stride(), tuple(v_cache.shape), v_cache.stride())
+    if key in _DISJOINT_VIEWS:
+        return
+    check_no_self_overlap("k_cache", k_cache)
+    check_no_self_overlap("v_cache", v_cache)
+    check_no_overlap("k_cache", k_cache, "v_cache", v_cache)
+    if len(_DISJOINT_VIEWS) >= _DISJOINT_VIEWS_MAX:
+        _DISJOINT_VIEWS.clear()
+    _DISJOINT_VIEWS.add(key)

@@ -43,12 +43,11 @@ from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_interpreted
 from kvbench.kernels._validate import (
     DeviceChecks,
+    check_cache_views,
     check_dtype,
     check_index_range,
     check_last_dim_contiguous,
     check_ndim,
-    check_no_overlap,
-    check_no_self_overlap,
     check_same_device,
     check_scale,
     check_scale_value,
@@ -141,9 +140,7 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     v_dim_major = v_cache_dim_major(v_cache)  # token- or dim-major; else raises naming both
     if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
         raise ValueError("k_cache and v_cache are the same memory; pass the K and V views")
-    check_no_self_overlap("k_cache", k_cache)
-    check_no_self_overlap("v_cache", v_cache)
-    check_no_overlap("k_cache", k_cache, "v_cache", v_cache)
+    check_cache_views(k_cache, v_cache)
     device = check_same_device(
         k=k, v=v, k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping
     )
