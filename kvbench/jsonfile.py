@@ -3,7 +3,9 @@
 A result file (a table's rows, the perf table dispatch ranks on, the measured ceilings) is
 written to a temporary file in the same directory and renamed over the target: a reader sees
 the old file or the new one, never a torn one, and a full disk leaves the old file intact.
-Output paths are also checked before a run spends minutes measuring into them.
+Output paths are also checked before a run spends minutes measuring into them, and a stored
+file that cannot be read is moved aside (`move_aside`), never overwritten: what is in it may
+still be recoverable by hand.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +43,12 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, **dump_kwargs: An
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def move_aside(path: str | os.PathLike[str]) -> Path:
+    """Rename an unreadable stored file to ``<name>.corrupt-<UTC time>`` beside it; return the
+    new path. OSError if the rename fails: the caller must then not overwrite the file."""
+    source = Path(path)
+    aside = source.with_name(f"{source.name}.corrupt-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
+    source.rename(aside)
+    return aside

@@ -31,7 +31,7 @@ import torch
 
 from kvbench.harness.peaks import device_peaks, resolve_device
 from kvbench.harness.timers import bench
-from kvbench.jsonfile import write_json_atomic
+from kvbench.jsonfile import move_aside, write_json_atomic
 
 CUDA_SIZE_BYTES = 2 << 30  # 2 GiB: >30x the H200's 60 MiB L2, long enough to amortise launch
 CPU_SIZE_BYTES = 256 << 20
@@ -62,10 +62,14 @@ def _cache_file() -> Path:
     return cache_dir() / _FILE_NAME
 
 
-def _read_all() -> dict:
+def _read_all(*, for_write: bool = False) -> dict:
+    """Every device's stored ceilings ({} when none). `for_write`: the caller will replace the
+    file, so one that is unreadable and cannot be moved aside raises instead of being lost."""
     path = _cache_file()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON object was expected, got {type(data).__name__}")  # noqa: TRY004
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -73,20 +77,21 @@ def _read_all() -> dict:
         # It is moved aside, not left to be overwritten by the next calibrate: the entries of
         # other devices in it may still be recoverable by hand.
         aside = _move_aside(path)
+        if aside is None and for_write:
+            raise RuntimeError(f"ceilings cache {path} is unreadable ({exc}) and could not be "
+                               "moved aside; move or fix it by hand, then calibrate again") from exc
         warnings.warn(f"ignoring unreadable ceilings cache {path}: {exc}"
                       + (f"; moved to {aside}" if aside else ""), stacklevel=3)
         return {}
-    return data if isinstance(data, dict) else {}
+    return data
 
 
 def _move_aside(path: Path) -> Path | None:
     """Rename an unreadable cache file to <name>.corrupt-<UTC time>; None if that fails too."""
-    aside = path.with_name(f"{path.name}.corrupt-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
     try:
-        path.rename(aside)
+        return move_aside(path)
     except OSError:
         return None
-    return aside
 
 
 def _write_all(data: dict) -> Path:
@@ -196,7 +201,7 @@ def calibrate(
         triton=triton_version() or "not installed",
     )
     if store:
-        data = _read_all()
+        data = _read_all(for_write=True)
         data[ceilings.device_name] = asdict(ceilings)
         _write_all(data)
     return ceilings
