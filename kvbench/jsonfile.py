@@ -10,6 +10,7 @@ still be recoverable by hand.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -19,16 +20,38 @@ from typing import Any
 
 
 def check_writable(path: str | os.PathLike[str]) -> Path:
-    """`path` as a Path if a file can be written there; ValueError naming what is wrong."""
+    """`path` as a Path if a file can be written there; ValueError naming what is wrong.
+
+    The directory is probed by creating (and removing) a temporary file in it, as the atomic
+    write will: ``os.access`` answers yes to root for any directory, and yes on /proc or
+    /sys, where creating a file then fails after the measurement. An existing target must be
+    a regular file: the atomic rename would replace a device node such as /dev/null."""
     target = Path(path)
     if target.is_dir():
         raise ValueError(f"{target}: is a directory; give a file path")
+    if target.exists() and not target.is_file():
+        raise ValueError(f"{target}: exists and is not a regular file; give a file path")
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise ValueError(f"{target}: its directory {parent} does not exist (or is not a directory)")
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{target}: its directory {parent} is not writable")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{target.name}-", suffix=".probe")
+    except OSError as exc:
+        raise ValueError(f"{target}: its directory {parent} is not writable "
+                         f"(creating a file there failed: {exc.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
     return target
+
+
+def output_path(text: str) -> Path:
+    """argparse ``type=`` of an output file option (``--json PATH``): checked with
+    check_writable while the arguments are parsed, so a bad path is a usage error (exit 2)
+    before anything is measured."""
+    try:
+        return check_writable(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any, **dump_kwargs: Any) -> Path:
