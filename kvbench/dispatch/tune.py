@@ -5,7 +5,7 @@ asks dispatch which rows pass every filter and their golden check (verified_rows
 row's full-size correctness check (installed with record_golden), then times it with the
 harness: bench() (cold L2) for the idempotent kernels, bench_host() for the allocator, whose
 cost is the host waiting. The table is JSON under the kvbench cache dir
-(platformdirs.user_cache_dir("kvbench"); KVBENCH_CACHE_DIR overrides), one file per
+(kvbench.core.paths: <cache root>/perf, KVBENCH_CACHE_DIR moves the root), one file per
 (device name, op):
 
     {"schema": 1, "device_name", "op", "kvbench_commit", "date", "metadata",
@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from kvbench.core import paths
 from kvbench.dispatch import core
 from kvbench.dispatch.golden import record_golden
 from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, check_op
@@ -279,26 +280,21 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
 # ---- storage and the provider ------------------------------------------------------------------
 
 
-def _cache_dir() -> Path:
-    from kvbench.harness.calibrate import cache_dir  # one definition of the cache directory
-
-    return cache_dir()
-
-
-def tables_dir() -> Path:
-    return _cache_dir() / "perf"
+def tables_dir(*, create: bool = True) -> Path:
+    """The perf tables' folder under the cache root (kvbench.core.paths); create=False for
+    readers, which must not create folders."""
+    return paths.perf_tables_dir(create=create)
 
 
 def _slug(device_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", device_name).strip("_") or "device"
 
 
-def table_path(device_name: str, op: str) -> Path:
-    return tables_dir() / f"{_slug(device_name)}__{check_op(op)}.json"
+def table_path(device_name: str, op: str, *, create: bool = True) -> Path:
+    return tables_dir(create=create) / f"{_slug(device_name)}__{check_op(op)}.json"
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, data, indent=2, default=str)  # a reader sees old or new, never torn
 
 
@@ -430,8 +426,12 @@ def load_perf_table(device_name: str) -> core.PerfProvider:
     other device name.
     """
     us: dict[tuple[str, str, frozenset[str] | None, str, str], float] = {}
-    directory = tables_dir()
-    for op in BUCKETS:
+    try:
+        directory = tables_dir(create=False)
+    except paths.CacheRootError as exc:  # dispatch goes on, ranked by the preference rules
+        warnings.warn(f"ignoring perf tables: {exc}", stacklevel=2)
+        directory = None
+    for op in BUCKETS if directory is not None else ():
         path = directory / f"{_slug(device_name)}__{op}.json"
         if not path.exists():
             continue
