@@ -120,3 +120,11 @@ def test_readers_warn_and_go_on_over_an_unsafe_root(root, monkeypatch):
 def test_a_subfolder_is_one_plain_name(root, name):
     with pytest.raises(ValueError, match="one plain name"):
         paths.cache_subdir(name)
+
+
+def test_the_module_prints_the_root_or_a_subfolder_for_shell_scripts(root, capsys):
+    assert paths.main([]) == 0 and capsys.readouterr().out.strip() == str(root)
+    assert paths.main(["asv-clones"]) == 0
+    assert capsys.readouterr().out.strip() == str(root / "asv-clones")
+    assert _mode(root / "asv-clones") == 0o700
+    assert paths.main(["a/b"]) == 2 and "one plain name" in capsys.readouterr().err

@@ -124,3 +124,24 @@ def flashinfer_workspace_dir() -> Path:
 def npm_cache_dir() -> Path:
     """Where `kvbench publish` keeps the dashboard's npm tarballs."""
     return cache_subdir(NPM_TARBALLS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kvbench.core.paths [NAME]``: print the cache root, or its subfolder NAME
+    (created private), so shell scripts keep their work there instead of a fixed /tmp name."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1:
+        print("usage: python -m kvbench.core.paths [SUBFOLDER]", file=sys.stderr)
+        return 2
+    try:
+        print(cache_subdir(args[0]) if args else cache_root())
+    except ValueError as exc:  # CacheRootError included: say why, exit as a usage error
+        print(f"kvbench cache: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
