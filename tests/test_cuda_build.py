@@ -94,3 +94,24 @@ def test_a_failed_build_leaves_no_library_and_no_record(fake_nvcc, monkeypatch, 
     with pytest.raises(cuda_build.BuildError, match="exit 1"):
         cuda_build.compile_source("k")
     assert [p.name for p in (tmp_path / "cache" / "cuda").iterdir()] == []
+
+
+@pytest.mark.skipif(cuda_build.find_nvcc() is None, reason="no nvcc on this machine")
+def test_with_the_real_nvcc_a_tampered_library_is_rebuilt_and_the_rebuilt_one_loads(
+    tmp_path, monkeypatch
+):
+    """The same path with nvcc itself (a one-function source: seconds, no GPU needed to build
+    or to dlopen the result)."""
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    (src_dir / "tiny.cu").write_text('extern "C" int kvbench_tiny(void) { return 42; }\n')
+    monkeypatch.setattr(cuda_build, "SOURCE_DIR", src_dir)
+    monkeypatch.setenv("KVBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    lib, _ = cuda_build.compile_source("tiny")
+    assert cuda_build.ctypes.CDLL(str(lib)).kvbench_tiny() == 42
+    built = lib.read_bytes()
+    lib.write_bytes(built[: len(built) // 2])  # a torn copy: must not be dlopen'ed
+    with pytest.warns(UserWarning, match="is not the recorded"):
+        again, _ = cuda_build.compile_source("tiny")
+    assert again == lib and hashlib.sha256(lib.read_bytes()).hexdigest() == json.loads(
+        (lib.parent / (lib.name + ".build.json")).read_text())["sha256"]
