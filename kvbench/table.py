@@ -48,7 +48,7 @@ from kvbench.harness import (
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
 from kvbench.harness.report import EVENT_TIMERS
-from kvbench.jsonfile import check_writable, write_json_atomic
+from kvbench.jsonfile import check_writable, output_path, write_json_atomic
 from kvbench.pool import paged_pool
 
 #: Llama-3-8B decode geometry (issue 6): 32 query heads over 8 KV heads, head_dim 128.
@@ -621,7 +621,8 @@ def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvbench table")
     parser.add_argument("op", choices=sorted(BUILDERS))
-    parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON")
+    parser.add_argument("--json", dest="json_path", type=output_path, default=None,
+                        help="write the rows as JSON (the path is checked before measuring)")
     parser.add_argument("--grid", action="store_true", help="paged_decode: full batch x context grid")
     parser.add_argument("--no-ablations", action="store_true", help="paged_decode: skip ablation rows")
     args = parser.parse_args(argv)
@@ -629,11 +630,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for flag, given in (("--grid", args.grid), ("--no-ablations", args.no_ablations)):
             if given:
                 parser.error(f"{flag} applies to paged_decode only, not {args.op}")
-    if args.json_path:  # before minutes of measuring, not after
-        try:
-            check_writable(args.json_path)
-        except ValueError as exc:
-            parser.error(f"--json {exc}")
     kwargs: dict[str, Any] = {}
     if args.op == "paged_decode":
         kwargs = {"grid": args.grid, "ablations": not args.no_ablations}

@@ -8,8 +8,10 @@ and the tolerances that were applied.
 Floating tensors are compared in fp32 (fp64 if either side is fp64); a kernel's fp16/bf16
 output is checked against the fp32 reference directly. fp8 tensors are refused: the caller
 widens the bytes it means (`x.view(torch.float8_e4m3fn).to(torch.float32)`), which keeps the
-kernel's dequant separate from fp8 rounding. Integer tensors (byte views, indices) must have
-the same dtype on both sides; with rtol=atol=0 that is an exact compare.
+kernel's dequant separate from fp8 rounding. Integer and bool tensors (byte views, indices)
+must have the same dtype on both sides and are compared exactly, element by element in that
+dtype (never through a float: int64 values above 2**53 would round together), so their
+tolerances must be 0.
 """
 
 from __future__ import annotations
@@ -92,6 +94,33 @@ def _kind(t: torch.Tensor) -> str:
     return "float" if t.is_floating_point() else "integer"
 
 
+def _verify_exact(name: str, out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Integer/bool compare in the tensors' own dtype: 0.0, or VerificationError naming the
+    mismatch with the largest |out - ref| (computed in Python ints, exact at any width)."""
+    ref = ref.to(device=out.device)
+    bad = out != ref
+    mismatched = int(bad.sum())
+    if mismatched == 0:
+        return 0.0
+    positions = bad.nonzero().tolist()
+    out_values, ref_values = out[bad].tolist(), ref[bad].tolist()
+    diffs = [abs(int(a) - int(b)) for a, b in zip(out_values, ref_values, strict=True)]
+    k = max(range(len(diffs)), key=diffs.__getitem__)
+    index = tuple(positions[k])
+    raise VerificationError(
+        f"{name}: {mismatched} of {out.numel()} elements mismatch; worst at index {index}: "
+        f"out={out_values[k]!r} ref={ref_values[k]!r} |out-ref|={diffs[k]} "
+        f"(exact compare of {out.dtype})",
+        name=name,
+        mismatched=mismatched,
+        total=out.numel(),
+        index=index,
+        out_value=out_values[k],
+        ref_value=ref_values[k],
+        max_abs_diff=float(diffs[k]),
+    )
+
+
 def verify(name: str, out: object, ref: object, *, rtol: float, atol: float) -> float:
     """Check |out - ref| <= atol + rtol * |ref| everywhere; return max |out - ref|.
 
@@ -122,14 +151,18 @@ def verify(name: str, out: object, ref: object, *, rtol: float, atol: float) -> 
             rtol=rtol,
             atol=atol,
         )
+    if _kind(out_t) == "integer" and (rtol or atol):
+        raise ValueError(
+            f"{name}: {out_t.dtype} tensors are compared exactly; rtol and atol must be 0, got "
+            f"{tol_text}"
+        )
     total = out_t.numel()
     if total == 0:
         return 0.0
+    if _kind(out_t) == "integer":
+        return _verify_exact(name, out_t, ref_t)
 
-    if _kind(out_t) == "float":
-        wide = torch.float64 if torch.float64 in (out_t.dtype, ref_t.dtype) else torch.float32
-    else:
-        wide = torch.float64  # integers up to 2**53 exactly; int64 diffs could overflow
+    wide = torch.float64 if torch.float64 in (out_t.dtype, ref_t.dtype) else torch.float32
     o = out_t.to(dtype=wide)
     r = ref_t.to(device=o.device, dtype=wide)
 
