@@ -134,18 +134,66 @@ def free_device_memory() -> None:
             print(f"freeing device memory failed: {exc}", file=sys.stderr)
 
 
+#: CPU: bytes per buffer of the in-process calibration when no `kvbench calibrate` result is
+#: cached for this device (~1 s on a 2-core EPYC; larger than its last-level cache).
+CPU_PLAUSIBILITY_CALIBRATION_BYTES = 64 << 20
+_CEILINGS: dict[str, Any] = {}
+
+
+def suite_ceilings() -> Any:
+    """The measured ceilings plausibility is judged against in this process: the cached
+    `kvbench calibrate` result of this device, else (CPU, which has no spec peaks) a quick
+    calibration measured here and not stored; None on a commit that cannot calibrate or a GPU
+    that was never calibrated (the spec peak still applies there)."""
+    if "value" in _CEILINGS:
+        return _CEILINGS["value"]
+    value = None
+    try:
+        calibrate = importlib.import_module("kvbench.harness.calibrate")
+        harness = importlib.import_module("kvbench.harness")
+        peaks = harness.device_peaks()
+        value = calibrate.load_ceilings(peaks.name)
+        if value is None and not peaks.is_cuda:
+            value = calibrate.calibrate(size_bytes=CPU_PLAUSIBILITY_CALIBRATION_BYTES, store=False)
+    except (ImportError, AttributeError, TypeError):
+        value = None  # an old commit: its harness has no calibrate(store=...)
+    _CEILINGS["value"] = value
+    return value
+
+
+def implausible(row: Any) -> list[str]:
+    """Why `row` (a harness.Row) cannot be a real measurement: above a spec peak of this device
+    or far above the ceiling measured on it (harness.violations). [] when plausible, and on a
+    commit whose harness predates violations()."""
+    harness = importlib.import_module("kvbench.harness")
+    if not hasattr(harness, "violations"):
+        return []
+    try:
+        return harness.violations([row], harness.device_peaks(), suite_ceilings())
+    except TypeError:  # a harness whose violations() takes no ceilings
+        return harness.violations([row], harness.device_peaks())
+
+
+def proof_kwargs(checks: Any, maker: str, *args: Any) -> dict:
+    """{"proof": checks.<maker>(*args)} for the timer, or {} on a commit without that proof
+    (its harness then has no `proof` argument either: both arrived together)."""
+    make = getattr(checks, maker, None)
+    return {} if make is None else {"proof": make(*args)}
+
+
 def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_diff: float | None,
              explain: str = "", shared: bool = False) -> dict:
     """The cache entry of a measured case: plain builtins (asv pickles it across processes).
 
-    A case above a spec peak of this device is a measurement bug, not a point of the series:
-    it raises (run_cases records it as this case's error) instead of entering the history.
-    A commit whose kvbench predates harness.violations is not checked.
+    A case above a spec peak of this device, or above CEILING_TOLERANCE x the ceiling measured
+    on it, is a measurement bug, not a point of the series: it raises (run_cases records the
+    reason as this case's error) instead of entering the history. `error` holds the figures
+    of the last timed call's verification (harness/proof.py), None where there was none.
     """
     harness = importlib.import_module("kvbench.harness")
-    if moved_bytes and hasattr(harness, "violations"):
+    if moved_bytes:
         row = harness.Row(selected, "asv case", float(timing.median_us), harness.Work(moved=moved_bytes))
-        bad = harness.violations([row], harness.device_peaks())
+        bad = implausible(row)
         if bad:
             raise RuntimeError(f"{bad[0]}: a measurement bug, not recorded (docs/harness.md)")
     samples_s = list(timing.as_asv()["samples"])  # the harness's one µs -> s conversion
@@ -156,6 +204,7 @@ def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_d
         "gbps": (moved_bytes / (timing.median_us * 1e-6) / 1e9) if moved_bytes else None,
         "selected": selected,
         "max_abs_diff": max_abs_diff,
+        "error": getattr(timing, "proof", None),
         "timer": timer,
         "explain": explain,
     }
