@@ -114,6 +114,29 @@ def prepare_process() -> str:
     return dev
 
 
+#: Host-side series (bench_host: KVAlloc, DispatchOverhead): measurements per case, of which
+#: the one with the least median is stored, in a process pinned to one core. Between fresh
+#: processes on the 2-core CPU (scripts/host_noise.py, docs/harness.md "Host-side series
+#: noise") pinning took the successive change of the allocator series from 20-35% (median) to
+#: 2-4%, and the least of 5 pinned measurements to 1.7-3.8% (max 9%).
+HOST_REPEATS = 5
+
+
+def pin_host_process() -> None:
+    """Pin this measuring process to one core (the last it may run on): a host-side call's
+    time then does not depend on which core the scheduler moves it to between samples."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if cores:
+        os.sched_setaffinity(0, {cores[-1]})
+
+
+def least_of(measure: Callable[[], Any], repeats: int = HOST_REPEATS) -> Any:
+    """The timing with the least median of `repeats` calls of `measure()` (a harness timer):
+    a robust estimator of a host-side cost, whose noise is one-sided (preemption, a core
+    change, a cold cache only ever add time)."""
+    return min((measure() for _ in range(repeats)), key=lambda t: t.median_us)
+
+
 def set_selector(op: str, value: str) -> None:
     """Pin (or unpin, for 'auto') the kernel row of `op` through its env-var selector."""
     var = SELECTOR_VARS[op]

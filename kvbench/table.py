@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +43,7 @@ from kvbench.harness import (
     Work,
     bench,
     bench_host,
+    bench_kernel,
     device_peaks,
     event_floor,
     host_floor,
@@ -52,6 +54,7 @@ from kvbench.harness import (
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
 from kvbench.harness.report import EVENT_TIMERS
+from kvbench.harness.timers import KERNEL_TIMER_FLOOR_FACTOR
 from kvbench.jsonfile import check_writable, write_json_atomic
 from kvbench.pool import paged_pool
 
@@ -198,6 +201,17 @@ def _ceilings() -> Any:
     return load_ceilings(device_peaks().name)
 
 
+@functools.cache
+def _event_floor_us() -> float:
+    return event_floor().median_us
+
+
+def _near_event_floor(timing: Any) -> bool:
+    """A CUDA event-timed row within KERNEL_TIMER_FLOOR_FACTOR of the event timer's floor."""
+    return (timing.timer == "bench" and timing.device.startswith("cuda")
+            and timing.median_us <= KERNEL_TIMER_FLOOR_FACTOR * _event_floor_us())
+
+
 def _device_rows(impl: str, case: str, call: Callable[[], Any], work: Work, *,
                  l2: str = "cold", proof: Any = None, table: Table | None = None) -> list[Row]:
     """The event-timed row of an idempotent call, and, when the call makes the host wait for
@@ -210,6 +224,9 @@ def _device_rows(impl: str, case: str, call: Callable[[], Any], work: Work, *,
     if table is not None and timing.proof is not None:
         table.errors[f"{impl} @ {case}"] = timing.proof
     rows = [Row.from_timing(impl, case, timing, work)]
+    if _near_event_floor(timing):  # the events may time the timer here: kernel time beside
+        rows.append(Row.from_timing(impl, case, bench_kernel(call, l2=l2), work,
+                                    note="CUPTI kernel time"))
     if timing.host_syncs and l2 == "cold":
         rows.append(Row.from_timing(impl, case, bench_host(call), work,
                                     note="syncs the host: what the caller waits"))

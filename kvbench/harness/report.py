@@ -264,6 +264,12 @@ def report(
             f">ceil: above the measured {ceiling} ceiling, which under-read this run (re-run "
             f"calibrate on this machine): {'; '.join(above_ceiling)}"
         )
+    if any(r.timer == "bench_kernel" for r in rows):
+        lines.append(
+            "timer bench_kernel: CUPTI kernel time (torch.profiler: the kernels' own durations, "
+            "no launch gap, no event); timer bench: CUDA events around the call. Rows near the "
+            "event floor carry both"
+        )
     if any_host_sync:
         lines.append(
             "host-sync: the call makes the host wait for the GPU (.item(), nonzero, a blocking "
