@@ -233,7 +233,7 @@ def test_table_rows_record_the_error_of_the_timed_call(strict):
 
     kv, pt = _gather_problem()
     t = tbl.Table("kv_gather_fp8")
-    call = lambda: gather_fp8_torch(kv, pt, extra_rows=8)  # noqa: E731
+    call = lambda: gather_fp8_torch(kv, pt, extra_rows=8)
     proof = checks.proof_kv_gather_fp8(gather_fp8_torch, kv, pt, 8)
     rows = tbl._device_rows("torch/gather", "c", call, kv_gather_fp8_work(200, 8), proof=proof,
                             table=t)
@@ -278,3 +278,10 @@ def test_the_suite_refuses_an_implausible_number():
         assert c.measured(t, 1.0, selected="x", max_abs_diff=0.0)["median_us"] > 0
     finally:
         c._CEILINGS.clear()
+
+
+def test_bench_kernel_refuses_a_cpu_device():
+    from kvbench.harness import bench_kernel
+
+    with pytest.raises(ValueError, match="bench_kernel needs a CUDA device"):
+        bench_kernel(lambda: None, device="cpu")

@@ -56,3 +56,12 @@ def test_a_memoizing_decode_fails_its_timed_proof_on_the_gpu():
     with pytest.raises(VerificationError):
         bench(lambda: fn(*args, **kw), repeat=20, proof=checks.proof_paged_decode(fn, pool, q))
     assert torch.cuda.is_available()
+
+
+def test_bench_kernel_reads_kernel_time_below_the_event_time_of_a_small_kernel():
+    from kvbench.harness import bench_kernel
+
+    x = torch.zeros(1 << 20, device="cuda")
+    ev = bench(x.zero_)
+    kt = bench_kernel(x.zero_)
+    assert kt.timer == "bench_kernel" and 0 < kt.median_us < ev.median_us
