@@ -9,8 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import _common as c  # noqa: E402
-from benchmarks import _sidecar  # noqa: E402
+from benchmarks import _common as c
+from benchmarks import _sidecar
 
 
 def _fake_measure() -> dict:
