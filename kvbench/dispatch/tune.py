@@ -4,12 +4,14 @@ For each case (one per bucket of the op) tune builds the inputs with the project
 asks dispatch which rows pass every filter and their golden check (verified_rows), runs each
 row's full-size correctness check (installed with record_golden), then times it with the
 harness: bench() (cold L2) for the idempotent kernels, bench_host() for the allocator, whose
-cost is the host waiting. The table is JSON under the kvbench cache dir
-(kvbench.core.paths: <cache root>/perf, KVBENCH_CACHE_DIR moves the root), one file per
-(device name, op):
+cost is the host waiting. The last timed call of a kernel runs on a perturbed input and its
+output is verified (kvbench.checks.proof_<op>): a row that memoizes or skips work after its
+first call raises VerificationError instead of entering the table. The table is JSON under
+the kvbench cache dir (kvbench.core.paths: <cache root>/perf, KVBENCH_CACHE_DIR moves the
+root), one file per (device name, op):
 
     {"schema": 1, "device_name", "op", "kvbench_commit", "date", "metadata",
-     "entries": [{"bucket", "spec", "dtype", "tags", "us", "case", "timer", "l2"}]}
+     "entries": [{"bucket", "spec", "dtype", "tags", "us", "case", "timer", "l2", "error"}]}
 
 plus one "any" entry per row (its worst bucket) for problems dispatched without a shape.
 `kvbench tune <op> --dtype D --storage S` measures the op at another KV dtype or pool storage;
@@ -204,7 +206,7 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         )
 
     if case.op == "paged_decode":
-        from kvbench.checks import check_paged_decode, make_decode_query
+        from kvbench.checks import check_paged_decode, make_decode_query, proof_paged_decode
 
         pool = case_pool(p["batch"])
         q = make_decode_query(pool, p["q_heads"])
@@ -213,11 +215,12 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         return _Built(
             ops.describe_paged_decode(*args[:4], **kw),
             lambda fn: check_paged_decode(fn, pool, q),
-            lambda fn: bench(lambda: fn(*args, **kw), device=dev),
+            lambda fn: bench(lambda: fn(*args, **kw), device=dev,
+                             proof=proof_paged_decode(fn, pool, q)),
             pool.free,
         )
     if case.op == "kv_write":
-        from kvbench.checks import check_kv_write, make_write_inputs
+        from kvbench.checks import check_kv_write, make_write_inputs, proof_kv_write
 
         pool = case_pool(p["num_seqs"])
         k, v, slots = make_write_inputs(pool, p["n"])
@@ -226,11 +229,12 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         return _Built(
             ops.describe_kv_write(*args[:4], **kw),
             lambda fn: check_kv_write(fn, pool, k, v, slots),
-            lambda fn: bench(lambda: fn(*args, **kw), device=dev),
+            lambda fn: bench(lambda: fn(*args, **kw), device=dev,
+                             proof=proof_kv_write(fn, pool, k, v, slots)),
             pool.free,
         )
     if case.op == "kv_gather_fp8":
-        from kvbench.checks import check_kv_gather_fp8
+        from kvbench.checks import check_kv_gather_fp8, proof_kv_gather_fp8
         from kvbench.gather_pool import (
             build_gather_pool,
             build_page_table_flat,
@@ -245,7 +249,8 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         return _Built(
             ops.describe_kv_gather_fp8(kv_cache, pt),
             lambda fn: check_kv_gather_fp8(fn, kv_cache, pt, extra),
-            lambda fn: bench(lambda: fn(kv_cache, pt, extra_rows=extra), device=dev),
+            lambda fn: bench(lambda: fn(kv_cache, pt, extra_rows=extra), device=dev,
+                             proof=proof_kv_gather_fp8(fn, kv_cache, pt, extra)),
             lambda: None,
         )
     # kv_alloc: the row is a class; time alloc(n) in every state and keep the worst, since a
@@ -544,6 +549,7 @@ def tune(
                         "case": case.label,
                         "timer": t.timer,
                         "l2": t.l2,
+                        "error": t.proof,
                     }
                 )
         finally:

@@ -1,0 +1,1 @@
+"""kvbench.history: asv glue and what kvbench reads beside asv results (the sidecar)."""
