@@ -31,9 +31,10 @@ def _cmd_env(args: argparse.Namespace) -> int:
     """What this machine is: device, peaks, L2, versions, and the selector variables.
 
     Exit 2 when a selector variable names no row: every dispatch of that op would raise, so
-    say it here, before a run, with the values accepted."""
+    say it here, before a run, with the values accepted. A KVBENCH_* variable kvbench does not
+    read (a misspelt selector) is listed as a warning ("unknown_variables" in --json)."""
     from kvbench.dispatch.core import selector_problem
-    from kvbench.dispatch.selectors import SELECTOR_VARS
+    from kvbench.dispatch.selectors import SELECTOR_VARS, unknown_setting_messages
     from kvbench.harness import device_peaks, metadata
     from kvbench.harness.calibrate import load_ceilings
     from kvbench.harness.meta import format_metadata
@@ -42,14 +43,18 @@ def _cmd_env(args: argparse.Namespace) -> int:
     peaks = device_peaks()
     ceilings = load_ceilings(peaks.name)
     problems = [p for p in map(selector_problem, SELECTOR_VARS) if p is not None]
+    unknown = unknown_setting_messages()  # misspelt variables: reported, not an error
     if args.json:
         meta["ceilings"] = None if ceilings is None else dataclasses.asdict(ceilings)
         meta["selector_problems"] = problems
+        meta["unknown_variables"] = unknown
         print(json.dumps(meta, indent=2, default=str))
         return 2 if problems else 0
     print(format_metadata(meta))
     for problem in problems:
         print(f"invalid selector: {problem}")
+    for warning in unknown.values():
+        print(f"warning: {warning}")
     if ceilings is None:
         print("measured ceilings: none stored for this device (run `kvbench calibrate`)")
     else:

@@ -6,7 +6,7 @@ runner) the published page renders blank. After asv writes html/, this module fe
 same libraries at the same versions from the npm registry with the ordinary client
 (`npm pack <pkg>@<version>`), unpacks the files asv references into html/vendor/<pkg>/ and
 rewrites the <script>/<link> tags to point there. Nothing is committed: the tarballs are
-cached per user (platformdirs cache dir, or KVBENCH_NPM_CACHE), so one fetch serves every
+cached per user (the cache root's npm/ folder, or KVBENCH_NPM_CACHE), so one fetch serves every
 later publish offline.
 
 Two deliberate substitutions, both API-compatible for asv's use:
@@ -87,13 +87,14 @@ _DROP_ATTRS = re.compile(
 
 
 def cache_dir() -> Path:
-    """Where npm tarballs are kept between publishes: KVBENCH_NPM_CACHE or the user cache."""
+    """Where npm tarballs are kept between publishes: KVBENCH_NPM_CACHE, else the cache root's
+    npm/ folder (kvbench.core.paths)."""
     override = os.environ.get("KVBENCH_NPM_CACHE")
     if override:
         return Path(override)
-    import platformdirs
+    from kvbench.core import paths
 
-    return Path(platformdirs.user_cache_dir("kvbench")) / "npm"
+    return paths.npm_cache_dir()
 
 
 def _tarball(package: str, version: str, cache: Path) -> Path:

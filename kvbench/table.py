@@ -7,11 +7,15 @@ of its own. Per case it
   2. forces each row through its env-var selector and dispatch, asserting that the row dispatch
      selected is the row the table names (seed 000: `sel.spec.name == _IMPL`),
   3. runs the row's correctness check against kvbench.reference (a wrong row gets no number),
-  4. times it with the op's timer (bench, or bench_host for the allocator),
+  4. times it with the op's timer (bench, or bench_host for the allocator); the last timed
+     call runs on a perturbed input and its output is verified too (kvbench.checks.proof_*,
+     harness/proof.py): a row that memoizes or skips work after its first call gets no number,
+     and the error figures of that call go to the JSON ("error"),
 and prints report() (throughput first), the dispatch explain() of `auto`, the host floor where
 rows approach it, and the metadata header. `--json PATH` writes the same rows for tools.
-Exit status: 0; 1 when no row could be measured; 2 when a row is above a spec peak (a
-measurement bug, listed under "violations" in the JSON); 130 when interrupted (Ctrl-C), after
+Exit status: 0; 1 when no row could be measured; 2 when a row is above a spec peak or
+above 1.05x the best ceiling `kvbench calibrate` measured on this device (a measurement bug,
+listed under "violations" in the JSON); 130 when interrupted (Ctrl-C), after
 printing and writing the rows measured until then (`"interrupted": true` in the JSON).
 On a GPU every decode case also carries `bound:page_read`: the case's pages read and nothing
 else, under the same timer (the bytes-only bound at that size; docs/harness.md).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +43,7 @@ from kvbench.harness import (
     Work,
     bench,
     bench_host,
+    bench_kernel,
     device_peaks,
     event_floor,
     host_floor,
@@ -48,7 +54,8 @@ from kvbench.harness import (
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
 from kvbench.harness.report import EVENT_TIMERS
-from kvbench.jsonfile import check_writable, write_json_atomic
+from kvbench.harness.timers import KERNEL_TIMER_FLOOR_FACTOR
+from kvbench.jsonfile import check_writable, output_path, write_json_atomic
 from kvbench.pool import paged_pool
 
 #: Llama-3-8B decode geometry (issue 6): 32 query heads over 8 KV heads, head_dim 128.
@@ -92,6 +99,9 @@ class Table:
     explains: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     checks: dict[str, float] = field(default_factory=dict)
+    #: "<impl> @ <case>" -> error figures of the last timed call's verification
+    #: (harness/proof.py: max_abs, max_rel, scale, bias, n), for rows timed with a proof.
+    errors: dict[str, dict] = field(default_factory=dict)
     #: Set when the run was interrupted (Ctrl-C): the rows are those measured before it.
     interrupted: bool = False
     #: The floors of the timers its rows used (measure_floors): host_floor() for bench_host
@@ -107,13 +117,14 @@ class Table:
                 {**asdict(r), "gbps": r.gbps, "tflops": r.tflops} for r in self.rows
             ],
             "max_abs_diff": self.checks,
+            "error": self.errors,
             "skipped": self.skipped,
             "explain": self.explains,
             "interrupted": self.interrupted,
             "host_floor_us": self.floor_us,
             "event_floor_us": self.event_floor_us,
             "bound_ratios": bound_ratios(self.rows),
-            "violations": violations(self.rows, device_peaks()),
+            "violations": violations(self.rows, device_peaks(), _ceilings()),
         }
 
 
@@ -184,14 +195,38 @@ def _timed_rows(table: Table, op: str, case: str, dev: torch.device,
     return [n for n in names if not n.startswith("triton/")]
 
 
+def _ceilings() -> Any:
+    """calibrate's cached ceilings of this device (None if never calibrated): the bound of
+    the IMPLAUSIBLE check in report.violations."""
+    return load_ceilings(device_peaks().name)
+
+
+@functools.cache
+def _event_floor_us() -> float:
+    return event_floor().median_us
+
+
+def _near_event_floor(timing: Any) -> bool:
+    """A CUDA event-timed row within KERNEL_TIMER_FLOOR_FACTOR of the event timer's floor."""
+    return (timing.timer == "bench" and timing.device.startswith("cuda")
+            and timing.median_us <= KERNEL_TIMER_FLOOR_FACTOR * _event_floor_us())
+
+
 def _device_rows(impl: str, case: str, call: Callable[[], Any], work: Work, *,
-                 l2: str = "cold") -> list[Row]:
+                 l2: str = "cold", proof: Any = None, table: Table | None = None) -> list[Row]:
     """The event-timed row of an idempotent call, and, when the call makes the host wait for
     the GPU (TimingResult.host_syncs: report() flags it), its bench_host row beside it: the
     event samples of such a call hold host gaps, so only the caller's wall time is a number
-    to compare (docs/harness.md). Warm ablation rows get no host row: bench_host flushes."""
-    timing = bench(call, l2=l2)
+    to compare (docs/harness.md). Warm ablation rows get no host row: bench_host flushes.
+    proof: the op's TimedProof (kvbench.checks.proof_<op>): the last timed call's output is
+    verified, its error figures kept in table.errors."""
+    timing = bench(call, l2=l2, proof=proof)
+    if table is not None and timing.proof is not None:
+        table.errors[f"{impl} @ {case}"] = timing.proof
     rows = [Row.from_timing(impl, case, timing, work)]
+    if _near_event_floor(timing):  # the events may time the timer here: kernel time beside
+        rows.append(Row.from_timing(impl, case, bench_kernel(call, l2=l2), work,
+                                    note="CUPTI kernel time"))
     if timing.host_syncs and l2 == "cold":
         rows.append(Row.from_timing(impl, case, bench_host(call), work,
                                     note="syncs the host: what the caller waits"))
@@ -332,7 +367,9 @@ def decode_case(
         call = partial(fn, *args, **kwargs)
         try:
             table.checks[f"{name} @ {case}"] = checks.check_paged_decode(fn, pool, q)
-            table.rows.extend(_device_rows(name, case, call, work, l2=l2))
+            proof = checks.proof_paged_decode(fn, pool, q)
+            table.rows.extend(_device_rows(name, case, call, work, l2=l2, proof=proof,
+                                           table=table))
         except Exception as exc:  # noqa: BLE001
             _skip(table, f"{name} @ {case}", exc)
     if dev.type == "cuda":
@@ -434,7 +471,8 @@ def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "
             fn = _run_forced("kv_write", name, lambda: ops.kv_write(*args, **kwargs))
             table.checks[f"{name} @ {case}"] = checks.check_kv_write(fn, pool, k, v, slots)
             call = partial(fn, *args, **kwargs)
-            rows = _device_rows(name, case, call, work)
+            proof = checks.proof_kv_write(fn, pool, k, v, slots)
+            rows = _device_rows(name, case, call, work, proof=proof, table=table)
             table.rows.extend(rows)
         except Exception as exc:  # noqa: BLE001
             _skip(table, f"{name} @ {case}", exc)
@@ -445,7 +483,8 @@ def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "
             try:
                 replay = _graph_row(call)
                 table.rows.append(
-                    Row.from_timing(name, case, bench(replay), work, note="CUDA graph replay")
+                    Row.from_timing(name, case, bench(replay, proof=proof), work,
+                                    note="CUDA graph replay")
                 )
             except Exception as exc:  # noqa: BLE001 - a row that syncs cannot be captured
                 _skip(table, f"{name} @ {case} (CUDA graph)",
@@ -502,7 +541,8 @@ def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
                 )
                 table.checks[f"{name} @ {case}"] = checks.check_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
                 call = partial(fn, kv_cache, pt, extra_rows=TOPK_PAD_ROWS)
-                table.rows.extend(_device_rows(name, case, call, work))
+                proof = checks.proof_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
+                table.rows.extend(_device_rows(name, case, call, work, proof=proof, table=table))
             except Exception as exc:  # noqa: BLE001
                 _skip(table, f"{name} @ {case}", exc)
     return table
@@ -609,7 +649,7 @@ def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
         print(CPU_NOTE, file=file)
     measure_floors(table)
     report(
-        table.rows, peaks=peaks, ceilings=load_ceilings(peaks.name), floor_us=table.floor_us,
+        table.rows, peaks=peaks, ceilings=_ceilings(), floor_us=table.floor_us,
         event_floor_us=table.event_floor_us, ceiling=CEILING_FOR_OP[table.op],
         title=f"kvbench table {table.op}", file=file,
     )
@@ -653,10 +693,11 @@ def skipped_summary(skipped: dict[str, str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvbench table")
     parser.add_argument("op", choices=sorted(BUILDERS))
-    parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON")
+    parser.add_argument("--json", dest="json_path", type=output_path, default=None,
+                        help="write the rows as JSON (the path is checked before measuring)")
     parser.add_argument("--grid", action="store_true", help="paged_decode: full batch x context grid")
     parser.add_argument("--no-ablations", action="store_true", help="paged_decode: skip ablation rows")
-    parser.add_argument("--plot", metavar="PATH", default=None,
+    parser.add_argument("--plot", metavar="PATH", type=output_path, default=None,
                         help="also draw the rows' GB/s against the spec peak and the measured "
                              "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
     args = parser.parse_args(argv)
@@ -667,12 +708,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot and args.op == "kv_alloc":
         parser.error("--plot draws GB/s: kv_alloc's rows move no bytes (read its table); "
                      "--plot takes paged_decode, kv_write or kv_gather_fp8")
-    for flag, target in (("--json", args.json_path), ("--plot", args.plot)):
-        if target:  # before minutes of measuring, not after
-            try:
-                check_writable(target)
-            except ValueError as exc:
-                parser.error(f"{flag} {exc}")
     kwargs: dict[str, Any] = {}
     if args.op == "paged_decode":
         kwargs = {"grid": args.grid, "ablations": not args.no_ablations}
@@ -695,7 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not table.rows:
         return 1
     # A row above a spec peak is a measurement bug: the run says so in its status too.
-    return 2 if violations(table.rows, device_peaks()) else 0
+    return 2 if violations(table.rows, device_peaks(), _ceilings()) else 0
 
 
 def run_all(json_dir: str | None = None) -> int:

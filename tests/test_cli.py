@@ -90,6 +90,20 @@ def test_env_names_a_selector_that_names_no_row(monkeypatch, capsys):
     assert "invalid selector" not in capsys.readouterr().out
 
 
+def test_env_lists_a_kvbench_variable_that_kvbench_does_not_read(monkeypatch, capsys):
+    """A misspelt selector changes nothing (the run measures auto): `kvbench env` says so, as a
+    warning (exit 0), with the closest known name; --json carries it as unknown_variables."""
+    misspelt = "KVBENCH_KV_GATHER_FP8"
+    monkeypatch.setenv(misspelt, "triton/legacy")
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {misspelt} is set but is not a kvbench variable" in out
+    assert "did you mean KVBENCH_KV_GATHER?" in out
+    assert main(["env", "--json"]) == 0
+    unknown = json.loads(capsys.readouterr().out)["unknown_variables"]
+    assert list(unknown) == [misspelt] and "KVBENCH_PAGED_DECODE" in unknown[misspelt]
+
+
 def _options(help_text: str) -> set[str]:
     return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", help_text))
 

@@ -97,19 +97,24 @@ def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, 
     assert "VIOLATION triton/scatter | c" in capsys.readouterr().out
 
 
-def test_a_bad_json_path_is_refused_before_anything_is_measured(tmp_path, monkeypatch, capsys):
+def test_a_bad_json_path_is_refused_before_anything_is_measured(
+    tmp_path, monkeypatch, capsys, unwritable_dir
+):
     from kvbench import table as table_mod
 
     def never(**_):
         raise AssertionError("measured although the output path was unusable")
 
     monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", never)
-    for bad, why in ((tmp_path, "is a directory"), (tmp_path / "no" / "t.json", "does not exist")):
+    for bad, why in ((tmp_path, "is a directory"), (tmp_path / "no" / "t.json", "does not exist"),
+                     (tmp_path / "t.json" / "x.json", "does not exist"),
+                     (unwritable_dir / "t.json", "is not writable")):
+        (tmp_path / "t.json").write_text("a file, not a directory")
         with pytest.raises(SystemExit) as exc:
             main(["kv_alloc", "--json", str(bad)])
         assert exc.value.code == 2
         err = capsys.readouterr().err
-        assert f"--json {bad}: " in err and why in err
+        assert f"--json: {bad}: " in err and why in err
 
 
 def test_main_job_reports_a_failing_op_and_runs_the_others(tmp_path, monkeypatch, capsys):

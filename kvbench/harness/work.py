@@ -21,7 +21,7 @@ from dataclasses import dataclass
 L2_STATES: tuple[str, ...] = ("cold", "warm")
 
 #: Timer labels: the name of the harness timer that produced the number.
-TIMERS: tuple[str, ...] = ("bench", "bench_stateful", "bench_host")
+TIMERS: tuple[str, ...] = ("bench", "bench_stateful", "bench_host", "bench_kernel")
 
 
 def _finite_nonnegative(name: str, value: object) -> float:

@@ -1,1 +1,1 @@
-"""asv glue and the verdict engine: what kvbench builds on top of asv's results."""
+"""kvbench.history: asv glue and what kvbench reads beside asv results (the sidecar)."""
