@@ -49,6 +49,8 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import _isolate, _sidecar
+
 #: Explicit benchmark version: editing a benchmark's code must not hide its history.
 VERSION = "1"
 #: Seconds of timed kernel work per bench() row in the suite (the harness default is 0.15 s).
@@ -124,6 +126,29 @@ def prepare_process() -> str:
     return dev
 
 
+#: Host-side series (bench_host: KVAlloc, DispatchOverhead): measurements per case, of which
+#: the one with the least median is stored, in a process pinned to one core. Between fresh
+#: processes on the 2-core CPU (scripts/host_noise.py, docs/harness.md "Host-side series
+#: noise") pinning took the successive change of the allocator series from 20-35% (median) to
+#: 2-4%, and the least of 5 pinned measurements to 1.7-3.8% (max 9%).
+HOST_REPEATS = 5
+
+
+def pin_host_process() -> None:
+    """Pin this measuring process to one core (the last it may run on): a host-side call's
+    time then does not depend on which core the scheduler moves it to between samples."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if cores:
+        os.sched_setaffinity(0, {cores[-1]})
+
+
+def least_of(measure: Callable[[], Any], repeats: int = HOST_REPEATS) -> Any:
+    """The timing with the least median of `repeats` calls of `measure()` (a harness timer):
+    a robust estimator of a host-side cost, whose noise is one-sided (preemption, a core
+    change, a cold cache only ever add time)."""
+    return min((measure() for _ in range(repeats)), key=lambda t: t.median_us)
+
+
 def set_selector(op: str, value: str) -> None:
     """Pin (or unpin, for 'auto') the kernel row of `op` through its env-var selector."""
     var = SELECTOR_VARS[op]
@@ -146,18 +171,66 @@ def free_device_memory() -> None:
             print(f"freeing device memory failed: {exc}", file=sys.stderr)
 
 
+#: CPU: bytes per buffer of the in-process calibration when no `kvbench calibrate` result is
+#: cached for this device (~1 s on a 2-core EPYC; larger than its last-level cache).
+CPU_PLAUSIBILITY_CALIBRATION_BYTES = 64 << 20
+_CEILINGS: dict[str, Any] = {}
+
+
+def suite_ceilings() -> Any:
+    """The measured ceilings plausibility is judged against in this process: the cached
+    `kvbench calibrate` result of this device, else (CPU, which has no spec peaks) a quick
+    calibration measured here and not stored; None on a commit that cannot calibrate or a GPU
+    that was never calibrated (the spec peak still applies there)."""
+    if "value" in _CEILINGS:
+        return _CEILINGS["value"]
+    value = None
+    try:
+        calibrate = importlib.import_module("kvbench.harness.calibrate")
+        harness = importlib.import_module("kvbench.harness")
+        peaks = harness.device_peaks()
+        value = calibrate.load_ceilings(peaks.name)
+        if value is None and not peaks.is_cuda:
+            value = calibrate.calibrate(size_bytes=CPU_PLAUSIBILITY_CALIBRATION_BYTES, store=False)
+    except (ImportError, AttributeError, TypeError):
+        value = None  # an old commit: its harness has no calibrate(store=...)
+    _CEILINGS["value"] = value
+    return value
+
+
+def implausible(row: Any) -> list[str]:
+    """Why `row` (a harness.Row) cannot be a real measurement: above a spec peak of this device
+    or far above the ceiling measured on it (harness.violations). [] when plausible, and on a
+    commit whose harness predates violations()."""
+    harness = importlib.import_module("kvbench.harness")
+    if not hasattr(harness, "violations"):
+        return []
+    try:
+        return harness.violations([row], harness.device_peaks(), suite_ceilings())
+    except TypeError:  # a harness whose violations() takes no ceilings
+        return harness.violations([row], harness.device_peaks())
+
+
+def proof_kwargs(checks: Any, maker: str, *args: Any) -> dict:
+    """{"proof": checks.<maker>(*args)} for the timer, or {} on a commit without that proof
+    (its harness then has no `proof` argument either: both arrived together)."""
+    make = getattr(checks, maker, None)
+    return {} if make is None else {"proof": make(*args)}
+
+
 def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_diff: float | None,
              explain: str = "", shared: bool = False) -> dict:
     """The cache entry of a measured case: plain builtins (asv pickles it across processes).
 
-    A case above a spec peak of this device is a measurement bug, not a point of the series:
-    it raises (run_cases records it as this case's error) instead of entering the history.
-    A commit whose kvbench predates harness.violations is not checked.
+    A case above a spec peak of this device, or above CEILING_TOLERANCE x the ceiling measured
+    on it, is a measurement bug, not a point of the series: it raises (run_cases records the
+    reason as this case's error) instead of entering the history. `measured_error` holds the figures
+    of the last timed call's verification (harness/proof.py), None where there was none.
     """
     harness = importlib.import_module("kvbench.harness")
-    if moved_bytes and hasattr(harness, "violations"):
+    if moved_bytes:
         row = harness.Row(selected, "asv case", float(timing.median_us), harness.Work(moved=moved_bytes))
-        bad = harness.violations([row], harness.device_peaks())
+        bad = implausible(row)
         if bad:
             raise RuntimeError(f"{bad[0]}: a measurement bug, not recorded (docs/harness.md)")
     samples_s = list(timing.as_asv()["samples"])  # the harness's one µs -> s conversion
@@ -168,6 +241,7 @@ def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_d
         "gbps": (moved_bytes / (timing.median_us * 1e-6) / 1e9) if moved_bytes else None,
         "selected": selected,
         "max_abs_diff": max_abs_diff,
+        "measured_error": getattr(timing, "proof", None),
         "timer": timer,
         "explain": explain,
     }
@@ -184,13 +258,18 @@ def check_then_time(op: str, selector: str, dev: str, *, check: Callable[[], flo
     if dev == "cpu" and selector.startswith("cuda/"):
         raise Skip("CUDA rows need a GPU")
     set_selector(op, selector)
-    diff = check()
+    checked: dict = {}
+    # On a GPU the check's call also tells which compiled Triton kernels the row launches.
+    resources = _sidecar.triton_resources(lambda: checked.setdefault("diff", check()))
+    diff = checked["diff"] if "diff" in checked else check()
     sel = last_selection(op)
     if selector != AUTO and sel.spec.name != selector:
         raise AssertionError(f"{SELECTOR_VARS[op]}={selector} ran {sel.spec.name}")
     timing, shared = timed_once(timings, sel.spec.name, lambda: time_row(sel.target))
-    return measured(timing, moved_bytes, selected=sel.spec.name, max_abs_diff=diff,
-                    explain=sel.explain() if selector == AUTO else "", shared=shared)
+    found = measured(timing, moved_bytes, selected=sel.spec.name, max_abs_diff=diff,
+                     explain=sel.explain() if selector == AUTO else "", shared=shared)
+    found["resources"] = resources
+    return found
 
 
 def timed_once(timings: dict, row: str, measure: Callable[[], Any]) -> tuple[Any, bool]:
@@ -233,6 +312,11 @@ def run_cases(keys: Iterable[tuple[str, ...]], body: Callable[[tuple[str, ...]],
         if why:
             results.setdefault(key, {"skip": why})
             continue
+        prior = _isolate.carried(key)
+        if prior is not None:  # recorded by a measuring process that crashed after it
+            results[key] = prior
+            continue
+        _isolate.case_started(key)
         try:
             results[key] = body(key)
         except NotImplementedError as exc:
@@ -241,6 +325,7 @@ def run_cases(keys: Iterable[tuple[str, ...]], body: Callable[[tuple[str, ...]],
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             results[key] = {"error": text}
             print(f"case {key} failed:\n{text}", file=sys.stderr)
+        _isolate.case_finished(key, results[key])
 
 
 def skip_all(keys: Iterable[tuple[str, ...]], reason: str, results: dict) -> None:
@@ -275,7 +360,14 @@ def run_group(keys: list[tuple[str, ...]], build: Callable[[], Any],
         for key in keys:
             results.setdefault(key, {"skip": not_selected(key)})
         return
+    prior = {key: _isolate.carried(key) for key in keys}
+    if all(entry is not None for entry in prior.values()):
+        results.update(prior)  # every case recorded before a crash: no need to rebuild
+        return
+    _isolate.group_started(keys)
     resource = None
+    state = {"keys": [repr(tuple(k)) for k in keys], "before": _sidecar.gpu_state()}
+    _sidecar.STATES.append(state)
     try:
         resource = build()
         measure(resource)
@@ -288,6 +380,9 @@ def run_group(keys: list[tuple[str, ...]], build: Callable[[], Any],
             release(resource)
         del resource
         free_device_memory()
+        state["after"] = _sidecar.gpu_state()
+        # the sidecar links each case to its group's machine state
+        _isolate.group_state(keys, state, results, len(_sidecar.STATES) - 1)
 
 
 def class_results(cache: dict, cls: str) -> dict:
@@ -316,6 +411,38 @@ def entry(cache: dict, key: tuple[str, ...]) -> dict:
     return found
 
 
+#: Samples stored per case in asv's result files: that many quantiles of the run's samples,
+#: at probabilities (i + 0.5) / STORED_SAMPLES (odd, so the middle one IS the median asv
+#: reports), rounded to STORED_DIGITS significant digits. Raw samples (up to 1000 per case,
+#: ~250 cases) made an H200 result file ~1.7 MB per commit; asv needs from `samples` only a
+#: median, quartiles, a 99% CI of the median and, in `compare`, a rank test, and a run's
+#: samples are correlated (the between-process noise is what decides: docs/history.md), so
+#: the distribution's shape at 31 points keeps what the statistics use. The run's true sample
+#: count is in the sidecar (n_samples); docs/harness.md has the before/after sizes.
+STORED_SAMPLES = 31
+STORED_DIGITS = 6
+
+
+def representative_samples(samples: list[float], k: int = STORED_SAMPLES) -> list[float]:
+    """`k` quantiles of `samples` (linear interpolation), sorted, rounded to STORED_DIGITS
+    significant digits; all samples, sorted and rounded, when there are no more than `k`."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0:
+        raise ValueError(f"k must be an odd int >= 1 (so the median is one of them), got {k!r}")
+    xs = sorted(float(x) for x in samples)
+    if not xs:
+        raise ValueError("samples must not be empty")
+    if len(xs) > k:
+        picked = []
+        for i in range(k):
+            pos = (i + 0.5) / k * len(xs) - 0.5
+            lo = max(0, min(len(xs) - 1, int(pos // 1)))
+            hi = min(len(xs) - 1, lo + 1)
+            frac = min(1.0, max(0.0, pos - lo))
+            picked.append(xs[lo] + (xs[hi] - xs[lo]) * frac)
+        xs = picked
+    return [float(f"{x:.{STORED_DIGITS}g}") for x in xs]
+
+
 def report_selection(key: tuple[str, ...], found: dict) -> None:
     """asv shows a benchmark's output with --show-stderr: say which row ran and why."""
     print(f"{key}: ran {found['selected']} ({found['timer']}), median {found['median_us']:.2f} us,"
@@ -340,6 +467,15 @@ GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {
 
 
 def measure_group(group: str) -> dict[str, dict]:
+    """{class name: that class's results} for every class of `group`, measured in a forked
+    child of this process (benchmarks/_isolate.py: a case that crashes its process loses only
+    itself), then the sidecar written (benchmarks/_sidecar.py)."""
+    out = _isolate.run_isolated(lambda: measure_group_here(group), _sidecar.STATES)
+    _sidecar.write_sidecar(group, out)
+    return out
+
+
+def measure_group_here(group: str) -> dict[str, dict]:
     """{class name: that class's results} for every class of `group`, in this process.
 
     A measure function that raises (they record per-case failures, so this is a bug in the
@@ -351,6 +487,7 @@ def measure_group(group: str) -> dict[str, dict]:
         if wanted and not wanted.startswith(f"{cls}("):
             out[cls] = {_CLASS_SKIP: f"{NOT_SELECTED} {wanted}"}
             continue
+        _isolate.set_class(cls)
         _measuring.append(cls)
         try:
             measure = getattr(importlib.import_module(f"{__package__}.{module}"), func)
@@ -398,8 +535,9 @@ class _Suite:
         report_selection(tuple(params), self._found)
 
     def track_us(self, cache: dict, *params: str) -> dict:
-        """Latency samples in seconds (asv formats them as µs): the regression series."""
-        return {"samples": list(self._found["samples_s"]), "number": 1}
+        """Latency samples in seconds (asv formats them as µs): the regression series, as
+        STORED_SAMPLES representative quantiles of the run's samples."""
+        return {"samples": representative_samples(self._found["samples_s"]), "number": 1}
 
 
 class _WithGbps(_Suite):

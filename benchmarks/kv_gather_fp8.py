@@ -81,7 +81,9 @@ def _measure(dev: str, prob: _Problem, keys: list, results: dict) -> None:
                                                      EXTRA_ROWS),
             last_selection=ops.last_selection, timings=timings, moved_bytes=work.moved,
             time_row=lambda kernel: harness.bench(
-                lambda: kernel(kv_cache, table, extra_rows=EXTRA_ROWS), device=kv_cache.device))
+                lambda: kernel(kv_cache, table, extra_rows=EXTRA_ROWS), device=kv_cache.device,
+                **c.proof_kwargs(checks, "proof_kv_gather_fp8", kernel, kv_cache, table,
+                                 EXTRA_ROWS)))
 
     try:
         c.run_cases(keys, one, results)

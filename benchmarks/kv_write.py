@@ -52,8 +52,9 @@ def _measure(dev: str, pool, dtype: str, n: int, order: str, keys: list, results
         return c.check_then_time(
             OP, key[0], dev, check=lambda: checks.check_kv_write(ops.kv_write, pool, k, v, slots),
             last_selection=ops.last_selection, timings=timings, moved_bytes=work.moved,
-            time_row=lambda kernel: harness.bench(lambda: kernel(*args, **kwargs),
-                                                  device=pool.device))
+            time_row=lambda kernel: harness.bench(
+                lambda: kernel(*args, **kwargs), device=pool.device,
+                **c.proof_kwargs(checks, "proof_kv_write", kernel, pool, k, v, slots)))
 
     try:
         c.run_cases(keys, one, results)

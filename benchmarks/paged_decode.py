@@ -86,8 +86,9 @@ def _measure_pool(dev: str, pool, dtype: str, keys: list[tuple[str, ...]], resul
         return c.check_then_time(
             OP, key[0], dev, check=lambda: checks.check_paged_decode(ops.paged_decode, pool, q),
             last_selection=ops.last_selection, timings=timings, moved_bytes=work.moved,
-            time_row=lambda kernel: harness.bench(lambda: kernel(*args, **kwargs),
-                                                  device=pool.device))
+            time_row=lambda kernel: harness.bench(
+                lambda: kernel(*args, **kwargs), device=pool.device,
+                **c.proof_kwargs(checks, "proof_paged_decode", kernel, pool, q)))
 
     try:
         c.run_cases(keys, one, results)

@@ -99,14 +99,22 @@ def _count(n: Any, num_free: int) -> int:
     return n
 
 
+#: The values a row index can take on the way to the int64 tables.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _rows_preview(rows: np.ndarray, limit: int = 8) -> str:
     shown = ", ".join(str(int(r)) for r in rows[:limit])
     more = f", ... ({rows.size} rows)" if rows.size > limit else ""
     return f"[{shown}{more}]"
 
 
-def _host_rows(rows: Any, what: str = "free(rows)") -> np.ndarray:
-    """Host rows (CPU tensor, numpy array, list/tuple of ints) as a 1-D int64 numpy array."""
+def _host_rows(rows: Any, num_rows: int, what: str = "free(rows)") -> np.ndarray:
+    """Host rows (CPU tensor, numpy array, list/tuple of ints) as a 1-D int64 numpy array.
+
+    A value int64 cannot hold (a Python int of any size, a uint64 above 2**63 - 1) is refused
+    here, named as it was given, with the accepted range [0, num_rows): converting it would
+    raise OverflowError or wrap to another row."""
     if isinstance(rows, torch.Tensor):
         if rows.device.type != "cpu":
             raise AllocError(f"{what}: internal: device tensor reached host conversion")
@@ -120,6 +128,9 @@ def _host_rows(rows: Any, what: str = "free(rows)") -> np.ndarray:
     elif isinstance(rows, (list, tuple, range)):
         if not all(isinstance(r, (int, np.integer)) and not isinstance(r, bool) for r in rows):
             raise AllocError(f"{what}: rows must be integers, got {list(rows)[:8]!r}")
+        huge = [int(r) for r in rows if not _INT64_MIN <= int(r) <= _INT64_MAX]
+        if huge:
+            raise AllocError(f"{what}: rows {huge[:8]} out of range [0, {num_rows})")
         arr = np.asarray(rows, dtype=np.int64)
     else:
         raise AllocError(
@@ -127,6 +138,9 @@ def _host_rows(rows: Any, what: str = "free(rows)") -> np.ndarray:
         )
     if arr.ndim != 1:
         raise AllocError(f"{what}: rows must be 1-D, got shape {tuple(arr.shape)}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:
+        huge = [int(r) for r in arr[arr > _INT64_MAX][:8]]
+        raise AllocError(f"{what}: rows {huge} out of range [0, {num_rows})")
     return arr.astype(np.int64, copy=False)
 
 
@@ -269,7 +283,8 @@ class LegacyBitmapAllocator:
                     f"shape {tuple(rows.shape)}"
                 )
             return rows.to(self.device, torch.int64)
-        return torch.from_numpy(np.array(_host_rows(rows), dtype=np.int64)).to(self.device)
+        return torch.from_numpy(np.array(_host_rows(rows, self.num_rows), dtype=np.int64)).to(
+            self.device)
 
     def free_all(self) -> None:
         self._free.fill_(True)
@@ -592,7 +607,7 @@ class HostFreeListAllocator:
         if isinstance(rows, torch.Tensor):
             arr, view = self._tensor_rows(rows)
         else:
-            arr = _host_rows(rows)
+            arr = _host_rows(rows, self.num_rows)
         _check_rows(arr, self.num_rows, self._allocated, self._scratch, self._iota)
         k = arr.size
         if k == 0:
@@ -635,7 +650,7 @@ class HostFreeListAllocator:
             if dropped is not None:
                 return _strided(dropped[1], off, step, k), None
         if on_host:
-            return _host_rows(t), None
+            return _host_rows(t, self.num_rows), None
         if t.device != self.device:
             raise AllocError(
                 f"free(rows): rows are on {t.device}, this allocator's rows are on {self.device}"

@@ -35,7 +35,7 @@ from functools import partial
 import torch
 
 from kvbench.alloc import STATES, KVCacheManager, checked_alloc, prepare_state
-from kvbench.jsonfile import write_json_atomic
+from kvbench.jsonfile import output_path, write_json_atomic
 
 IMPLS = ("torch/legacy", "host/freelist")
 
@@ -217,7 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
     parser.add_argument("--num-rows", type=int, default=32768)
-    parser.add_argument("--json", default=None, help="also write the numbers to this file")
+    parser.add_argument("--json", type=output_path, default=None,
+                        help="also write the numbers to this file (checked before measuring)")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help=f"interleaved rounds per cell (default {ROUNDS})")
     args = parser.parse_args(argv)

@@ -73,6 +73,20 @@ print(json.dumps(out))
 """
 
 
+def asv_machine_name(argv: list[str] | None = None) -> str:
+    """The machine this asv command records results for: its --machine argument, else asv's
+    own default (the host name, asv.machine.Machine.get_unique_machine_name)."""
+    args = sys.argv[1:] if argv is None else argv
+    for i, arg in enumerate(args):
+        if arg == "--machine" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--machine="):
+            return arg.split("=", 1)[1]
+    from asv.machine import Machine
+
+    return Machine.get_unique_machine_name()
+
+
 class OfflineVirtualenv(Virtualenv):
     """A virtualenv whose third-party packages come from the interpreter running asv."""
 
@@ -84,6 +98,10 @@ class OfflineVirtualenv(Virtualenv):
         # interpreter that runs asv, so prefer it whenever its version is the one asked for.
         if python == f"{sys.version_info[0]}.{sys.version_info[1]}":
             self._executable = sys.executable
+        # Where the suite writes its sidecar (benchmarks/_sidecar.py): asv tells a benchmark
+        # process the commit and env but not the machine or the results directory.
+        self._global_env_vars["ASV_KVBENCH_MACHINE"] = asv_machine_name()
+        self._global_env_vars["ASV_KVBENCH_RESULTS_DIR"] = os.path.abspath(conf.results_dir)
 
     def _setup(self) -> None:
         env = dict(os.environ)

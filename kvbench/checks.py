@@ -3,13 +3,19 @@
 `check_<op>` returns max_abs_diff and raises harness.VerificationError on a mismatch; the
 tolerances are the kernel module's `_RTOL` / `_ATOL`, shared with tests and benchmarks.
 `selfcheck_<op>` builds a tiny problem so dispatch.golden can verify a registry row.
+Every checked call runs in safe mode (``KVBENCH_CHECK=1``, docs/safety.md): index values are
+validated on the device too, and a failure raises here instead of becoming a wrong number.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from kvbench.harness.verify import verify
+from kvbench.harness.proof import TimedProof, poison_
+from kvbench.harness.verify import SYSTEMATIC_TOLERANCE, verify, verify_unbiased
+from kvbench.kernels._validate import checked_calls
 
 # ---- paged_decode (owned by the paged-decode work) -------------------------------------
 #
@@ -66,25 +72,104 @@ def check_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = No
 
     Tolerances are the kernel module's for the pool's KV dtype, loosened to q's dtype's entry
     when that is looser (the kernel's arithmetic runs in q's dtype). NaN anywhere in the
-    output (e.g. an element never written, see ``_poison_next_alloc``) fails verify.
+    output (e.g. an element never written, see ``_poison_next_alloc``) fails verify. Then the
+    systematic-error criterion (verify.verify_unbiased, decode_systematic_tolerance): a
+    uniformly scaled or offset output fails even inside the elementwise tolerances.
     """
-    from kvbench.kernels.paged_decode import _ATOL, _RTOL
     from kvbench.reference import paged_decode_ref
 
     if q.dtype not in _Q_DTYPE_NAMES:
         raise ValueError(f"q has dtype {q.dtype}; accepted: torch.float16, torch.bfloat16")
-    kv_name, q_name = pool.kv_dtype_name, _Q_DTYPE_NAMES[q.dtype]
-    rtol = max(_RTOL[kv_name], _RTOL[q_name])
-    atol = max(_ATOL[kv_name], _ATOL[q_name])
+    kv_name = pool.kv_dtype_name
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     kwargs = {"sm_scale": sm_scale, "k_scale": pool.k_scale, "v_scale": pool.v_scale}
     ref = paged_decode_ref(*args, **kwargs)
     _poison_next_alloc(tuple(q.shape), q.dtype, q.device)
-    out = fn(*args, **kwargs)
-    if out.dtype != q.dtype:
-        raise ValueError(f"{getattr(fn, '__name__', fn)} returned {out.dtype}; expected {q.dtype}")
-    name = f"paged_decode[{getattr(fn, '__name__', fn)}, kv={kv_name}, q={q_name}]"
-    return verify(name, out, ref, rtol=rtol, atol=atol)
+    with checked_calls():
+        out = fn(*args, **kwargs)
+    return _verify_decode_output(fn, out, ref, q, kv_name).max_abs
+
+
+#: The systematic-error tolerance of bf16 outputs computed by the Triton interpreter: it
+#: converts fp32 to bf16 by truncation toward zero, not to nearest even as the GPU does (every
+#: |bf16(x)| <= |x|; tests/test_proof.py keeps that fact checked), so a Triton bf16 decode
+#: under TRITON_INTERPRET=1 carries a negative scale of up to ~u that the same kernel on a GPU
+#: does not (2 x 2^-8: docs/harness.md, "Proof with every number").
+INTERPRETER_BF16_SYSTEMATIC_TOLERANCE = 2.0**-7
+
+
+def decode_systematic_tolerance(kv_name: str, q_name: str, device: torch.device) -> float:
+    """The systematic-error tolerance of a decode output (verify.SYSTEMATIC_TOLERANCE).
+
+    The output is in q's dtype and the reference reads the same KV values (fp8 bytes widened
+    with the same scales), so q's dtype decides; fp8 KV adds no rounding of its own. On a CPU
+    under the Triton interpreter, bf16 gets INTERPRETER_BF16_SYSTEMATIC_TOLERANCE."""
+    del kv_name  # the KV dtype's rounding is the reference's too (see above)
+    tol = SYSTEMATIC_TOLERANCE[q_name]
+    if q_name == "bf16" and device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+        tol = INTERPRETER_BF16_SYSTEMATIC_TOLERANCE
+    return tol
+
+
+def _verify_decode_output(fn, out, ref: torch.Tensor, q: torch.Tensor, kv_name: str):
+    """The decode gate on one output: dtype, the kernel's elementwise tolerances (verify),
+    then the systematic-error criterion (verify_unbiased). Returns the error figures."""
+    from kvbench.kernels.paged_decode import _ATOL, _RTOL
+
+    q_name = _Q_DTYPE_NAMES[q.dtype]
+    label = getattr(fn, "__name__", fn)
+    if not isinstance(out, torch.Tensor) or out.dtype != q.dtype:
+        got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"{label} returned {got}; expected {q.dtype}")
+    rtol = max(_RTOL[kv_name], _RTOL[q_name])
+    atol = max(_ATOL[kv_name], _ATOL[q_name])
+    name = f"paged_decode[{label}, kv={kv_name}, q={q_name}]"
+    verify(name, out, ref, rtol=rtol, atol=atol)
+    return verify_unbiased(name, out, ref,
+                           tol=decode_systematic_tolerance(kv_name, q_name, q.device))
+
+
+class _RefCache:
+    """The reference of a perturbed input, computed once per input content: the proofs of the
+    selector rows measured on one input share it (the perturbation is the same every time)."""
+
+    def __init__(self, compute) -> None:
+        self._compute = compute
+        self._key: list[torch.Tensor] | None = None
+        self._value = None
+
+    def get(self, *inputs: torch.Tensor):
+        if self._key is None or not all(
+            a.shape == b.shape and torch.equal(a, b) for a, b in zip(self._key, inputs)
+        ):
+            self._value = self._compute()
+            self._key = [t.clone() for t in inputs]
+        return self._value
+
+
+def proof_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = None) -> TimedProof:
+    """The TimedProof of a decode row timed on ``(q, pool)`` (harness/proof.py).
+
+    Before the last timed call: the previous call's output is poisoned and q is negated in
+    place (a different softmax for every head, same shapes and ranges); that call's output is
+    then checked against the reference of -q with the same gate as check_paged_decode.
+    restore() negates q back (exact). ``fn`` only names the row in messages."""
+    from kvbench.reference import paged_decode_ref
+
+    if q.dtype not in _Q_DTYPE_NAMES:
+        raise ValueError(f"q has dtype {q.dtype}; accepted: torch.float16, torch.bfloat16")
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    kwargs = {"sm_scale": sm_scale, "k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    refs = _RefCache(lambda: paged_decode_ref(*args, **kwargs))
+
+    def prepare(previous: object) -> None:
+        poison_(previous)
+        q.neg_()
+
+    def check(out: object):
+        return _verify_decode_output(fn, out, refs.get(q), q, pool.kv_dtype_name)
+
+    return TimedProof(prepare, check, lambda: q.neg_())
 
 
 def page_read_xor(pool) -> torch.Tensor:
@@ -255,7 +340,8 @@ def check_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor, slot_mapping: tor
         _bits(cache)[dst // ps, dst % ps] = -1  # all-ones bits: NaN in fp16/bf16, 0xFF in e4m3
 
     scales = {"k_scale": pool.k_scale, "v_scale": pool.v_scale} if dtype == "fp8" else {}
-    fn(k, v, kc, vc, slot_mapping, **scales)
+    with checked_calls():
+        fn(k, v, kc, vc, slot_mapping, **scales)
 
     ref_k, ref_v = kv_write_ref(k, v, slot_mapping, cache_dtype=dtype, **scales)
     diff = 0.0
@@ -270,6 +356,65 @@ def check_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor, slot_mapping: tor
         now = _bits(cache[untouched // ps, untouched % ps])
         verify(f"kv_write untouched {name} rows ({dtype})", now, old, rtol=0.0, atol=0.0)
     return diff
+
+
+def _as_values(t: torch.Tensor) -> torch.Tensor:
+    """Float values of cache rows for the error figures: fp8 bytes widened through e4m3."""
+    if t.dtype == torch.uint8:
+        return t.view(torch.float8_e4m3fn).to(torch.float32)
+    if t.dtype == torch.float8_e4m3fn:
+        return t.to(torch.float32)
+    return t.to(torch.float32)
+
+
+def proof_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor,
+                   slot_mapping: torch.Tensor) -> TimedProof:
+    """The TimedProof of a kv_write row timed on ``(k, v, pool, slot_mapping)``.
+
+    Before the last timed call: the destination rows are poisoned (all-ones bits) and k, v are
+    negated in place; that call's rows are then read back through the destination slots and
+    compared bit-exact (the kernel module's tolerances) with the reference of -k, -v. A writer
+    that skips rows it wrote before leaves poison; one that replays an earlier result leaves
+    +k. restore() negates k and v back. ``fn`` only names the row in messages."""
+    from kvbench.harness.verify import error_figures
+    from kvbench.kernels.kv_write import _ATOL, _RTOL
+    from kvbench.reference import kv_write_ref
+
+    dtype = pool.kv_dtype_name
+    ps = pool.page_size
+    keep = torch.nonzero(slot_mapping >= 0).squeeze(1)
+    dst = slot_mapping[keep]
+    page, offset = dst // ps, dst % ps
+    scales = {"k_scale": pool.k_scale, "v_scale": pool.v_scale} if dtype == "fp8" else {}
+    refs = _RefCache(lambda: kv_write_ref(k, v, slot_mapping, cache_dtype=dtype, **scales))
+    label = getattr(fn, "__name__", fn)
+
+    def prepare(previous: object) -> None:
+        del previous  # the output is the cache rows, poisoned here
+        for cache in (pool.k_cache, pool.v_cache):
+            _bits(cache)[page, offset] = -1
+        k.neg_()
+        v.neg_()
+
+    def check(out: object):
+        del out
+        ref_k, ref_v = refs.get(k, v)
+        got_all, want_all = [], []
+        for name, cache, ref in (("K", pool.k_cache, ref_k), ("V", pool.v_cache, ref_v)):
+            got, want = cache[page, offset], ref[keep]
+            if dtype == "fp8":
+                got = got.view(torch.uint8)
+            verify(f"kv_write[{label}] timed call: {name} rows read back ({dtype})", got, want,
+                   rtol=_RTOL[dtype], atol=_ATOL[dtype])
+            got_all.append(_as_values(got).reshape(-1))
+            want_all.append(_as_values(want).reshape(-1))
+        return error_figures(torch.cat(got_all), torch.cat(want_all))
+
+    def restore() -> None:
+        k.neg_()
+        v.neg_()
+
+    return TimedProof(prepare, check, restore)
 
 
 def selfcheck_kv_write(fn, dtype: str, device) -> float:
@@ -308,7 +453,8 @@ def check_kv_gather_fp8(
 
     rows = int(page_table_flat.shape[0]) + extra_rows
     _poison_next_alloc((rows, 576), torch.uint8, kv_cache.device)  # stale bytes fail, not pass
-    out = fn(kv_cache, page_table_flat, extra_rows=extra_rows)
+    with checked_calls():
+        out = fn(kv_cache, page_table_flat, extra_rows=extra_rows)
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float8_e4m3fn:
         got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
         raise VerificationError(f"kv_gather_fp8: output must be float8_e4m3fn, got {got}",
@@ -322,6 +468,42 @@ def check_kv_gather_fp8(
            torch.zeros((extra_rows, got.shape[-1]), dtype=torch.uint8, device=got.device),
            rtol=0.0, atol=0.0)
     return diff
+
+
+def proof_kv_gather_fp8(fn, kv_cache: torch.Tensor, page_table_flat: torch.Tensor,
+                        extra_rows: int) -> TimedProof:
+    """The TimedProof of a kv_gather_fp8 row timed on ``(kv_cache, page_table_flat)``.
+
+    Before the last timed call: the previous call's output is poisoned (0xFF bytes: e4m3
+    NaN) and the page table is reversed in place (the same rows in the opposite order);
+    that call's output must then equal the reference of the reversed table bit for bit, pad
+    rows zero. restore() reverses the table back. ``fn`` only names the row in messages."""
+    from kvbench.harness.verify import VerificationError, error_figures
+    from kvbench.reference import kv_gather_fp8_ref
+
+    refs = _RefCache(lambda: kv_gather_fp8_ref(kv_cache, page_table_flat, extra_rows=extra_rows))
+    label = getattr(fn, "__name__", fn)
+
+    def reverse() -> None:
+        page_table_flat.copy_(page_table_flat.flip(0))
+
+    def prepare(previous: object) -> None:
+        poison_(previous)
+        reverse()
+
+    def check(out: object):
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.float8_e4m3fn:
+            got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+            raise VerificationError(f"kv_gather_fp8[{label}] timed call: output must be "
+                                    f"float8_e4m3fn, got {got}", name="kv_gather_fp8")
+        ref = refs.get(page_table_flat)
+        got = out.view(torch.uint8)
+        n = int(page_table_flat.shape[0])
+        verify(f"kv_gather_fp8[{label}] timed call: bytes", got, ref.view(torch.uint8),
+               rtol=0.0, atol=0.0)
+        return error_figures(_as_values(got[:n]), _as_values(ref.view(torch.uint8)[:n]))
+
+    return TimedProof(prepare, check, reverse)
 
 
 def selfcheck_kv_gather_fp8(fn, dtype: str = "fp8", device=None) -> float:

@@ -31,9 +31,10 @@ def _cmd_env(args: argparse.Namespace) -> int:
     """What this machine is: device, peaks, L2, versions, and the selector variables.
 
     Exit 2 when a selector variable names no row: every dispatch of that op would raise, so
-    say it here, before a run, with the values accepted."""
+    say it here, before a run, with the values accepted. A KVBENCH_* variable kvbench does not
+    read (a misspelt selector) is listed as a warning ("unknown_variables" in --json)."""
     from kvbench.dispatch.core import selector_problem
-    from kvbench.dispatch.selectors import SELECTOR_VARS
+    from kvbench.dispatch.selectors import SELECTOR_VARS, unknown_setting_messages
     from kvbench.harness import device_peaks, metadata
     from kvbench.harness.calibrate import load_ceilings
     from kvbench.harness.meta import format_metadata
@@ -42,14 +43,18 @@ def _cmd_env(args: argparse.Namespace) -> int:
     peaks = device_peaks()
     ceilings = load_ceilings(peaks.name)
     problems = [p for p in map(selector_problem, SELECTOR_VARS) if p is not None]
+    unknown = unknown_setting_messages()  # misspelt variables: reported, not an error
     if args.json:
         meta["ceilings"] = None if ceilings is None else dataclasses.asdict(ceilings)
         meta["selector_problems"] = problems
+        meta["unknown_variables"] = unknown
         print(json.dumps(meta, indent=2, default=str))
         return 2 if problems else 0
     print(format_metadata(meta))
     for problem in problems:
         print(f"invalid selector: {problem}")
+    for warning in unknown.values():
+        print(f"warning: {warning}")
     if ceilings is None:
         print("measured ceilings: none stored for this device (run `kvbench calibrate`)")
     else:
@@ -62,10 +67,12 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure copy / read / write bandwidth with the harness and store them per device name."""
+    from kvbench import progress
     from kvbench.harness.calibrate import cache_dir, calibrate
 
     kwargs = {} if args.size_mib is None else {"size_bytes": args.size_mib * 2**20}
-    ceilings = calibrate(**kwargs)
+    with progress.status("kvbench calibrate: measuring copy, read and write bandwidth"):
+        ceilings = calibrate(**kwargs)
     print(
         f"{ceilings.device_name}: copy {ceilings.copy_gbps:.0f} GB/s (read+write), "
         f"read {ceilings.read_gbps:.0f} GB/s, write {ceilings.write_gbps:.0f} GB/s"
@@ -89,26 +96,97 @@ def _run_publish(rest: list[str]) -> int:
 #: Subcommands whose own parser takes every argument after the name. They are handed over
 #: before `kvbench`'s parser runs: argparse.REMAINDER as a subparser's only positional does
 #: not capture options that come first (`kvbench machine --name x` was an error).
-PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish}
+def _run_preview(rest: list[str]) -> int:
+    from kvbench.publish import preview_main
+
+    return preview_main(rest)
+
+
+PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish, "preview": _run_preview}
+
+
+def _cmd_discover(args: argparse.Namespace) -> int:
+    """results/benchmarks.json from benchmarks/ (asv's discovery, offline): write or check."""
+    from kvbench.history import suite
+
+    if args.check:
+        diffs = suite.differences(args.config)
+        for line in diffs:
+            print(line)
+        if diffs:
+            print(f"{suite.benchmarks_json_path(args.config)} differs from the suite: run "
+                  "`kvbench discover` and commit it")
+            return 1
+        print("benchmarks.json matches the suite")
+        return 0
+    print(f"wrote {suite.write(args.config)}")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    """The roofline picture of a stored table (`kvbench table OP --json FILE`)."""
+    from kvbench.plots import plot_roofline
+
+    try:
+        with open(args.table_json, encoding="utf-8") as fh:
+            table = json.load(fh)
+        out = plot_roofline(table, args.path)
+    except (OSError, ValueError) as exc:
+        print(f"kvbench plot: {args.table_json}: {exc}", file=sys.stderr)
+        return 2
+    print(f"roofline plot: {out}")
+    return 0
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    from kvbench import progress
     from kvbench.dispatch.tune import main as tune_main
 
-    return tune_main([args.op, *args.rest])
+    with progress.status(f"kvbench tune {args.op}: measuring every verified row"):
+        return tune_main(args.argv)
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
     from kvbench.table import main as table_main
 
-    return table_main([args.op, *args.rest])
+    return table_main(args.argv)
+
+
+def _add_table_arguments(p: argparse.ArgumentParser) -> None:
+    """`kvbench table`'s options, declared here so `--help` answers without importing torch
+    or a kernel; kvbench.table.main parses the same arguments (tests/test_cli.py keeps the
+    two in step)."""
+    p.add_argument("op", choices=OPS)
+    p.add_argument("--json", dest="json_path", metavar="PATH", default=None,
+                   help="also write the rows (and skipped rows, checks, floors) as JSON")
+    p.add_argument("--grid", action="store_true",
+                   help="paged_decode: the full batch x context grid")
+    p.add_argument("--no-ablations", action="store_true",
+                   help="paged_decode: skip the layout/storage/L2 ablation rows")
+    p.add_argument("--plot", metavar="PATH", default=None,
+                   help="also draw the rows' GB/s against the spec peak and the measured "
+                        "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
+
+
+def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
+    """`kvbench tune`'s options (kvbench.dispatch.tune.main parses the same; see above)."""
+    p.add_argument("op", choices=OPS)
+    p.add_argument("--device", default=None, help="torch device (default: cuda if present)")
+    p.add_argument("--dtype", default=None,
+                   help="KV dtype to measure at (default: the op's; any its rows serve)")
+    p.add_argument("--storage", default=None,
+                   help="paged pool storage for paged_decode / kv_write (default: combined)")
 
 
 def _cmd_main(args: argparse.Namespace) -> int:
-    """The main job: environment, then a correctness-checked table for every op."""
+    """The main job: the environment report first (a few seconds), then a
+    correctness-checked table for every op (minutes, with a live status on a terminal)."""
+    print("== environment (kvbench env)", flush=True)
+    env_status = _cmd_env(argparse.Namespace(json=False))
+    print(flush=True)
     from kvbench.table import run_all
 
-    return run_all(json_dir=args.json_dir)
+    return run_all(json_dir=args.json_dir) | (1 if env_status else 0)
 
 
 def _percent(text: str) -> float:
@@ -157,16 +235,18 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("machine", "write the asv machine record from code ([--name NAME] [--file PATH])"),
         ("publish", "asv publish + local dashboard assets (renders offline)"),
+        ("preview", "serve the published dashboard on 127.0.0.1 and print its URL"),
     ):
         sub.add_parser(name, help=text, add_help=False)  # listed in --help; see PASSTHROUGH
 
-    for name, func, text in (
-        ("tune", _cmd_tune, "measure every verified row and store the perf table dispatch ranks on"),
-        ("table", _cmd_table, "correctness-checked report table of every row and peer"),
+    for name, func, add_arguments, text in (
+        ("tune", _cmd_tune, _add_tune_arguments,
+         "measure every verified row and store the perf table dispatch ranks on"),
+        ("table", _cmd_table, _add_table_arguments,
+         "correctness-checked report table of every row and peer"),
     ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("op", choices=OPS)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p = sub.add_parser(name, help=text, description=text)
+        add_arguments(p)
         p.set_defaults(func=func)
 
     p = sub.add_parser(
@@ -195,6 +275,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="asv.conf.json (default: the project root's)")
     p.set_defaults(func=_cmd_bisect, parser=p)
 
+    p = sub.add_parser("discover", help="rewrite results/benchmarks.json from benchmarks/ "
+                       "(asv's discovery, offline; --check: exit 1 where it differs)")
+    p.add_argument("--check", action="store_true",
+                   help="only compare: exit 1 and name what differs")
+    p.add_argument("--config", default="asv.conf.json", help="asv config (default: %(default)s)")
+    p.set_defaults(func=_cmd_discover)
+
+    p = sub.add_parser("plot", help="draw the roofline of a stored table JSON "
+                       "(kvbench table OP --json FILE) to PATH")
+    p.add_argument("table_json", metavar="TABLE_JSON")
+    p.add_argument("path", metavar="PATH", help="picture to write (.png, .svg, .pdf)")
+    p.set_defaults(func=_cmd_plot)
+
     p = sub.add_parser("main", help="the main job: env + a table for every op this device runs")
     p.add_argument("--json-dir", default=None, help="also write each table as JSON here")
     p.set_defaults(func=_cmd_main)
@@ -206,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in PASSTHROUGH:
         return int(PASSTHROUGH[argv[0]](argv[1:]) or 0)
     args = build_parser().parse_args(argv)
+    args.argv = argv[1:]  # what followed the command name: table/tune re-parse it themselves
     return int(args.func(args) or 0)
 
 

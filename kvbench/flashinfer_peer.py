@@ -28,13 +28,13 @@ from __future__ import annotations
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
+from kvbench.core import paths
 from kvbench.pool import attended_pages
 
 #: The carried FlashInfer's import root, unless $KVBENCH_FLASHINFER_SITE names another.
@@ -85,6 +85,21 @@ def aot_module_path(
     return site / "flashinfer" / "data" / "aot" / uri / f"{uri}.so"
 
 
+def set_workspace_env() -> None:
+    """Point FlashInfer's JIT workspace and tvm-ffi's cache at the cache root's flashinfer/
+    folder, unless the caller set them.
+
+    FlashInfer writes generated sources, a lock and a log at import, under $HOME by default
+    (read-only or shared on the device machine); a fixed name under /tmp, as before, could be
+    pre-created by another user, who would then supply the sources FlashInfer compiles and the
+    modules it loads. The cache root is private (kvbench.core.paths)."""
+    if "FLASHINFER_WORKSPACE_BASE" in os.environ and "TVM_FFI_CACHE_DIR" in os.environ:
+        return
+    base = paths.flashinfer_workspace_dir()
+    os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", str(base))
+    os.environ.setdefault("TVM_FFI_CACHE_DIR", str(base / "tvm-ffi"))
+
+
 def load_flashinfer() -> ModuleType:
     """Import FlashInfer (the carried copy first), or raise PeerUnavailable saying why."""
     site = carried_site()
@@ -113,11 +128,7 @@ def load_flashinfer() -> ModuleType:
         origin = Path(getattr(mod, "__file__", "") or "").resolve() if mod else None
         if origin is not None and site.resolve() not in origin.parents:
             raise PeerUnavailable(f"{name} is already imported from {origin}, not from {site}")
-    # FlashInfer writes generated sources, a lock and a log at import, under $HOME by default
-    # (read-only or shared on the device machine): a temp dir unless the caller chose one.
-    base = Path(tempfile.gettempdir()) / "kvbench-flashinfer"
-    os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", str(base))
-    os.environ.setdefault("TVM_FFI_CACHE_DIR", str(base / "tvm-ffi"))
+    set_workspace_env()
     if str(site) not in sys.path:
         sys.path.insert(0, str(site))
     try:

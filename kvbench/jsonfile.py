@@ -3,29 +3,55 @@
 A result file (a table's rows, the perf table dispatch ranks on, the measured ceilings) is
 written to a temporary file in the same directory and renamed over the target: a reader sees
 the old file or the new one, never a torn one, and a full disk leaves the old file intact.
-Output paths are also checked before a run spends minutes measuring into them.
+Output paths are also checked before a run spends minutes measuring into them, and a stored
+file that cannot be read is moved aside (`move_aside`), never overwritten: what is in it may
+still be recoverable by hand.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 
 def check_writable(path: str | os.PathLike[str]) -> Path:
-    """`path` as a Path if a file can be written there; ValueError naming what is wrong."""
+    """`path` as a Path if a file can be written there; ValueError naming what is wrong.
+
+    The directory is probed by creating (and removing) a temporary file in it, as the atomic
+    write will: ``os.access`` answers yes to root for any directory, and yes on /proc or
+    /sys, where creating a file then fails after the measurement. An existing target must be
+    a regular file: the atomic rename would replace a device node such as /dev/null."""
     target = Path(path)
     if target.is_dir():
         raise ValueError(f"{target}: is a directory; give a file path")
+    if target.exists() and not target.is_file():
+        raise ValueError(f"{target}: exists and is not a regular file; give a file path")
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise ValueError(f"{target}: its directory {parent} does not exist (or is not a directory)")
-    if not os.access(parent, os.W_OK):
-        raise ValueError(f"{target}: its directory {parent} is not writable")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{target.name}-", suffix=".probe")
+    except OSError as exc:
+        raise ValueError(f"{target}: its directory {parent} is not writable "
+                         f"(creating a file there failed: {exc.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
     return target
+
+
+def output_path(text: str) -> Path:
+    """argparse ``type=`` of an output file option (``--json PATH``): checked with
+    check_writable while the arguments are parsed, so a bad path is a usage error (exit 2)
+    before anything is measured."""
+    try:
+        return check_writable(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any, **dump_kwargs: Any) -> Path:
@@ -40,3 +66,12 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any, **dump_kwargs: An
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def move_aside(path: str | os.PathLike[str]) -> Path:
+    """Rename an unreadable stored file to ``<name>.corrupt-<UTC time>`` beside it; return the
+    new path. OSError if the rename fails: the caller must then not overwrite the file."""
+    source = Path(path)
+    aside = source.with_name(f"{source.name}.corrupt-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
+    source.rename(aside)
+    return aside

@@ -16,6 +16,14 @@ Layout tags derived here (kvbench.dispatch.registry documents them):
     kv:fp8-scaled  a k_scale or v_scale was passed
     kv:v-dim-major paged_decode: the V cache is not token-major (its last stride is not 1:
                    dim-major pages, the pool's storage="v_dim_major"; the kernels check it)
+
+Safety (docs/safety.md). Every op reads its tensors with the strides they have, or refuses a
+layout it cannot read with a ValueError naming the argument. Index and scale values are
+checked on the host for CPU tensors. On CUDA the fast path checks no value (a bad block
+table, slot or page id is an out-of-bounds access); with ``KVBENCH_CHECK=1`` (safe mode) the
+values are checked on the device without a host sync, out-of-range indices are neutralised
+before the launch, and the ValueError comes from the next op call that finds the verdict
+ready or from ``raise_pending()``.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from kvbench.dispatch.registry import (
     gather_bucket,
     write_bucket,
 )
+from kvbench.kernels._validate import raise_pending as _raise_pending
 
 #: Cache dtype -> dtype name. fp8 caches are e4m3 bytes in a uint8 container (or viewed as
 #: float8_e4m3fn), with caller-side fp32 scales.
@@ -62,6 +71,12 @@ _TAGS: dict[tuple[bool, bool, bool, bool], frozenset[str]] = {
 
 _LAST: dict[str, Selection] = {}
 _ENV = selector_source("paged_decode")[0]  # the raw environment mapping (see dispatch.core)
+
+
+def raise_pending() -> None:
+    """Wait for the safe-mode checks of earlier calls and raise the ValueError of any that
+    failed (KVBENCH_CHECK=1 on CUDA; a no-op otherwise)."""
+    _raise_pending(wait=True)
 
 
 def last_selection(op: str) -> Selection | None:
@@ -193,8 +208,9 @@ def paged_decode(
 ) -> torch.Tensor:
     """One decode step of paged attention: q [B, Hq, D] over caches [pages, page, Hkv, D].
 
-    block_table [B, max_pages] int32, seq_lens [B] int32; fp8 caches (uint8 e4m3 bytes) need
-    k_scale / v_scale (fp32 scalars). Returns out [B, Hq, D] in q's dtype.
+    block_table [B, max_pages] int32, seq_lens [B] int32; fp8 caches (e4m3 bytes as uint8 or
+    float8_e4m3fn) need k_scale / v_scale (finite fp32 scales > 0). Only the block-table
+    entries seq_lens reaches are read. Returns out [B, Hq, D] in q's dtype.
     """
     scaled = k_scale is not None or v_scale is not None
     # _decode_key inlined: this is the per-decode-step cost (<= 2 µs, tests/test_ops.py).
@@ -280,8 +296,9 @@ def kv_write(
 ) -> None:
     """Scatter new rows k, v [N, Hkv, D] into the caches at slot_mapping [N] (int64), in place.
 
-    slot = page * page_size + offset; a negative slot skips its token. fp8 caches quantize on
-    write with the caller-side scales.
+    slot = page * page_size + offset; a negative slot skips its token; slot_mapping may be any
+    strided view. fp8 caches quantize on write with the caller-side scales (finite, > 0). The
+    K and V caches must not share memory.
     """
     scaled = k_scale is not None or v_scale is not None
     sel = _DECISIONS.get(_write_key(k, k_cache, v_cache, scaled))

@@ -6,7 +6,7 @@ runner) the published page renders blank. After asv writes html/, this module fe
 same libraries at the same versions from the npm registry with the ordinary client
 (`npm pack <pkg>@<version>`), unpacks the files asv references into html/vendor/<pkg>/ and
 rewrites the <script>/<link> tags to point there. Nothing is committed: the tarballs are
-cached per user (platformdirs cache dir, or KVBENCH_NPM_CACHE), so one fetch serves every
+cached per user (the cache root's npm/ folder, or KVBENCH_NPM_CACHE), so one fetch serves every
 later publish offline.
 
 Two deliberate substitutions, both API-compatible for asv's use:
@@ -87,13 +87,14 @@ _DROP_ATTRS = re.compile(
 
 
 def cache_dir() -> Path:
-    """Where npm tarballs are kept between publishes: KVBENCH_NPM_CACHE or the user cache."""
+    """Where npm tarballs are kept between publishes: KVBENCH_NPM_CACHE, else the cache root's
+    npm/ folder (kvbench.core.paths)."""
     override = os.environ.get("KVBENCH_NPM_CACHE")
     if override:
         return Path(override)
-    import platformdirs
+    from kvbench.core import paths
 
-    return Path(platformdirs.user_cache_dir("kvbench")) / "npm"
+    return paths.npm_cache_dir()
 
 
 def _tarball(package: str, version: str, cache: Path) -> Path:
@@ -117,16 +118,28 @@ def _tarball(package: str, version: str, cache: Path) -> Path:
     return path
 
 
-def fetch_assets(html_dir: str | os.PathLike, *, cache: Path | None = None) -> list[Path]:
-    """Unpack every asset (and the files they reference) into html_dir/vendor/; return them."""
-    cache = cache_dir() if cache is None else Path(cache)
+def _wanted() -> dict[tuple[str, str], set[str]]:
+    """(npm package, version) -> the files of its tarball the dashboard uses."""
     wanted: dict[tuple[str, str], set[str]] = {}
     for asset in ASSETS:
         wanted.setdefault((asset.package, asset.version), set()).add(asset.member)
     for key, extra in EXTRA_MEMBERS.items():
         wanted.setdefault(key, set()).update(extra)
+    return wanted
+
+
+def prefetch(*, cache: Path | None = None) -> list[Path]:
+    """Fill the tarball cache (npm pack once per package) so later publishes run offline;
+    return the cached tarballs. scripts/setup.sh calls it on a fresh machine."""
+    cache = cache_dir() if cache is None else Path(cache)
+    return [_tarball(package, version, cache) for package, version in sorted(_wanted())]
+
+
+def fetch_assets(html_dir: str | os.PathLike, *, cache: Path | None = None) -> list[Path]:
+    """Unpack every asset (and the files they reference) into html_dir/vendor/; return them."""
+    cache = cache_dir() if cache is None else Path(cache)
     written = []
-    for (package, version), members in sorted(wanted.items()):
+    for (package, version), members in sorted(_wanted().items()):
         path = _tarball(package, version, cache)
         try:
             written += _unpack(path, package, version, sorted(members), Path(html_dir))
@@ -202,13 +215,164 @@ def html_dir_of(config: str | os.PathLike) -> Path:
     return (conf_path.parent / conf.html_dir).resolve()
 
 
+#: Path keys of asv.conf.json, resolved against the config's folder in the staging config.
+_PATH_KEYS = ("repo", "benchmark_dir", "results_dir", "html_dir", "env_dir")
+
+
+def fold_host_keys(result: dict, record: dict) -> bool:
+    """Give one result's params the machine record's values for HOST_KEYS (in place); True
+    when anything changed. The 1-GPU and 2-GPU H200 hosts' records differ in num_cpu and
+    ram, and every boot in its kernel build: asv draws one line per distinct params, so
+    unfolded they split one machine kind into several lines."""
+    from kvbench.machine import HOST_KEYS
+
+    params = result.get("params")
+    if not isinstance(params, dict):
+        return False
+    changed = False
+    for key in HOST_KEYS:
+        if key in params and key in record and params[key] != record[key]:
+            params[key] = record[key]
+            changed = True
+    return changed
+
+
+def stage_results(results_dir: Path, staging: Path) -> list[str]:
+    """Copy results_dir to staging with each machine's results folded onto its record
+    (results/<machine>/machine.json); the stored files are never touched. Returns the
+    machines whose record has a GPU (the dashboard's default selection; all if none)."""
+    import json
+
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(results_dir, staging)
+    gpu_machines, machines = [], []
+    for record_path in sorted(staging.glob("*/machine.json")):
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        machines.append(record.get("machine", record_path.parent.name))
+        if record.get("gpu") not in (None, "", "n/a", "unknown"):
+            gpu_machines.append(machines[-1])
+        for path in record_path.parent.glob("*.json"):
+            if path.name == "machine.json":
+                continue
+            try:
+                result = json.loads(path.read_text(encoding="utf-8"))
+            except ValueError:
+                continue  # asv publish reports a broken result file itself
+            if fold_host_keys(result, record):
+                path.write_text(json.dumps(result), encoding="utf-8")
+    return gpu_machines or machines
+
+
+#: asv's default machine selection (every machine) and kvbench's replacement: the machines
+#: publish() lists in index.json's kvbench_default_machines (GPU machines first: a CPU run
+#: of GPU kernels only proves the suite runs). A URL that names machines still wins.
+_ALL_MACHINES_JS = """            state = {};
+            state.machine = index.params.machine;
+
+            $.each(index.params, function(param, values) {
+                state[param] = values;"""
+_DEFAULT_MACHINES_JS = """            state = {};
+            state.machine = index.params.machine;
+
+            $.each(index.params, function(param, values) {
+                state[param] = values;
+                if (param == 'machine' && index.kvbench_default_machines) {
+                    state[param] = index.kvbench_default_machines.slice();
+                }"""
+
+
+def set_default_machines(html_dir: Path, machines: list[str]) -> None:
+    """Make the published dashboard open with `machines` selected (index.json + the one
+    line of graphdisplay.js that picks the default); raise if asv's script changed."""
+    import json
+
+    index_path = html_dir / "index.json"
+    index = json.loads(index_path.read_text(encoding="utf-8"))
+    known = index.get("params", {}).get("machine", [])
+    index["kvbench_default_machines"] = [m for m in machines if m in known] or known
+    index_path.write_text(json.dumps(index), encoding="utf-8")
+    script = html_dir / "graphdisplay.js"
+    text = script.read_text(encoding="utf-8")
+    if _DEFAULT_MACHINES_JS in text:
+        return
+    if _ALL_MACHINES_JS not in text:
+        raise RuntimeError(f"{script}: asv's default-selection code changed; update "
+                           "kvbench.publish._ALL_MACHINES_JS")
+    script.write_text(text.replace(_ALL_MACHINES_JS, _DEFAULT_MACHINES_JS), encoding="utf-8")
+
+
 def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | None = None) -> Path:
-    """Run `asv publish` for `config`, then vendor the dashboard's assets; return html_dir."""
-    cmd = [sys.executable, "-m", "asv", "publish", "--config", str(config), *(asv_args or [])]
-    subprocess.run(cmd, check=True)
+    """Rewrite results/benchmarks.json from the suite (kvbench.history.suite: asv publish
+    shows only the series it lists), run `asv publish` for `config` on a staged copy of the
+    results with host keys folded (one line per machine kind; stage_results), then open it
+    on the GPU machines and vendor the dashboard's assets; return html_dir."""
+    import json
+
+    from asv import util
+
+    from kvbench.history import suite
+
+    suite.write(config)
+    conf_path = Path(config).resolve()
+    raw = util.load_json(str(conf_path), js_comments=True)
+    for key in _PATH_KEYS:
+        if key in raw:
+            raw[key] = str((conf_path.parent / raw[key]).resolve())
+    results_dir = Path(raw.get("results_dir", conf_path.parent / "results"))
+    staging = Path(raw.get("env_dir", conf_path.parent / ".asv" / "env")).parent / "publish-results"
+    default_machines = stage_results(results_dir, staging)
+    raw["results_dir"] = str(staging)
+    staged_conf = conf_path.parent / f".kvbench-publish-{os.getpid()}.conf.json"
+    staged_conf.write_text(json.dumps(raw), encoding="utf-8")
+    try:
+        cmd = [sys.executable, "-m", "asv", "publish", "--config", str(staged_conf),
+               *(asv_args or [])]
+        subprocess.run(cmd, check=True, cwd=conf_path.parent)
+    finally:
+        staged_conf.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
     html_dir = html_dir_of(config)
+    set_default_machines(html_dir, default_machines)
     vendor_dashboard(html_dir)
     return html_dir
+
+
+def serve(html_dir: Path, port: int = 8080, host: str = "127.0.0.1") -> None:
+    """Serve html_dir on host:port until Ctrl-C (the dashboard loads its JSON over HTTP; from
+    a file:// URL the browser refuses it and asv shows "Error fetching content")."""
+    import functools
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    if not (html_dir / "index.html").is_file():
+        raise ValueError(f"{html_dir} holds no published dashboard: run `kvbench publish` first")
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(html_dir))
+    with ThreadingHTTPServer((host, port), handler) as server:
+        print(f"dashboard: http://{host}:{server.server_address[1]}/  (serving {html_dir}; "
+              "Ctrl-C stops)", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+
+
+def preview_main(argv: list[str] | None = None) -> int:
+    """CLI: `kvbench preview [--config asv.conf.json] [--port 8080]`."""
+    parser = argparse.ArgumentParser(
+        prog="kvbench preview",
+        description="Serve the published dashboard on 127.0.0.1 and print its URL.")
+    parser.add_argument("--config", default="asv.conf.json",
+                        help="asv config whose html_dir to serve (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8080,
+                        help="port on 127.0.0.1 (default: %(default)s; 0 picks a free one)")
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be 0-65535, got {args.port}")
+    try:
+        serve(html_dir_of(args.config), args.port)
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,14 +385,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="asv config (default: %(default)s)")
     parser.add_argument("--vendor-only", action="store_true",
                         help="skip `asv publish`; only vendor an already published html/")
+    parser.add_argument("--prefetch", action="store_true",
+                        help="only fill the npm tarball cache (needs npm once), then exit")
     args, rest = parser.parse_known_args(argv)
+    if args.prefetch:
+        tarballs = prefetch()
+        print(f"dashboard assets cached: {len(tarballs)} npm tarballs in {cache_dir()}")
+        return 0
     if args.vendor_only:
         html_dir = html_dir_of(args.config)
         vendor_dashboard(html_dir)
     else:
         html_dir = publish(args.config, rest)
     print(f"dashboard: {html_dir}/index.html (offline assets in {html_dir / VENDOR_DIR}); "
-          f"serve it with `asv preview` or `python -m http.server -d {html_dir}`")
+          "serve it with `kvbench preview` (opened from disk it shows \"Error fetching "
+          "content\")")
     return 0
 
 

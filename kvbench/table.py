@@ -7,11 +7,15 @@ of its own. Per case it
   2. forces each row through its env-var selector and dispatch, asserting that the row dispatch
      selected is the row the table names (seed 000: `sel.spec.name == _IMPL`),
   3. runs the row's correctness check against kvbench.reference (a wrong row gets no number),
-  4. times it with the op's timer (bench, or bench_host for the allocator),
+  4. times it with the op's timer (bench, or bench_host for the allocator); the last timed
+     call runs on a perturbed input and its output is verified too (kvbench.checks.proof_*,
+     harness/proof.py): a row that memoizes or skips work after its first call gets no number,
+     and the error figures of that call go to the JSON ("error"),
 and prints report() (throughput first), the dispatch explain() of `auto`, the host floor where
 rows approach it, and the metadata header. `--json PATH` writes the same rows for tools.
-Exit status: 0; 1 when no row could be measured; 2 when a row is above a spec peak (a
-measurement bug, listed under "violations" in the JSON); 130 when interrupted (Ctrl-C), after
+Exit status: 0; 1 when no row could be measured; 2 when a row is above a spec peak or
+above 1.05x the best ceiling `kvbench calibrate` measured on this device (a measurement bug,
+listed under "violations" in the JSON); 130 when interrupted (Ctrl-C), after
 printing and writing the rows measured until then (`"interrupted": true` in the JSON).
 On a GPU every decode case also carries `bound:page_read`: the case's pages read and nothing
 else, under the same timer (the bytes-only bound at that size; docs/harness.md).
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +35,7 @@ from typing import Any
 
 import torch
 
-from kvbench import checks, ops, theory
+from kvbench import checks, ops, progress, theory
 from kvbench.dispatch.core import dispatch, spec_names
 from kvbench.dispatch.selectors import selector_var
 from kvbench.harness import (
@@ -38,6 +43,7 @@ from kvbench.harness import (
     Work,
     bench,
     bench_host,
+    bench_kernel,
     device_peaks,
     event_floor,
     host_floor,
@@ -48,7 +54,8 @@ from kvbench.harness import (
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
 from kvbench.harness.report import EVENT_TIMERS
-from kvbench.jsonfile import check_writable, write_json_atomic
+from kvbench.harness.timers import KERNEL_TIMER_FLOOR_FACTOR
+from kvbench.jsonfile import check_writable, output_path, write_json_atomic
 from kvbench.pool import paged_pool
 
 #: Llama-3-8B decode geometry (issue 6): 32 query heads over 8 KV heads, head_dim 128.
@@ -92,6 +99,9 @@ class Table:
     explains: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     checks: dict[str, float] = field(default_factory=dict)
+    #: "<impl> @ <case>" -> error figures of the last timed call's verification
+    #: (harness/proof.py: max_abs, max_rel, scale, bias, n), for rows timed with a proof.
+    errors: dict[str, dict] = field(default_factory=dict)
     #: Set when the run was interrupted (Ctrl-C): the rows are those measured before it.
     interrupted: bool = False
     #: The floors of the timers its rows used (measure_floors): host_floor() for bench_host
@@ -107,13 +117,14 @@ class Table:
                 {**asdict(r), "gbps": r.gbps, "tflops": r.tflops} for r in self.rows
             ],
             "max_abs_diff": self.checks,
+            "error": self.errors,
             "skipped": self.skipped,
             "explain": self.explains,
             "interrupted": self.interrupted,
             "host_floor_us": self.floor_us,
             "event_floor_us": self.event_floor_us,
             "bound_ratios": bound_ratios(self.rows),
-            "violations": violations(self.rows, device_peaks()),
+            "violations": violations(self.rows, device_peaks(), _ceilings()),
         }
 
 
@@ -184,14 +195,38 @@ def _timed_rows(table: Table, op: str, case: str, dev: torch.device,
     return [n for n in names if not n.startswith("triton/")]
 
 
+def _ceilings() -> Any:
+    """calibrate's cached ceilings of this device (None if never calibrated): the bound of
+    the IMPLAUSIBLE check in report.violations."""
+    return load_ceilings(device_peaks().name)
+
+
+@functools.cache
+def _event_floor_us() -> float:
+    return event_floor().median_us
+
+
+def _near_event_floor(timing: Any) -> bool:
+    """A CUDA event-timed row within KERNEL_TIMER_FLOOR_FACTOR of the event timer's floor."""
+    return (timing.timer == "bench" and timing.device.startswith("cuda")
+            and timing.median_us <= KERNEL_TIMER_FLOOR_FACTOR * _event_floor_us())
+
+
 def _device_rows(impl: str, case: str, call: Callable[[], Any], work: Work, *,
-                 l2: str = "cold") -> list[Row]:
+                 l2: str = "cold", proof: Any = None, table: Table | None = None) -> list[Row]:
     """The event-timed row of an idempotent call, and, when the call makes the host wait for
     the GPU (TimingResult.host_syncs: report() flags it), its bench_host row beside it: the
     event samples of such a call hold host gaps, so only the caller's wall time is a number
-    to compare (docs/harness.md). Warm ablation rows get no host row: bench_host flushes."""
-    timing = bench(call, l2=l2)
+    to compare (docs/harness.md). Warm ablation rows get no host row: bench_host flushes.
+    proof: the op's TimedProof (kvbench.checks.proof_<op>): the last timed call's output is
+    verified, its error figures kept in table.errors."""
+    timing = bench(call, l2=l2, proof=proof)
+    if table is not None and timing.proof is not None:
+        table.errors[f"{impl} @ {case}"] = timing.proof
     rows = [Row.from_timing(impl, case, timing, work)]
+    if _near_event_floor(timing):  # the events may time the timer here: kernel time beside
+        rows.append(Row.from_timing(impl, case, bench_kernel(call, l2=l2), work,
+                                    note="CUPTI kernel time"))
     if timing.host_syncs and l2 == "cold":
         rows.append(Row.from_timing(impl, case, bench_host(call), work,
                                     note="syncs the host: what the caller waits"))
@@ -328,10 +363,13 @@ def decode_case(
     if with_peers:
         candidates.update(_decode_peers(pool, q))
     for name, fn in candidates.items():
+        progress.report(f"{name} @ {case}", rows=len(table.rows))
         call = partial(fn, *args, **kwargs)
         try:
             table.checks[f"{name} @ {case}"] = checks.check_paged_decode(fn, pool, q)
-            table.rows.extend(_device_rows(name, case, call, work, l2=l2))
+            proof = checks.proof_paged_decode(fn, pool, q)
+            table.rows.extend(_device_rows(name, case, call, work, l2=l2, proof=proof,
+                                           table=table))
         except Exception as exc:  # noqa: BLE001
             _skip(table, f"{name} @ {case}", exc)
     if dev.type == "cuda":
@@ -428,11 +466,13 @@ def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "
             + ("" if order == "scattered" else f" {order}-order"))
     table.explains[case] = _auto_explain("kv_write", lambda: ops.kv_write(*args, **kwargs))
     for name in _timed_rows(table, "kv_write", case, dev):
+        progress.report(f"{name} @ {case}", rows=len(table.rows))
         try:
             fn = _run_forced("kv_write", name, lambda: ops.kv_write(*args, **kwargs))
             table.checks[f"{name} @ {case}"] = checks.check_kv_write(fn, pool, k, v, slots)
             call = partial(fn, *args, **kwargs)
-            rows = _device_rows(name, case, call, work)
+            proof = checks.proof_kv_write(fn, pool, k, v, slots)
+            rows = _device_rows(name, case, call, work, proof=proof, table=table)
             table.rows.extend(rows)
         except Exception as exc:  # noqa: BLE001
             _skip(table, f"{name} @ {case}", exc)
@@ -443,7 +483,8 @@ def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "
             try:
                 replay = _graph_row(call)
                 table.rows.append(
-                    Row.from_timing(name, case, bench(replay), work, note="CUDA graph replay")
+                    Row.from_timing(name, case, bench(replay, proof=proof), work,
+                                    note="CUDA graph replay")
                 )
             except Exception as exc:  # noqa: BLE001 - a row that syncs cannot be captured
                 _skip(table, f"{name} @ {case} (CUDA graph)",
@@ -492,6 +533,7 @@ def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
             "kv_gather_fp8", lambda: ops.kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS)  # noqa: B023 - called before the loop moves on
         )
         for name in _timed_rows(table, "kv_gather_fp8", case, dev):
+            progress.report(f"{name} @ {case}", rows=len(table.rows))
             try:
                 fn = _run_forced(
                     "kv_gather_fp8", name,
@@ -499,7 +541,8 @@ def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
                 )
                 table.checks[f"{name} @ {case}"] = checks.check_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
                 call = partial(fn, kv_cache, pt, extra_rows=TOPK_PAD_ROWS)
-                table.rows.extend(_device_rows(name, case, call, work))
+                proof = checks.proof_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
+                table.rows.extend(_device_rows(name, case, call, work, proof=proof, table=table))
             except Exception as exc:  # noqa: BLE001
                 _skip(table, f"{name} @ {case}", exc)
     return table
@@ -519,6 +562,7 @@ def table_kv_alloc(*, table: Table | None = None) -> Table:
         for state in ALLOC_STATES:
             for n in ALLOC_SIZES:
                 case = f"{state} n={n}"
+                progress.report(f"{name} @ {case}", rows=len(table.rows))
                 try:
                     manager = KVCacheManager(ALLOC_ROWS, device=dev, impl=name)
                     held: list[torch.Tensor] = []
@@ -587,15 +631,25 @@ def bound_ratios(rows: Sequence[Row]) -> dict[str, dict[str, float]]:
     return out
 
 
+#: The ops whose rows are GPU kernels (or torch's ops meant for the GPU): on a CPU their
+#: numbers prove only that the suite runs. kv_alloc's host rows are real host costs anywhere.
+GPU_KERNEL_OPS = ("paged_decode", "kv_write", "kv_gather_fp8")
+CPU_NOTE = ("# note: CPU run of GPU kernels: these rows run torch's CPU ops at small shapes; "
+            "they prove the suite runs and check correctness, not how fast the kernels are "
+            "(run on a GPU for that)")
+
+
 def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
     """Metadata header, the report (throughput first), each row over its case's bytes-only
     bound, auto's explain(), skipped rows."""
     file = sys.stdout if file is None else file  # resolved per call (redirections, capture)
     peaks = device_peaks()
     print(format_metadata(meta), file=file)
+    if _device().type == "cpu" and table.op in GPU_KERNEL_OPS:
+        print(CPU_NOTE, file=file)
     measure_floors(table)
     report(
-        table.rows, peaks=peaks, ceilings=load_ceilings(peaks.name), floor_us=table.floor_us,
+        table.rows, peaks=peaks, ceilings=_ceilings(), floor_us=table.floor_us,
         event_floor_us=table.event_floor_us, ceiling=CEILING_FOR_OP[table.op],
         title=f"kvbench table {table.op}", file=file,
     )
@@ -613,45 +667,70 @@ def render(table: Table, meta: dict[str, Any], *, file: Any = None) -> None:
         print("\nINTERRUPTED: the rows above are those measured before the interrupt",
               file=file)
     if table.skipped:
-        print("\nrows not measured (with the reason):", file=file)
-        for label, why in table.skipped.items():
-            print(f"  {label}: {why}", file=file)
+        print(f"\nrows not measured ({len(table.skipped)}; each row and its reason in --json's "
+              "\"skipped\"):", file=file)
+        for line in skipped_summary(table.skipped):
+            print(f"  {line}", file=file)
+
+
+def skipped_summary(skipped: dict[str, str]) -> list[str]:
+    """One line per reason: how many rows, which impls, at how many cases (the rows of one
+    reason are usually one impl at every case, or every Triton row on a CPU)."""
+    by_reason: dict[str, list[tuple[str, str]]] = {}
+    for label, why in skipped.items():
+        impl, _, case = label.partition(" @ ")
+        by_reason.setdefault(why, []).append((impl, case))
+    lines = []
+    for why, labels in by_reason.items():
+        impls = sorted({impl for impl, _ in labels})
+        cases = {case for _, case in labels if case}
+        where = f" at {len(cases)} case{'s' * (len(cases) != 1)}" if cases else ""
+        count = f"{len(labels)} row{'s' * (len(labels) != 1)}"
+        lines.append(f"{count} ({', '.join(impls)}){where}: {why}")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvbench table")
     parser.add_argument("op", choices=sorted(BUILDERS))
-    parser.add_argument("--json", dest="json_path", default=None, help="write the rows as JSON")
+    parser.add_argument("--json", dest="json_path", type=output_path, default=None,
+                        help="write the rows as JSON (the path is checked before measuring)")
     parser.add_argument("--grid", action="store_true", help="paged_decode: full batch x context grid")
     parser.add_argument("--no-ablations", action="store_true", help="paged_decode: skip ablation rows")
+    parser.add_argument("--plot", metavar="PATH", type=output_path, default=None,
+                        help="also draw the rows' GB/s against the spec peak and the measured "
+                             "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
     args = parser.parse_args(argv)
     if args.op != "paged_decode":
         for flag, given in (("--grid", args.grid), ("--no-ablations", args.no_ablations)):
             if given:
                 parser.error(f"{flag} applies to paged_decode only, not {args.op}")
-    if args.json_path:  # before minutes of measuring, not after
-        try:
-            check_writable(args.json_path)
-        except ValueError as exc:
-            parser.error(f"--json {exc}")
+    if args.plot and args.op == "kv_alloc":
+        parser.error("--plot draws GB/s: kv_alloc's rows move no bytes (read its table); "
+                     "--plot takes paged_decode, kv_write or kv_gather_fp8")
     kwargs: dict[str, Any] = {}
     if args.op == "paged_decode":
         kwargs = {"grid": args.grid, "ablations": not args.no_ablations}
     table = Table(args.op)
     try:
-        table = BUILDERS[args.op](table=table, **kwargs)
+        with progress.status(f"kvbench table {args.op}"):
+            table = BUILDERS[args.op](table=table, **kwargs)
     except KeyboardInterrupt:  # keep what was measured: print and write it, marked as partial
         table.interrupted = True
     meta = metadata(command="kvbench table " + " ".join(argv or sys.argv[1:]))
     render(table, meta)
     if args.json_path:  # atomically: a failed write leaves the previous file as it was
         write_json_atomic(args.json_path, table.as_json(meta), indent=2, default=str)
+    if args.plot and any(r.work.moved > 0 for r in table.rows):
+        from kvbench.plots import plot_roofline
+
+        print(f"roofline plot: {plot_roofline(table.as_json(meta), args.plot)}")
     if table.interrupted:
         return 130  # the shell's status for SIGINT
     if not table.rows:
         return 1
     # A row above a spec peak is a measurement bug: the run says so in its status too.
-    return 2 if violations(table.rows, device_peaks()) else 0
+    return 2 if violations(table.rows, device_peaks(), _ceilings()) else 0
 
 
 def run_all(json_dir: str | None = None) -> int:
@@ -668,6 +747,7 @@ def run_all(json_dir: str | None = None) -> int:
             raise SystemExit(f"kvbench main: --json-dir {json_dir}: {exc}") from None
     status = 0
     for op in BUILDERS:
+        print(f"== kvbench table {op}: measuring ...", flush=True)
         argv = [op] + ([] if json_dir is None else ["--json", os.path.join(json_dir, f"{op}.json")])
         try:
             code = main(argv)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Callable, Iterator
 
@@ -28,6 +27,7 @@ import torch
 
 from kvbench.alloc import KVCacheManager, prepare_state
 from kvbench.harness import bench_host, metadata, timers
+from kvbench.jsonfile import output_path, write_json_atomic
 
 NUM_ROWS = 32768
 #: Host memory a "cache-evicting" reset walks: above the per-core L2 of common server CPUs.
@@ -85,14 +85,13 @@ def rows(device: torch.device) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", help="write the rows and metadata here")
+    p.add_argument("--json", type=output_path, help="write the rows and metadata here")
     args = p.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     result = rows(device)
     meta = metadata()
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"metadata": meta, "rows": result}, f, indent=1)
+        write_json_atomic(args.json, {"metadata": meta, "rows": result}, indent=1)
     print(f"# {meta['gpu'] or meta['cpu']} torch {torch.__version__}; bench_host medians, µs")
     print(f"{'case':48s} {'flush':>8s} {'no flush':>9s}")
     by_case: dict[str, dict[bool, float]] = {}

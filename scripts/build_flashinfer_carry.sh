@@ -10,9 +10,10 @@
 #   WITH_TC=1 bash scripts/build_flashinfer_carry.sh  # + tensor-core decode (FA2 prefill)
 #                                                     # modules: ~7 min (the table uses both)
 #
-# Env: PY (python3.12 interpreter, default pyenv 3.12.1), VENV (default /tmp/fivenv: torch
-# 2.11.0 (cu130 build from PyPI, matches the device) is installed there to generate sources and
-# read the C++ ABI flag), CUDA_HOME (default /usr/local/cuda).
+# Env: PY (python3.12 interpreter, default pyenv 3.12.1), VENV (default: the kvbench cache
+# root's flashinfer-build-venv folder, private; torch 2.11.0 (cu130 build from PyPI, matches the
+# device) is installed there to generate sources and read the C++ ABI flag), CUDA_HOME (default
+# /usr/local/cuda). Scratch folders are made with mktemp -d (fresh, 0700), never fixed names.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=$ROOT/.flashinfer
@@ -20,9 +21,9 @@ SITE=$CARRY/site
 FI_VER=0.6.6
 TVM_FFI_VER=0.1.15.post2
 PY=${PY:-/root/.pyenv/versions/3.12.1/bin/python3.12}
-VENV=${VENV:-/tmp/fivenv}
+VENV=${VENV:-$(cd "$ROOT" && python3 -m kvbench.core.paths flashinfer-build-venv)}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-DL=$(mktemp -d /tmp/fi_carry_dl.XXXX)
+DL=$(mktemp -d -t fi_carry_dl.XXXXXX)
 
 if [ ! -x "$VENV/bin/python" ]; then "$PY" -m venv "$VENV"; fi
 "$VENV/bin/pip" install -q torch==2.11.0 numpy jinja2 filelock packaging einops click requests \
@@ -40,11 +41,11 @@ chmod +x "$SITE"/tvm_ffi/lib/*.so "$SITE"/tvm_ffi/*.so
 
 # A libcuda.so stub for the link line (-lcuda); the modules end up not needing it
 # (--as-needed drops it; only libcudart.so.13 remains in DT_NEEDED).
-STUB=$(mktemp -d /tmp/fi_cuda_stub.XXXX)
+STUB=$(mktemp -d -t fi_cuda_stub.XXXXXX)
 echo "" | gcc -shared -Wl,-soname,libcuda.so.1 -o "$STUB/libcuda.so" -x c -
 
 export PYTHONPATH=$SITE
-export FLASHINFER_WORKSPACE_BASE=$(mktemp -d /tmp/fi_carry_ws.XXXX)
+export FLASHINFER_WORKSPACE_BASE=$(mktemp -d -t fi_carry_ws.XXXXXX)
 export FLASHINFER_CUDA_ARCH_LIST="9.0a"   # what FlashInfer itself picks on an H100/H200
 export FLASHINFER_EXTRA_LDFLAGS="-L$STUB"
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}

@@ -17,12 +17,16 @@
 # it out of the working tree for the call (the tool copies the files present; the bundle's
 # clone holds the committed results), carry .device and .whl, put it back after, and copy the
 # measured commits' files out of $OUT/asv_results.tgz (docs/history.md, session 5).
+# The clones live in the private kvbench cache root (python -m kvbench.core.paths asv-clones;
+# KVBENCH_CACHE_DIR moves it, keep it outside $OUT), not under a fixed /tmp name another user
+# could create first: a warm machine reuses them between calls.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$ROOT"/.whl/*.whl 2>&1 | grep -v WARNING
+WORK=$(cd "$ROOT" && python3 -m kvbench.core.paths asv-clones) || exit 1
 # A clone of the bundle at DIR, made again when a warm machine kept one of an older bundle
 # (its history would miss the new commits; its results were tarred out by that call).
 clone_bundle() {
@@ -33,7 +37,7 @@ clone_bundle() {
         git clone -q --branch main "$ROOT/.device/repo.bundle" "$1"
     fi
 }
-REPO=/tmp/kvbench-history
+REPO=$WORK/history
 clone_bundle "$REPO"
 cd "$REPO" || exit 1
 # results of earlier runs (committed) are the starting point; new ones add to them
@@ -46,14 +50,14 @@ gpus)
     read -r -a GPUS <<<"${ASV_GPUS:-$(seq -s ' ' 0 $(($(nvidia-smi -L | wc -l) - 1)))}"
     # the commits (oldest first), then this call's share of them
     if [ -f "$ROOT/$2" ]; then cat "$ROOT/$2"; else git rev-list --reverse "$2"; fi |
-        awk -v p="${PART%/*}" -v n="${PART#*/}" '(NR - p) % n == 0' >/tmp/part.txt
-    echo "$(wc -l </tmp/part.txt) commits of $2 (part $PART) over GPUs ${GPUS[*]}"
+        awk -v p="${PART%/*}" -v n="${PART#*/}" '(NR - p) % n == 0' >"$WORK/part.txt"
+    echo "$(wc -l <"$WORK/part.txt") commits of $2 (part $PART) over GPUs ${GPUS[*]}"
     pids=()
     for i in "${!GPUS[@]}"; do
         gpu=${GPUS[$i]}
-        clone=/tmp/kvbench-history-gpu$gpu
+        clone=$WORK/history-gpu$gpu
         clone_bundle "$clone"
-        awk -v g="$i" -v n="${#GPUS[@]}" '(NR - 1) % n == g' /tmp/part.txt >"$clone/.hashes"
+        awk -v g="$i" -v n="${#GPUS[@]}" '(NR - 1) % n == g' "$WORK/part.txt" >"$clone/.hashes"
         echo "GPU $gpu: $(wc -l <"$clone/.hashes") commits"
         (cd "$clone" && CUDA_VISIBLE_DEVICES=$gpu timeout "${ASV_TIMEOUT:-480}" python3 -m asv run \
             --machine $MACHINE --record-samples --launch-method forkserver "HASHFILE:$clone/.hashes" \
@@ -66,11 +70,11 @@ gpus)
         # Only this clone's own commits: every clone also holds the committed results (from
         # the bundle), which must not overwrite what another clone just measured.
         while read -r hash; do
-            cp /tmp/kvbench-history-gpu$gpu/results/$MACHINE/"${hash:0:8}"-*.json "$REPO/results/$MACHINE/" 2>/dev/null ||
+            cp "$WORK/history-gpu$gpu/results/$MACHINE/${hash:0:8}"-*.json "$REPO/results/$MACHINE/" 2>/dev/null ||
                 echo "GPU $gpu: no result for $hash"
-        done <"/tmp/kvbench-history-gpu$gpu/.hashes"
-        cp /tmp/kvbench-history-gpu$gpu/results/benchmarks.json "$REPO/results/"
-        cp /tmp/kvbench-history-gpu$gpu/results/$MACHINE/machine.json "$REPO/results/$MACHINE/"
+        done <"$WORK/history-gpu$gpu/.hashes"
+        cp "$WORK/history-gpu$gpu/results/benchmarks.json" "$REPO/results/"
+        cp "$WORK/history-gpu$gpu/results/$MACHINE/machine.json" "$REPO/results/$MACHINE/"
     done
     echo "gpus: $(( $(date +%s) - t0 )) s for part $PART of $2"
     ;;

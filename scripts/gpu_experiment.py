@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from kvbench.harness import metadata
-from kvbench.jsonfile import write_json_atomic
+from kvbench.jsonfile import output_path, write_json_atomic
 
 
 def experiment_parser(doc: str | None, *, rounds: int) -> argparse.ArgumentParser:
     """A parser with --json (the results, written atomically as they come) and --rounds."""
     parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
-    parser.add_argument("--json", default=None, metavar="PATH",
+    parser.add_argument("--json", default=None, metavar="PATH", type=output_path,
                         help="write the results here (atomically, after each step)")
     parser.add_argument("--rounds", type=int, default=rounds)
     return parser

@@ -47,6 +47,7 @@ import torch
 
 from kvbench.checks import make_decode_query
 from kvbench.harness import bench, verify
+from kvbench.jsonfile import output_path, write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.pool import STORAGES, paged_pool
 from kvbench.reference import paged_decode_ref
@@ -143,7 +144,7 @@ def apply(point: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", default=None, type=output_path)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--quick", action="store_true")
     group.add_argument("--focus", action="store_true",
@@ -234,28 +235,27 @@ def main(argv: list[str] | None = None) -> int:
             f"{bus:8.1f} {moved / bus / 1e3:6.0f}  {cfg} splits={ns}"
         )
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(
-                {
-                    "mode": mode,
-                    "storage": args.storage,
-                    "points": points,
-                    "summary": [
-                        {
-                            "case": s[0],
-                            "dtype": s[1],
-                            "default_us": s[2],
-                            "default_splits": s[3],
-                            "best_us": s[4][0],
-                            "best_cfg": s[4][1],
-                            "best_splits": s[4][2],
-                        }
-                        for s in summary
-                    ],
-                },
-                fh,
-                indent=1,
-            )
+        write_json_atomic(
+            args.json,
+            {
+                "mode": mode,
+                "storage": args.storage,
+                "points": points,
+                "summary": [
+                    {
+                        "case": s[0],
+                        "dtype": s[1],
+                        "default_us": s[2],
+                        "default_splits": s[3],
+                        "best_us": s[4][0],
+                        "best_cfg": s[4][1],
+                        "best_splits": s[4][2],
+                    }
+                    for s in summary
+                ],
+            },
+            indent=1,
+        )
     return 0
 
 

@@ -67,3 +67,16 @@ def sm90_compile():
 
     return run
 
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path) -> Path:
+    """A directory in which this process cannot create a file: a 0500 directory for a normal
+    user; for root (who writes through any mode bits) /proc, where no file can be created."""
+    if os.geteuid() != 0:
+        d = tmp_path / "read-only"
+        d.mkdir(mode=0o500)
+        return d
+    if not Path("/proc").is_dir():
+        pytest.skip("running as root without /proc: no directory refuses a new file")
+    return Path("/proc")

@@ -472,6 +472,11 @@ def test_errors_leave_state_unchanged(impl, state):
         (lambda: m.free([free_row]), "not allocated"),
         (lambda: m.free([int(held[0]), 256]), "out of range"),
         (lambda: m.free([-1]), "out of range"),
+        # Beyond int64: named as given, not an OverflowError or a wrapped row.
+        (lambda: m.free([2**70]), rf"rows \[{2**70}\] out of range \[0, 256\)"),
+        (lambda: m.free([int(held[0]), -(2**63) - 1]), rf"\[{-(2**63) - 1}\] out of range"),
+        (lambda: m.free(np.array([2**64 - 1], dtype=np.uint64)),
+         rf"rows \[{2**64 - 1}\] out of range \[0, 256\)"),
         (lambda: m.free([int(held[0]), int(held[0])]), "given twice"),
         (lambda: m.free([int(held[0])] * 300), "given twice"),  # more rows than the pool
         (lambda: m.free(np.array([1.5])), "integers"),

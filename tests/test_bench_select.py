@@ -36,7 +36,7 @@ def test_selected_run_measures_one_case_and_builds_nothing_else(monkeypatch):
     monkeypatch.setattr(_common, "run_group", counting_run_group)
     other = []
     monkeypatch.setattr(dispatch_overhead, "measure", lambda: other.append(1) or {})
-    out = _common.measure_group("host")
+    out = _common.measure_group_here("host")  # in this process, so the counters see it
 
     assert other == [], "the group's other class must not run at all"
     with pytest.raises(NotImplementedError, match="not selected"):
@@ -60,3 +60,14 @@ def test_without_the_variable_every_case_is_measured(monkeypatch):
     _common.run_cases([("a",), ("b",)], lambda key: {"ok": key}, results)
     assert results == {("a",): {"ok": ("a",)}, ("b",): {"ok": ("b",)}}
     assert _common.not_selected(("a",)) is None
+
+
+def test_selected_run_through_the_isolated_child_keeps_one_case(monkeypatch):
+    """measure_group (the forked, crash-isolated path asv runs) returns the same selection."""
+    monkeypatch.setenv(_common.SELECT_VAR, _common.case_label("KVAlloc", SELECTED))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    out = _common.measure_group("host")
+    alloc = _common.class_results(out, "KVAlloc")
+    assert [k for k, v in alloc.items() if "samples_s" in v] == [SELECTED]
+    with pytest.raises(NotImplementedError, match="not selected"):
+        _common.class_results(out, "DispatchOverhead")

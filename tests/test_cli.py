@@ -1,6 +1,9 @@
 """The `kvbench` command line: every documented invocation parses, bad values are named."""
 
 import json
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -85,3 +88,55 @@ def test_env_names_a_selector_that_names_no_row(monkeypatch, capsys):
     monkeypatch.delenv("KVBENCH_PAGED_DECODE")
     assert main(["env"]) == 0
     assert "invalid selector" not in capsys.readouterr().out
+
+
+def test_env_lists_a_kvbench_variable_that_kvbench_does_not_read(monkeypatch, capsys):
+    """A misspelt selector changes nothing (the run measures auto): `kvbench env` says so, as a
+    warning (exit 0), with the closest known name; --json carries it as unknown_variables."""
+    misspelt = "KVBENCH_KV_GATHER_FP8"
+    monkeypatch.setenv(misspelt, "triton/legacy")
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {misspelt} is set but is not a kvbench variable" in out
+    assert "did you mean KVBENCH_KV_GATHER?" in out
+    assert main(["env", "--json"]) == 0
+    unknown = json.loads(capsys.readouterr().out)["unknown_variables"]
+    assert list(unknown) == [misspelt] and "KVBENCH_PAGED_DECODE" in unknown[misspelt]
+
+
+def _options(help_text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", help_text))
+
+
+@pytest.mark.parametrize("sub", ["table", "tune"])
+def test_help_lists_the_real_options_fast_and_in_step(sub, capsys):
+    """`kvbench table --help` lists the options a user types (not a positional `rest`),
+    without importing torch, and the same options as the module's own parser."""
+    code = (f"import sys; from kvbench.cli import main\ntry: main([{sub!r}, '--help'])\n"
+            "except SystemExit: pass\nprint(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'triton', 'kvbench')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60)
+    fast = proc.stdout
+    assert "rest" not in fast
+    assert "'torch'" not in fast and "triton" not in fast, "help imported torch/triton"
+    from kvbench.dispatch.tune import main as tune_main
+    from kvbench.table import main as table_main
+
+    with pytest.raises(SystemExit):
+        {"table": table_main, "tune": tune_main}[sub](["--help"])
+    own = capsys.readouterr().out
+    assert _options(fast) == _options(own)
+    assert len(_options(own)) >= 4
+
+
+def test_main_prints_the_environment_before_measuring(monkeypatch, capsys):
+    """README promises the environment report first: it is out before any table starts."""
+    import kvbench.table
+
+    def tables(json_dir=None):
+        assert "# gpu " in capsys.readouterr().out, "no environment report before the tables"
+        return 0
+
+    monkeypatch.setattr(kvbench.table, "run_all", tables)
+    assert main(["main"]) == 0

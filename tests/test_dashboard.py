@@ -77,6 +77,19 @@ def test_a_corrupt_cached_tarball_is_named(tmp_path, content):
         publish.fetch_assets(tmp_path / "html", cache=tmp_path)
 
 
+def test_prefetch_fills_the_cache_once(tmp_path, monkeypatch):
+    """setup.sh's prefetch: one tarball per package; a filled cache needs no npm at all."""
+    packages = sorted({(a.package, a.version) for a in publish.ASSETS})
+    for package, version in packages:
+        (tmp_path / f"{package}-{version}.tgz").write_bytes(b"cached")
+    monkeypatch.setattr(publish.shutil, "which", lambda name: None)
+    got = publish.prefetch(cache=tmp_path)
+    assert got == [tmp_path / f"{p}-{v}.tgz" for p, v in packages]
+    (tmp_path / f"{packages[0][0]}-{packages[0][1]}.tgz").unlink()
+    with pytest.raises(RuntimeError, match="npm is not installed"):
+        publish.prefetch(cache=tmp_path)
+
+
 def test_assets_match_the_installed_asv():
     """Every CDN URL in this asv's index.html is one ASSETS replaces (asv upgrade guard)."""
     urls = set(re.findall(r"""<(?:script|link)\b[^>]*?(?:src|href)=["'](https?://[^"']+)""",
@@ -174,3 +187,81 @@ def test_published_dashboard_renders_offline(tmp_path):
     assert 'class="flot-base"' in dom, "the graph page drew no flot canvas"
     assert "continental origin of swallow" not in dom, "asv's error page: a script failed"
     assert shot.stat().st_size > 20_000, "the screenshot is (nearly) blank"
+
+
+# ---- one line per machine kind, default selection, preview -----------------------------------
+
+
+def _write(path: Path, data: dict) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_host_keys_fold_onto_the_machine_record(tmp_path):
+    """The 1-GPU and 2-GPU H200 hosts' results differ in num_cpu/ram (two dashboard lines for
+    one GPU model); staged for publishing they carry the record's values, stored ones don't."""
+    import json
+
+    results = tmp_path / "results"
+    record = {"machine": "h200", "gpu": "NVIDIA H200", "num_cpu": "32", "ram": "270",
+              "os": "Linux a", "version": 1}
+    _write(results / "h200" / "machine.json", record)
+    _write(results / "cpu-x" / "machine.json", {"machine": "cpu-x", "gpu": "n/a",
+                                                "num_cpu": "2", "version": 1})
+    small = {"params": {"machine": "h200", "num_cpu": "16", "ram": "135", "os": "Linux b",
+                        "torch": "2.11"}}
+    _write(results / "h200" / "aaaa-env.json", small)
+    _write(results / "h200" / "bbbb-env.json", {"params": {**small["params"], "num_cpu": "32",
+                                                           "ram": "270", "os": "Linux a"}})
+    staged = tmp_path / "staged"
+    assert publish.stage_results(results, staged) == ["h200"]  # GPU machines by default
+    params = [json.loads((staged / "h200" / f).read_text())["params"]
+              for f in ("aaaa-env.json", "bbbb-env.json")]
+    assert params[0] == params[1] and params[0]["num_cpu"] == "32"
+    assert params[0]["torch"] == "2.11"  # software keys still split lines
+    assert json.loads((results / "h200" / "aaaa-env.json").read_text()) == small  # untouched
+
+
+def test_dashboard_opens_on_the_default_machines(tmp_path):
+    import json
+
+    import asv
+
+    www = Path(asv.__file__).parent / "www"
+    shutil.copy(www / "graphdisplay.js", tmp_path / "graphdisplay.js")
+    _write(tmp_path / "index.json", {"params": {"machine": ["cpu-x", "h200"]}})
+    publish.set_default_machines(tmp_path, ["h200"])
+    publish.set_default_machines(tmp_path, ["h200"])  # idempotent
+    script = (tmp_path / "graphdisplay.js").read_text()
+    assert script.count("index.kvbench_default_machines.slice()") == 1
+    assert json.loads((tmp_path / "index.json").read_text())["kvbench_default_machines"] == ["h200"]
+    (tmp_path / "graphdisplay.js").write_text("changed by a new asv")
+    with pytest.raises(RuntimeError, match="default-selection code changed"):
+        publish.set_default_machines(tmp_path, ["h200"])
+
+
+def test_preview_serves_the_dashboard_and_prints_its_url(tmp_path):
+    import urllib.request
+
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "index.html").write_text("<html>kvbench dashboard</html>")
+    config = tmp_path / "asv.conf.json"
+    config.write_text('{"version": 1, "repo": ".", "html_dir": "html"}')
+    proc = subprocess.Popen([sys.executable, "-m", "kvbench.cli", "preview", "--config",
+                             str(config), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        with urllib.request.urlopen(url, timeout=30) as response:
+            assert b"kvbench dashboard" in response.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    empty = tmp_path / "empty.conf.json"
+    empty.write_text('{"version": 1, "repo": ".", "html_dir": "nothing"}')
+    done = subprocess.run([sys.executable, "-m", "kvbench.cli", "preview", "--config", str(empty)],
+                          check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "kvbench publish" in done.stderr

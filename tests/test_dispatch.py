@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -898,6 +899,76 @@ def test_tune_at_another_dtype_keeps_the_other_dtypes_entries():
         assert provider("kv_write", bucket_name, "triton/scatter", name, dtype,
                         frozenset(write_tags))
     assert "bf16" in tune.format_table(json.loads(path.read_text()))
+
+
+def _corrupt_entry_table(name: str) -> tuple[Path, list[dict]]:
+    """A kv_write table with an fp16 and an fp8 entry (kept by a bf16 tune) and one entry
+    without its 'us' (unreadable)."""
+    good = [{"bucket": "decode", "spec": "torch/index_copy", "us": 9.0, "dtype": "fp16"},
+            {"bucket": "decode", "spec": "torch/index_copy", "us": 7.0, "dtype": "fp8",
+             "tags": ["kv:fp8-scaled", "kv:paged"]}]
+    path = _write_table(name, "kv_write", [*good, {"bucket": "decode", "spec": "x/broken"}])
+    return path, good
+
+
+def test_tune_after_a_corrupt_entry_keeps_the_other_entries_and_moves_the_file_aside():
+    """The reported loss: one unreadable entry made `kvbench tune OP --dtype D` rewrite the
+    file with dtype D only. Now the file is moved aside whole (nothing in it is lost), the
+    warning names both paths, and the valid entries of other dtypes stay in the table."""
+    name = core.device_name("cpu")
+    path, good = _corrupt_entry_table(name)
+    original = path.read_text()
+    cases = tune.default_cases("kv_write", "cpu", dtype="bf16")[:1]
+    with pytest.warns(UserWarning, match=r"entries\[2\]") as record:
+        tune.tune("kv_write", device="cpu", cases=cases)
+    (aside,) = path.parent.glob(f"{path.name}.corrupt-*")
+    assert aside.read_text() == original
+    message = "\n".join(str(w.message) for w in record)
+    assert str(path) in message and str(aside) in message
+    entries = json.loads(path.read_text())["entries"]
+    assert [e for e in entries if e["dtype"] in ("fp16", "fp8")] == good
+    assert {e["dtype"] for e in entries} == {"fp16", "bf16", "fp8"}
+    assert not [e for e in entries if e["spec"] == "x/broken"]
+
+
+@pytest.mark.parametrize("content", ['{"schema": 1, "device_', "[1, 2]",
+                                     '{"schema": 99, "device_name": "x", "entries": []}'])
+def test_tune_over_an_unreadable_table_moves_it_aside_before_measuring(content, monkeypatch):
+    """A file tune cannot read at all is renamed <name>.corrupt-<time> (bytes unchanged)
+    before any measurement, with a warning naming both paths; the new table starts empty."""
+    name = core.device_name("cpu")
+    path = tune.table_path(name, "kv_alloc")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+
+    def no_measuring(*args, **kwargs):
+        assert not path.exists(), "moved aside before the first measurement"
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(tune, "_build", no_measuring)
+    with pytest.warns(UserWarning, match="moved it to") as record, \
+            pytest.raises(RuntimeError, match="stop here"):
+        tune.tune("kv_alloc", device="cpu")
+    (aside,) = path.parent.glob(f"{path.name}.corrupt-*")
+    assert aside.read_text() == content
+    assert str(path) in str(record[0].message) and str(aside) in str(record[0].message)
+
+
+def test_tune_refuses_to_measure_when_a_corrupt_table_cannot_be_moved_aside(monkeypatch):
+    """Rather than overwrite what it could not keep, tune stops before measuring."""
+    name = core.device_name("cpu")
+    path = tune.table_path(name, "kv_alloc")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{broken")
+
+    def refuse(self, target):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "rename", refuse)
+    monkeypatch.setattr(tune, "_build", lambda *a: pytest.fail("measured"))
+    with pytest.raises(RuntimeError, match="could not be moved aside"):
+        tune.tune("kv_alloc", device="cpu")
+    assert path.read_text() == "{broken"
 
 
 @pytest.mark.parametrize(("op", "kw", "match"), [

@@ -3,6 +3,7 @@ FlashInfer available, its output against kvbench's reference on the fragmented p
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -44,6 +45,30 @@ def test_missing_flashinfer_names_what_is_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("KVBENCH_FLASHINFER_SITE", str(tmp_path))
     with pytest.raises(fp.PeerUnavailable, match="incomplete; missing: .*flashinfer/__init__.py"):
         fp.load_flashinfer()
+
+
+def test_flashinfer_workspace_is_under_the_private_cache_root(monkeypatch, tmp_path):
+    """FlashInfer's JIT workspace defaulted to /tmp/kvbench-flashinfer, a name any user can
+    create first. Loaded from a (fake) carried copy, it now lands in the cache root."""
+    site = tmp_path / "site"
+    for pkg, body in (("flashinfer", f"__version__ = {fp.CARRIED_VERSION!r}\n"), ("tvm_ffi", "")):
+        (site / pkg).mkdir(parents=True)
+        (site / pkg / "__init__.py").write_text(body)
+    monkeypatch.setenv("KVBENCH_FLASHINFER_SITE", str(site))
+    monkeypatch.setenv("KVBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    for var in ("FLASHINFER_WORKSPACE_BASE", "TVM_FFI_CACHE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    for name in ("flashinfer", "tvm_ffi"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        assert fp.load_flashinfer().__version__ == fp.CARRIED_VERSION
+    finally:
+        for name in ("flashinfer", "tvm_ffi"):
+            sys.modules.pop(name, None)
+    workspace = tmp_path / "cache" / "flashinfer"
+    assert os.environ["FLASHINFER_WORKSPACE_BASE"] == str(workspace) and workspace.is_dir()
+    assert os.environ["TVM_FFI_CACHE_DIR"] == str(workspace / "tvm-ffi")
 
 
 def test_table_lists_the_peers_with_their_reason_on_cpu():

@@ -1,6 +1,7 @@
 """calibrate(): measured ceilings written to and read back from the JSON cache."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +142,24 @@ def test_every_table_op_names_its_ceiling():
     assert set(CEILING_FOR_OP) == set(BUILDERS)
     assert set(CEILING_FOR_OP.values()) <= set(CEILING_KINDS)
     assert CEILING_FOR_OP["paged_decode"] == "read"
+
+
+def test_a_cache_that_is_not_an_object_is_moved_aside_not_overwritten(cache):
+    """A JSON list was read as 'nothing cached', and the next calibrate replaced it."""
+    (cache / "ceilings.json").write_text("[1, 2]")
+    with pytest.warns(UserWarning, match="a JSON object was expected.*moved to"):
+        calibrate("cpu", size_bytes=1 << 20)
+    (aside,) = cache.glob("ceilings.json.corrupt-*")
+    assert aside.read_text() == "[1, 2]"
+
+
+def test_calibrate_never_overwrites_a_corrupt_cache_it_cannot_move_aside(cache, monkeypatch):
+    (cache / "ceilings.json").write_text("{not json")
+
+    def refuse(self, target):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "rename", refuse)
+    with pytest.raises(RuntimeError, match="could not be moved aside"):
+        calibrate("cpu", size_bytes=1 << 20)
+    assert (cache / "ceilings.json").read_text() == "{not json"

@@ -190,3 +190,31 @@ def test_an_event_timed_row_that_syncs_the_host_is_flagged_with_why():
 
 def test_no_host_sync_note_without_such_a_row():
     assert "host-sync" not in report([Row("a", "c", 10.0, Work(moved=1e6))], peaks=H200, file=None)
+
+
+def test_every_row_carries_its_spread_and_a_noisy_flag_past_the_limit():
+    """The kv_write decode_64 row read 28,869 us in one CPU run and 878 us in the next with
+    nothing in the output saying so: the iqr column and the `noisy` flag say it now."""
+    from kvbench.harness.report import NOISY_IQR
+
+    rows = [Row("steady", "c", 100.0, Work(moved=1e6), iqr_rel=0.05),
+            Row("shaky", "c", 100.0, Work(moved=1e6), iqr_rel=NOISY_IQR * 2),
+            Row("unknown", "c", 100.0, Work(moved=1e6))]
+    text = report(rows, peaks=CPU, file=None)
+    assert "iqr" in _header(text).split()
+    assert "5.0%" in _row_line(text, "steady") and "noisy" not in _row_line(text, "steady")
+    assert "20%" in _row_line(text, "shaky") and "noisy" in _row_line(text, "shaky")
+    assert "noisy" not in _row_line(text, "unknown")
+    assert "noisy: 1 row(s)" in text
+
+
+def test_row_spread_comes_from_the_samples():
+    from kvbench.harness.timers import TimingResult
+    from kvbench.harness.work import relative_iqr
+
+    # quartiles of 1..9 (inclusive method): 3 and 7, median 5: (7 - 3) / 5.
+    timing = TimingResult(5.0, tuple(float(x) for x in range(1, 10)), "bench", "cold", "cpu")
+    assert Row.from_timing("a", "c", timing, Work()).iqr_rel == pytest.approx(0.8)
+    assert relative_iqr((1.0, 2.0, 3.0), 2.0) is None  # too few samples for quartiles
+    with pytest.raises(ValueError, match="iqr_rel"):
+        Row("a", "c", 1.0, Work(), iqr_rel=-0.1)

@@ -115,3 +115,33 @@ def test_bad_inputs_are_value_errors():
         verify("t", [1.0], torch.zeros(1), rtol=0, atol=0)
     with pytest.raises(ValueError, match="name"):
         verify("", torch.zeros(1), torch.zeros(1), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("dtype", "big"), [(torch.int64, 2**53), (torch.int64, 2**62),
+                                            (torch.int64, -(2**63))])
+def test_int64_is_compared_exactly_not_through_float64(dtype, big):
+    """2**53 + 1 and 2**53 are the same float64: the compare must be in int64."""
+    ref = torch.tensor([0, big, 7], dtype=dtype)
+    assert verify("int64 equal", ref.clone(), ref, rtol=0, atol=0) == 0.0
+    out = ref.clone()
+    out[1] += 1
+    with pytest.raises(VerificationError, match=r"1 of 3 elements mismatch; worst at index \(1,\)"
+                       ) as info:
+        verify("int64", out, ref, rtol=0, atol=0)
+    assert info.value.out_value == big + 1 and info.value.ref_value == big
+    assert info.value.max_abs_diff == 1.0
+
+
+def test_bool_is_compared_exactly():
+    ref = torch.tensor([[True, False], [False, True]])
+    assert verify("mask", ref.clone(), ref, rtol=0, atol=0) == 0.0
+    out = ref.clone()
+    out[1, 0] = True
+    with pytest.raises(VerificationError, match=r"1 of 4 elements mismatch; worst at index \(1, 0\)"):
+        verify("mask", out, ref, rtol=0, atol=0)
+
+
+def test_integer_tolerances_must_be_zero():
+    with pytest.raises(ValueError, match="compared exactly; rtol and atol must be 0"):
+        verify("ints", torch.zeros(3, dtype=torch.int32), torch.zeros(3, dtype=torch.int32),
+               rtol=0, atol=1)

@@ -1,11 +1,14 @@
 """kvbench.jsonfile: output paths checked before a run, results written atomically."""
 
+import argparse
 import json
 import os
+from pathlib import Path
 
 import pytest
 
-from kvbench.jsonfile import check_writable, write_json_atomic
+from kvbench import jsonfile
+from kvbench.jsonfile import check_writable, move_aside, write_json_atomic
 
 
 def test_check_writable_names_what_is_wrong(tmp_path):
@@ -31,3 +34,104 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temporary(tmp_path):
         write_json_atomic(target, {"rows": [object()]})  # fails half way through the dump
     assert json.loads(target.read_text()) == {"rows": [1, 2]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+
+
+def test_check_writable_creates_a_file_to_know(unwritable_dir):
+    """os.access says yes to root everywhere and on /proc: the pre-check passed, and the
+    write failed after the measurement. Creating (and removing) a probe file answers."""
+    with pytest.raises(ValueError, match="is not writable"):
+        check_writable(unwritable_dir / "a.json")
+    assert not list(Path(unwritable_dir).glob(".a.json-*"))
+
+
+def test_check_writable_refuses_a_target_that_is_not_a_regular_file(tmp_path):
+    """The atomic rename would replace a device node or a FIFO with a regular file."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        check_writable(fifo)
+    if Path("/dev/null").exists():
+        with pytest.raises(ValueError, match="not a regular file"):
+            check_writable("/dev/null")
+
+
+def test_check_writable_leaves_no_probe_behind(tmp_path):
+    (tmp_path / "old.json").write_text("{}")
+    assert check_writable(tmp_path / "old.json") == tmp_path / "old.json"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]
+
+
+def test_output_path_is_an_argparse_usage_error(tmp_path, unwritable_dir, capsys):
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("--json", type=jsonfile.output_path)
+    assert parser.parse_args(["--json", str(tmp_path / "a.json")]).json == tmp_path / "a.json"
+    for bad in (tmp_path, tmp_path / "missing" / "a.json", unwritable_dir / "a.json"):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(["--json", str(bad)])
+        assert exc.value.code == 2 and f"argument --json: {bad}: " in capsys.readouterr().err
+
+
+def test_move_aside_keeps_the_bytes_under_a_timestamped_name(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_bytes(b"{torn")
+    aside = move_aside(path)
+    assert aside.name.startswith("t.json.corrupt-") and aside.read_bytes() == b"{torn"
+    assert not path.exists()
+
+
+def _script(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_kvbench_script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _commands_with_json(monkeypatch):
+    """(name, call(argv)) of every command that takes --json PATH, its measuring replaced by a
+    failure: the path must be refused before it is reached."""
+    from kvbench import alloc_report
+    from kvbench import table as table_mod
+    from kvbench.harness import validate_gpu
+
+    def measured(*args, **kwargs):
+        raise AssertionError("measured although the --json path was unusable")
+
+    monkeypatch.setattr(alloc_report, "measure_alloc", measured)
+    monkeypatch.setattr(alloc_report, "host_floor", measured, raising=False)
+    monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", measured)
+    monkeypatch.setattr(validate_gpu, "calibrate", measured)
+    sweep = _script("sweep_paged_decode")
+    first_call = _script("alloc_first_call")
+    monkeypatch.setattr(first_call, "rows", measured)
+    experiment = _script("gpu_experiment")
+    return [
+        ("kvbench table", lambda argv: table_mod.main(["kv_alloc", *argv])),
+        ("alloc_report", alloc_report.main),
+        ("validate_gpu", validate_gpu.main),
+        ("scripts/sweep_paged_decode.py", sweep.main),
+        ("scripts/alloc_first_call.py", first_call.main),
+        ("scripts/gpu_experiment.py parsers",
+         lambda argv: experiment.start_experiment(experiment.experiment_parser(None, rounds=1),
+                                                  argv)),
+    ]
+
+
+def test_every_json_option_refuses_an_unwritable_path_before_measuring(
+    monkeypatch, capsys, unwritable_dir
+):
+    for name, call in _commands_with_json(monkeypatch):
+        with pytest.raises(SystemExit) as exc:
+            call(["--json", str(unwritable_dir / "out.json")])
+        assert exc.value.code == 2, name
+        assert "is not writable" in capsys.readouterr().err, name
+
+
+def test_main_json_dir_is_probed_before_measuring(monkeypatch, unwritable_dir):
+    from kvbench import table as table_mod
+
+    monkeypatch.setattr(table_mod, "main", lambda argv: pytest.fail("measured"))
+    with pytest.raises(SystemExit, match="is not writable"):
+        table_mod.run_all(json_dir=str(unwritable_dir))

@@ -160,20 +160,25 @@ def _half_page_stride(fn):
 
 
 @pytest.mark.parametrize("impl", sorted(IMPLS))
-def test_stride_bug_lands_k_in_v_half_and_is_caught(impl, device):
+def test_stride_bug_lands_k_in_v_half_and_is_refused(impl, device):
+    """The bug's K view reaches into the V half (its page 1 is V's page 0): the op refuses
+    the overlapping views before writing, so the pool is untouched."""
     pool = _small_pool(device, "fp16", "combined")
     k, v, slots = make_write_inputs(pool, 60, seed=6)
-    with pytest.raises(VerificationError, match="kv_write"):
-        check_kv_write(_half_page_stride(IMPLS[impl]), pool, k, v, slots)
+    before = _snapshot(pool)
+    with pytest.raises(ValueError, match="k_cache and v_cache share memory"):
+        _half_page_stride(IMPLS[impl])(k, v, pool.k_cache, pool.v_cache, slots)
+    assert all(torch.equal(a, b) for a, b in zip(before, _snapshot(pool), strict=True))
 
 
-def test_sequential_index_would_hide_the_stride_bug(device):
-    """Why the check scatters over fragmented pages: on page 0 the buggy strides coincide
-    with the right ones, so a write to the first slots passes even with the bug."""
+def test_stride_bug_is_refused_where_verification_would_miss_it(device):
+    """On page 0 the buggy strides coincide with the right ones, so a write to the first
+    slots would pass verification; the overlap check refuses it whatever the slots."""
     pool = _small_pool(device, "fp16", "combined")
     slots = torch.arange(6, device=device)
     k, v, _ = make_write_inputs(pool, 6, seed=7)
-    assert check_kv_write(_half_page_stride(kw.kv_write_triton), pool, k, v, slots) == 0.0
+    with pytest.raises(ValueError, match="share memory"):
+        _half_page_stride(kw.kv_write_triton)(k, v, pool.k_cache, pool.v_cache, slots)
 
 
 def test_swapped_k_and_v_is_caught(device):
@@ -306,9 +311,9 @@ def test_out_of_range_slots_are_refused_by_name(impl, device, monkeypatch):
     """An out-of-range slot is a write out of bounds (a segfault through the interpreter, an
     illegal address on a GPU): refused on the host, naming the argument and the range.
     Negative slots stay "skip this token"."""
-    from kvbench.kernels import _validate
+    from kvbench.kernels._validate import raise_pending
 
-    monkeypatch.setattr(_validate, "CHECK_VALUES_ON_DEVICE", True)  # on a GPU run, too
+    monkeypatch.setenv("KVBENCH_CHECK", "1")  # a GPU run checks on the device
     fn = IMPLS[impl]
     pool = _small_pool(device, "fp16")
     k, v, slots = make_write_inputs(pool, 8, seed=0)
@@ -317,6 +322,7 @@ def test_out_of_range_slots_are_refused_by_name(impl, device, monkeypatch):
         with pytest.raises(ValueError, match=rf"slot_mapping values must lie in \[0, {capacity}\) "
                                              r"\(slot = page \* page_size \+ offset.*or be negative"):
             fn(k, v, pool.k_cache, pool.v_cache, bad)
+            raise_pending()
     skipped = slots.clone()
     skipped[::2] = -1
     fn(k, v, pool.k_cache, pool.v_cache, skipped)  # accepted

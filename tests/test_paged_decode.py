@@ -508,7 +508,7 @@ def _inputs(device, dtype="fp16"):
         (lambda a: a.update(seq_lens=a["seq_lens"].long()), "seq_lens has dtype torch.int64"),
         (lambda a: a.update(seq_lens=a["seq_lens"][:1]), "seq_lens must have shape"),
         (lambda a: a.update(sm_scale=-1.0), "sm_scale must be None or a finite float > 0"),
-        (lambda a: a.update(k_scale=1.0), "k_scale is only accepted with uint8"),
+        (lambda a: a.update(k_scale=1.0), "k_scale is only accepted with fp8"),
         (lambda a: a.update(q=a["q"].to("meta")), "all inputs must be on one device"),
         (
             lambda a: a.update(seq_lens=a["seq_lens"] + 1000),

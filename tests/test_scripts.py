@@ -209,3 +209,23 @@ def test_trace_summary_spans_phases_and_resolution(monkeypatch):
     assert s["tick"] == pytest.approx(0.1)
     text = mod.table({"b1_c4096:fp16": [{"s8 cold": s}]})
     assert "b1_c4096:fp16 s8 cold" in text and "p6 received->stored" in text
+
+
+def test_no_fixed_names_in_the_shared_temp_directory():
+    """A fixed path under /tmp (a clone, a list of hashes, a venv whose pip is then run, a JIT
+    workspace) can be created first by another user of the machine, who then supplies what is
+    read, run or loaded. Work goes to mktemp -d / tempfile.mkdtemp, or the private cache root
+    (`python -m kvbench.core.paths NAME`)."""
+    import re
+
+    root = SCRIPTS.parent
+    fixed = re.compile(r"/tmp/[\w$.{-]|gettempdir\(\)\)?\s*/\s*[\"']")
+    found = []
+    for folder in ("scripts", "kvbench", "benchmarks", ".ci"):
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix not in (".py", ".sh", "") or not path.is_file():
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if fixed.search(line):
+                    found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    assert not found, "fixed /tmp paths:\n" + "\n".join(found)

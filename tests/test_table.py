@@ -26,6 +26,12 @@ def test_kv_alloc_table_checks_every_state_and_writes_json(tmp_path, capsys):
     assert all(r["timer"] == "bench_host" for r in data["rows"])
     printed = capsys.readouterr().out
     assert "# command: kvbench table kv_alloc" in printed and "dispatch/cached" in printed
+    assert "CPU run of GPU kernels" not in printed  # host rows are real host costs
+
+
+def test_cpu_run_of_gpu_kernels_says_what_it_is(capsys):
+    assert main(["kv_gather_fp8"]) == 0
+    assert "# note: CPU run of GPU kernels" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("interpret", [False, True], ids=["plain", "TRITON_INTERPRET=1"])
@@ -48,6 +54,7 @@ def test_gather_table_names_the_dispatched_row_and_says_why_rows_are_missing(
     assert any("triton/vectorized" in k and "interpreter's timings mean nothing" in v
                for k, v in data["skipped"].items())
     assert "selected:" in next(iter(data["explain"].values()))
+    assert all(r["iqr_rel"] is not None for r in data["rows"])  # every row carries its spread
 
 
 def test_gather_pool_tokens_cpu_is_twice_kv_len_in_whole_pages():
@@ -90,19 +97,24 @@ def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, 
     assert "VIOLATION triton/scatter | c" in capsys.readouterr().out
 
 
-def test_a_bad_json_path_is_refused_before_anything_is_measured(tmp_path, monkeypatch, capsys):
+def test_a_bad_json_path_is_refused_before_anything_is_measured(
+    tmp_path, monkeypatch, capsys, unwritable_dir
+):
     from kvbench import table as table_mod
 
     def never(**_):
         raise AssertionError("measured although the output path was unusable")
 
     monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", never)
-    for bad, why in ((tmp_path, "is a directory"), (tmp_path / "no" / "t.json", "does not exist")):
+    for bad, why in ((tmp_path, "is a directory"), (tmp_path / "no" / "t.json", "does not exist"),
+                     (tmp_path / "t.json" / "x.json", "does not exist"),
+                     (unwritable_dir / "t.json", "is not writable")):
+        (tmp_path / "t.json").write_text("a file, not a directory")
         with pytest.raises(SystemExit) as exc:
             main(["kv_alloc", "--json", str(bad)])
         assert exc.value.code == 2
         err = capsys.readouterr().err
-        assert f"--json {bad}: " in err and why in err
+        assert f"--json: {bad}: " in err and why in err
 
 
 def test_main_job_reports_a_failing_op_and_runs_the_others(tmp_path, monkeypatch, capsys):

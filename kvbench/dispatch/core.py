@@ -39,7 +39,7 @@ import torch
 
 from kvbench.dispatch import golden
 from kvbench.dispatch.registry import REGISTRY, Registry, bucket, check_op
-from kvbench.dispatch.selectors import AUTO, SELECTOR_VARS, read_selector
+from kvbench.dispatch.selectors import AUTO, SELECTOR_VARS, read_selector, warn_unknown_settings
 from kvbench.dispatch.spec import DTYPE_NAMES, GoldenRecord, KernelSpec
 
 #: fn(op, bucket, spec_name, device_name, dtype, tags) -> milliseconds, or None when not
@@ -391,6 +391,7 @@ def _decide(
     problem = selector_problem(op)
     if problem is not None:
         raise ValueError(problem)
+    warn_unknown_settings()  # a misspelt selector would otherwise measure `auto` silently
     dev_name = _device_info(device)[0]
     full = _full_shape(shape, dtype, device)
     forced = None if selector == AUTO else selector

@@ -9,6 +9,9 @@ selector shows up in every result's metadata without a second copy to forget.
 from __future__ import annotations
 
 import os
+import warnings
+
+from kvbench.core.env import SETTINGS, unknown_settings
 
 AUTO = "auto"
 
@@ -54,3 +57,28 @@ def kernel_env_vars() -> dict[str, str | None]:
     """Every variable that changes which kernel runs, with its value now (None when unset)."""
     names = list(SELECTOR_VARS.values()) + list(OTHER_KERNEL_ENV_VARS)
     return {name: os.environ.get(name) for name in names}
+
+
+def unknown_setting_messages() -> dict[str, str]:
+    """{name: warning} for each KVBENCH_* variable set that kvbench does not read (a misspelt
+    selector changes nothing: the run measures `auto`), naming the closest known variable and
+    the selector variables."""
+    selectors = ", ".join(SELECTOR_VARS.values())
+    return {
+        name: f"{name} is set but is not a kvbench variable, so it changes nothing"
+        + (f" (did you mean {close}?)" if close else "")
+        + f"; the kernel selectors are {selectors}; other settings: {', '.join(SETTINGS)}"
+        for name, close in unknown_settings(SELECTOR_VARS.values())
+    }
+
+
+_WARNED: set[str] = set()
+
+
+def warn_unknown_settings() -> None:
+    """warnings.warn each unknown KVBENCH_* variable once per process (dispatch calls this
+    when it makes a decision, not on the cached path)."""
+    for name, message in unknown_setting_messages().items():
+        if name not in _WARNED:
+            _WARNED.add(name)
+            warnings.warn(message, stacklevel=4)

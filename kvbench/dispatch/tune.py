@@ -4,17 +4,22 @@ For each case (one per bucket of the op) tune builds the inputs with the project
 asks dispatch which rows pass every filter and their golden check (verified_rows), runs each
 row's full-size correctness check (installed with record_golden), then times it with the
 harness: bench() (cold L2) for the idempotent kernels, bench_host() for the allocator, whose
-cost is the host waiting. The table is JSON under the kvbench cache dir
-(platformdirs.user_cache_dir("kvbench"); KVBENCH_CACHE_DIR overrides), one file per
-(device name, op):
+cost is the host waiting. The last timed call of a kernel runs on a perturbed input and its
+output is verified (kvbench.checks.proof_<op>): a row that memoizes or skips work after its
+first call raises VerificationError instead of entering the table. The table is JSON under
+the kvbench cache dir (kvbench.core.paths: <cache root>/perf, KVBENCH_CACHE_DIR moves the
+root), one file per (device name, op):
 
     {"schema": 1, "device_name", "op", "kvbench_commit", "date", "metadata",
-     "entries": [{"bucket", "spec", "dtype", "tags", "us", "case", "timer", "l2"}]}
+     "entries": [{"bucket", "spec", "dtype", "tags", "us", "case", "timer", "l2", "error"}]}
 
 plus one "any" entry per row (its worst bucket) for problems dispatched without a shape.
 `kvbench tune <op> --dtype D --storage S` measures the op at another KV dtype or pool storage;
 its entries replace only those of the same (dtype, tags) in the file, so one table holds every
-dtype and layout tuned on the device.
+dtype and layout tuned on the device. A stored table that cannot be read whole (a torn file,
+another schema, one malformed entry) is moved aside as ``<name>.corrupt-<UTC time>`` with a
+warning naming both paths before the tune measures anything, and its valid entries are kept:
+no tune loses what an earlier one stored. Writes are atomic (kvbench.jsonfile).
 
 Units: entries store MICROSECONDS ("us"); the perf provider built from them returns
 milliseconds (the provider convention), and dispatch converts back in core._provider_us.
@@ -47,11 +52,12 @@ from typing import Any
 
 import torch
 
+from kvbench.core import paths
 from kvbench.dispatch import core
 from kvbench.dispatch.golden import record_golden
 from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, check_op
 from kvbench.dispatch.spec import DTYPE_NAMES
-from kvbench.jsonfile import write_json_atomic
+from kvbench.jsonfile import move_aside, write_json_atomic
 
 SCHEMA = 1
 
@@ -200,7 +206,7 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         )
 
     if case.op == "paged_decode":
-        from kvbench.checks import check_paged_decode, make_decode_query
+        from kvbench.checks import check_paged_decode, make_decode_query, proof_paged_decode
 
         pool = case_pool(p["batch"])
         q = make_decode_query(pool, p["q_heads"])
@@ -209,11 +215,12 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         return _Built(
             ops.describe_paged_decode(*args[:4], **kw),
             lambda fn: check_paged_decode(fn, pool, q),
-            lambda fn: bench(lambda: fn(*args, **kw), device=dev),
+            lambda fn: bench(lambda: fn(*args, **kw), device=dev,
+                             proof=proof_paged_decode(fn, pool, q)),
             pool.free,
         )
     if case.op == "kv_write":
-        from kvbench.checks import check_kv_write, make_write_inputs
+        from kvbench.checks import check_kv_write, make_write_inputs, proof_kv_write
 
         pool = case_pool(p["num_seqs"])
         k, v, slots = make_write_inputs(pool, p["n"])
@@ -222,11 +229,12 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         return _Built(
             ops.describe_kv_write(*args[:4], **kw),
             lambda fn: check_kv_write(fn, pool, k, v, slots),
-            lambda fn: bench(lambda: fn(*args, **kw), device=dev),
+            lambda fn: bench(lambda: fn(*args, **kw), device=dev,
+                             proof=proof_kv_write(fn, pool, k, v, slots)),
             pool.free,
         )
     if case.op == "kv_gather_fp8":
-        from kvbench.checks import check_kv_gather_fp8
+        from kvbench.checks import check_kv_gather_fp8, proof_kv_gather_fp8
         from kvbench.gather_pool import (
             build_gather_pool,
             build_page_table_flat,
@@ -241,7 +249,8 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         return _Built(
             ops.describe_kv_gather_fp8(kv_cache, pt),
             lambda fn: check_kv_gather_fp8(fn, kv_cache, pt, extra),
-            lambda fn: bench(lambda: fn(kv_cache, pt, extra_rows=extra), device=dev),
+            lambda fn: bench(lambda: fn(kv_cache, pt, extra_rows=extra), device=dev,
+                             proof=proof_kv_gather_fp8(fn, kv_cache, pt, extra)),
             lambda: None,
         )
     # kv_alloc: the row is a class; time alloc(n) in every state and keep the worst, since a
@@ -276,26 +285,21 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
 # ---- storage and the provider ------------------------------------------------------------------
 
 
-def _cache_dir() -> Path:
-    from kvbench.harness.calibrate import cache_dir  # one definition of the cache directory
-
-    return cache_dir()
-
-
-def tables_dir() -> Path:
-    return _cache_dir() / "perf"
+def tables_dir(*, create: bool = True) -> Path:
+    """The perf tables' folder under the cache root (kvbench.core.paths); create=False for
+    readers, which must not create folders."""
+    return paths.perf_tables_dir(create=create)
 
 
 def _slug(device_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", device_name).strip("_") or "device"
 
 
-def table_path(device_name: str, op: str) -> Path:
-    return tables_dir() / f"{_slug(device_name)}__{check_op(op)}.json"
+def table_path(device_name: str, op: str, *, create: bool = True) -> Path:
+    return tables_dir(create=create) / f"{_slug(device_name)}__{check_op(op)}.json"
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, data, indent=2, default=str)  # a reader sees old or new, never torn
 
 
@@ -303,11 +307,18 @@ def _table_entries(
     data: object, device_name: str, op: str
 ) -> list[tuple[str, str, str, frozenset[str] | None, float]]:
     """(bucket, spec, dtype, tags, us) of a stored table of `op`, or ValueError saying what is
-    wrong.
+    wrong (the file, or its first unusable entry).
 
     An entry's dtype is its own "dtype", else the table's, else the dtype `kvbench tune`
     measures the op at (CASES): tables written before entries carried one. Its tags are its
     "tags" (a list of layout tags), or None for an entry written before tags were recorded."""
+    entries = _table_header(data, device_name, op)
+    return [_table_entry(i, e, data, op) for i, e in enumerate(entries)]
+
+
+def _table_header(data: object, device_name: str, op: str) -> list:
+    """The entries list of a stored table whose schema, op and device match; ValueError
+    otherwise."""
     if not isinstance(data, dict):
         # ValueError, like json's own: the caller handles every unusable file the same way.
         raise ValueError(f"a JSON object was expected, got {type(data).__name__}")  # noqa: TRY004
@@ -320,26 +331,74 @@ def _table_entries(
     entries = data.get("entries")
     if not isinstance(entries, list):
         raise ValueError(f"'entries' must be a list, got {type(entries).__name__}")  # noqa: TRY004
-    found = []
-    for i, e in enumerate(entries):
-        value = e.get("us") if isinstance(e, dict) else None
-        if not (isinstance(e, dict) and isinstance(e.get("bucket"), str)
-                and isinstance(e.get("spec"), str) and isinstance(value, (int, float))
-                and not isinstance(value, bool) and math.isfinite(value) and value > 0):
-            raise ValueError(
-                f"entries[{i}] must be an object with string 'bucket' and 'spec' and a positive "
-                f"finite number 'us', got {e!r}"
-            )
-        dtype = e.get("dtype", data.get("dtype") or CASES[op][0].dtype)
-        if dtype not in DTYPE_NAMES:
-            raise ValueError(f"entries[{i}] has dtype {dtype!r}; accepted: {DTYPE_NAMES}")
-        tags = e.get("tags")
-        if tags is not None and not (isinstance(tags, list)
-                                     and all(isinstance(t, str) for t in tags)):
-            raise ValueError(f"entries[{i}] has tags {tags!r}; a list of strings was expected")
-        found.append((e["bucket"], e["spec"], dtype,
-                      None if tags is None else frozenset(tags), float(value)))
-    return found
+    return entries
+
+
+def _table_entry(
+    i: int, e: object, data: dict, op: str
+) -> tuple[str, str, str, frozenset[str] | None, float]:
+    """(bucket, spec, dtype, tags, us) of entries[i] of a table, or ValueError naming it."""
+    value = e.get("us") if isinstance(e, dict) else None
+    if not (isinstance(e, dict) and isinstance(e.get("bucket"), str)
+            and isinstance(e.get("spec"), str) and isinstance(value, (int, float))
+            and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"entries[{i}] must be an object with string 'bucket' and 'spec' and a positive "
+            f"finite number 'us', got {e!r}"
+        )
+    dtype = e.get("dtype", data.get("dtype") or CASES[op][0].dtype)
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"entries[{i}] has dtype {dtype!r}; accepted: {DTYPE_NAMES}")
+    tags = e.get("tags")
+    if tags is not None and not (isinstance(tags, list)
+                                 and all(isinstance(t, str) for t in tags)):
+        raise ValueError(f"entries[{i}] has tags {tags!r}; a list of strings was expected")
+    return e["bucket"], e["spec"], dtype, None if tags is None else frozenset(tags), float(value)
+
+
+def repair_stored_table(device_name: str, op: str) -> Path | None:
+    """Before a tune writes `op`'s table: if the stored one cannot be read whole, move it
+    aside and keep what can still be used. Returns the aside path, or None when the file is
+    absent or sound.
+
+    The file is renamed ``<name>.corrupt-<UTC time>`` (its bytes unchanged: nothing the user
+    stored is lost) and a UserWarning names both paths. When its header is sound, its valid
+    entries are written back (atomically) as the table the tune then merges into, so one bad
+    entry costs that entry only, never the other dtypes' and layouts' measurements. A file
+    that cannot be moved aside stops the tune with a RuntimeError, before any measurement,
+    rather than be overwritten."""
+    path = table_path(device_name, op)
+    if not path.exists():
+        return None
+    kept: list[dict] = []
+    try:
+        data = json.loads(path.read_text())
+        entries = _table_header(data, device_name, op)
+    except (OSError, ValueError) as exc:
+        problem = f"it cannot be read ({exc}); none of its entries could be kept"
+    else:
+        errors = []
+        for i, e in enumerate(entries):
+            try:
+                _table_entry(i, e, data, op)
+                kept.append(e)
+            except ValueError as exc:
+                errors.append(str(exc))
+        if not errors:
+            return None
+        problem = (f"{len(errors)} of its {len(entries)} entries are unusable ({'; '.join(errors)});"
+                   f" its {len(kept)} valid entries stay in the table")
+    try:
+        aside = move_aside(path)
+    except OSError as exc:
+        raise RuntimeError(
+            f"perf table {path} is unusable and could not be moved aside ({exc}); "
+            "move or fix it by hand, then run `kvbench tune` again"
+        ) from exc
+    if kept:
+        _write_json(path, {**data, "entries": kept})
+    warnings.warn(f"perf table {path}: {problem}; moved it to {aside}", stacklevel=2)
+    return aside
 
 
 #: The versions a perf table's timings depend on besides the device: a table measured under
@@ -372,8 +431,12 @@ def load_perf_table(device_name: str) -> core.PerfProvider:
     other device name.
     """
     us: dict[tuple[str, str, frozenset[str] | None, str, str], float] = {}
-    directory = tables_dir()
-    for op in BUCKETS:
+    try:
+        directory = tables_dir(create=False)
+    except paths.CacheRootError as exc:  # dispatch goes on, ranked by the preference rules
+        warnings.warn(f"ignoring perf tables: {exc}", stacklevel=2)
+        directory = None
+    for op in BUCKETS if directory is not None else ():
         path = directory / f"{_slug(device_name)}__{op}.json"
         if not path.exists():
             continue
@@ -381,8 +444,8 @@ def load_perf_table(device_name: str) -> core.PerfProvider:
             data = json.loads(path.read_text())
             entries = _table_entries(data, device_name, op)
         except (OSError, ValueError) as exc:
-            warnings.warn(f"ignoring perf table {path}: {exc}; re-run `kvbench tune {op}`",
-                          stacklevel=2)
+            warnings.warn(f"ignoring perf table {path}: {exc}; re-run `kvbench tune {op}` (it "
+                          "moves the file aside and keeps its valid entries)", stacklevel=2)
             continue
         stale = _stale_versions(data)
         if stale:
@@ -443,7 +506,8 @@ def tune(
     `dtype` / `storage` select the default cases' KV dtype and pool storage (default_cases);
     explicit `cases` carry their own. The new entries replace those of the stored table
     measured at the same (dtype, tags), and those of that dtype without tags; the rest of the
-    file is kept. Returns the table dict (also written to table_path(device name, op)).
+    file is kept (an unreadable file or entry is moved aside first: repair_stored_table).
+    Returns the table dict (also written to table_path(device name, op)).
     Afterwards the default perf provider is active and reads the new table.
     """
     from kvbench.harness import metadata
@@ -456,6 +520,7 @@ def tune(
     for c in cases:
         if not isinstance(c, TuneCase) or c.op != op:
             raise ValueError(f"cases must be TuneCase entries for {op}, got {c!r}")
+    repair_stored_table(name, op)  # before minutes of measuring, not after
     entries = []
     picks = []  # what `auto` selects per case before this table exists, and after
     for case in cases:
@@ -484,6 +549,7 @@ def tune(
                         "case": case.label,
                         "timer": t.timer,
                         "l2": t.l2,
+                        "error": t.proof,
                     }
                 )
         finally:
@@ -512,15 +578,19 @@ def tune(
 def _kept_entries(path: Path, device_name: str, op: str, new: list[dict]) -> list[dict]:
     """The stored table's entries that a run measuring `new` does not replace: those of
     another (dtype, tags), each written with its dtype and tags made explicit. An entry
-    without tags is replaced by a run at its dtype. A file that cannot be read keeps nothing
-    (load_perf_table already warned about it)."""
+    without tags is replaced by a run at its dtype. The table was repaired before the run
+    (repair_stored_table); one that became unreadable since is moved aside the same way."""
     if not path.exists():
         return []
     try:
         data = json.loads(path.read_text())
         parsed = _table_entries(data, device_name, op)
     except (OSError, ValueError):
-        return []
+        repair_stored_table(device_name, op)
+        if not path.exists():
+            return []
+        data = json.loads(path.read_text())
+        parsed = _table_entries(data, device_name, op)
     measured = {(e["dtype"], frozenset(e["tags"])) for e in new}
     dtypes = {dtype for dtype, _ in measured}
     kept = []

@@ -12,31 +12,30 @@ measures three streams with the same cold-L2 timer the benchmarks use:
         %ceil of decode read above 100%; the streaming kernel reads 4.52 TB/s.
 - write dst.fill_(1):     bytes = written
 
-and caches the result as JSON under platformdirs.user_cache_dir("kvbench") (override with
-KVBENCH_CACHE_DIR), keyed by device name, so report() can print %ceil without re-measuring.
+and caches the result as JSON in the cache root (kvbench.core.paths: KVBENCH_CACHE_DIR, else
+platformdirs.user_cache_dir("kvbench")), keyed by device name, so report() can print %ceil
+without re-measuring.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import warnings
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
-import platformdirs
 import torch
 
+from kvbench.core.paths import CacheRootError, cache_root, ceilings_file
 from kvbench.harness.peaks import device_peaks, resolve_device
 from kvbench.harness.timers import bench
-from kvbench.jsonfile import write_json_atomic
+from kvbench.jsonfile import move_aside, write_json_atomic
 
 CUDA_SIZE_BYTES = 2 << 30  # 2 GiB: >30x the H200's 60 MiB L2, long enough to amortise launch
 CPU_SIZE_BYTES = 256 << 20
 MIN_SIZE_BYTES = 64 << 10
-_FILE_NAME = "ceilings.json"
 
 
 @dataclass(frozen=True)
@@ -53,19 +52,30 @@ class Ceilings:
 
 
 def cache_dir() -> Path:
-    """Directory of kvbench's cached measurements (KVBENCH_CACHE_DIR overrides the default)."""
-    override = os.environ.get("KVBENCH_CACHE_DIR")
-    return Path(override) if override else Path(platformdirs.user_cache_dir("kvbench"))
+    """kvbench's cache root (kvbench.core.paths.cache_root: KVBENCH_CACHE_DIR, else the user
+    cache directory; private). Kept here for the callers that import it from this module."""
+    return cache_root()
 
 
-def _cache_file() -> Path:
-    return cache_dir() / _FILE_NAME
+def _cache_file(*, create: bool = True) -> Path:
+    return ceilings_file(create=create)
 
 
-def _read_all() -> dict:
-    path = _cache_file()
+def _read_all(*, for_write: bool = False) -> dict:
+    """Every device's stored ceilings ({} when none). `for_write`: the caller will replace the
+    file, so one that is unreadable and cannot be moved aside raises instead of being lost."""
+    try:
+        path = _cache_file(create=for_write)
+    except CacheRootError as exc:
+        if for_write:
+            raise
+        # Reading must not fail a report: an unusable cache root holds nothing to trust.
+        warnings.warn(f"ignoring cached ceilings: {exc}", stacklevel=3)
+        return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON object was expected, got {type(data).__name__}")  # noqa: TRY004
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -73,25 +83,25 @@ def _read_all() -> dict:
         # It is moved aside, not left to be overwritten by the next calibrate: the entries of
         # other devices in it may still be recoverable by hand.
         aside = _move_aside(path)
+        if aside is None and for_write:
+            raise RuntimeError(f"ceilings cache {path} is unreadable ({exc}) and could not be "
+                               "moved aside; move or fix it by hand, then calibrate again") from exc
         warnings.warn(f"ignoring unreadable ceilings cache {path}: {exc}"
                       + (f"; moved to {aside}" if aside else ""), stacklevel=3)
         return {}
-    return data if isinstance(data, dict) else {}
+    return data
 
 
 def _move_aside(path: Path) -> Path | None:
     """Rename an unreadable cache file to <name>.corrupt-<UTC time>; None if that fails too."""
-    aside = path.with_name(f"{path.name}.corrupt-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
     try:
-        path.rename(aside)
+        return move_aside(path)
     except OSError:
         return None
-    return aside
 
 
 def _write_all(data: dict) -> Path:
     path = _cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
     # Write-then-rename: two processes calibrating at once never leave a torn file.
     return write_json_atomic(path, data, indent=2, sort_keys=True)
 
@@ -114,7 +124,7 @@ def load_ceilings(device_name: str) -> Ceilings | None:
     bad = {k: v for k, v in entry.items() if not _valid_value(k, v)}
     if bad:
         warnings.warn(
-            f"ignoring cached ceilings for {device_name!r} in {_cache_file()}: {bad} (the *_gbps "
+            f"ignoring cached ceilings for {device_name!r} in {_cache_file(create=False)}: {bad} (the *_gbps "
             "fields must be positive finite numbers, the others strings); re-run `kvbench calibrate`",
             stacklevel=2,
         )
@@ -196,7 +206,7 @@ def calibrate(
         triton=triton_version() or "not installed",
     )
     if store:
-        data = _read_all()
+        data = _read_all(for_write=True)
         data[ceilings.device_name] = asdict(ceilings)
         _write_all(data)
     return ceilings

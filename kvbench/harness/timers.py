@@ -31,6 +31,7 @@ import torch
 
 from kvbench.harness.flush import DEFAULT_CUDA_FLUSH, flusher
 from kvbench.harness.peaks import resolve_device
+from kvbench.harness.proof import TimedProof, run_proof
 
 #: bench(): timed work per measurement (seconds) and the repeat clamp.
 BENCH_BUDGET_S = 0.15
@@ -60,6 +61,9 @@ class TimingResult:
     #: such a call's launch gaps out of the events, so its samples are device time plus host
     #: time: time it with bench_host. False for the other timers.
     host_syncs: bool = False
+    #: Given a TimedProof: the error figures of the LAST timed call's output against the
+    #: reference of its (perturbed) input (harness/proof.py). None: no proof was asked for.
+    proof: dict | None = None
 
     def as_asv(self) -> dict:
         """The form an asv `track_*` may return to get statistics: samples in seconds."""
@@ -69,6 +73,11 @@ class TimingResult:
 def _check_callable(name: str, value: object) -> None:
     if not callable(value):
         raise ValueError(f"{name} must be callable, got {type(value).__name__}")  # noqa: TRY004
+
+
+def _check_proof(proof: object) -> None:
+    if proof is not None and not isinstance(proof, TimedProof):
+        raise ValueError(f"proof must be None or a harness.proof.TimedProof, got {type(proof).__name__}")
 
 
 def _check_repeat(repeat: object) -> int | None:
@@ -90,9 +99,10 @@ def _choose_repeat(per_call_s: float, budget_s: float, bounds: tuple[int, int]) 
 
 def _result(
     samples_us: list[float], timer: str, l2: str, dev: torch.device, host_us: float | None = None,
-    host_syncs: bool = False,
+    host_syncs: bool = False, proof: dict | None = None,
 ) -> TimingResult:
     return TimingResult(
+        proof=proof,
         median_us=float(statistics.median(samples_us)),
         samples_us=tuple(float(s) for s in samples_us),
         timer=timer,
@@ -205,20 +215,22 @@ def _noop() -> None:
 
 
 def _event_samples(
-    fn: Callable[[], object], before: Callable[[], object], repeat: int, dev: torch.device
-) -> list[float]:
+    fn: Callable[[], object], before: Callable[[], object], repeat: int, dev: torch.device,
+    proof: TimedProof | None = None,
+) -> tuple[list[float], dict | None]:
     """The one CUDA event loop (bench, bench_stateful): the backlog spin, then per call
     `before()` (flush, and a reset for stateful calls; enqueued, never waited for), the
     head-start spin and an event pair around fn. Every interval is read after ONE
-    synchronize at the end. Microseconds."""
+    synchronize at the end. Microseconds, and the proof's figures of the last call."""
     starts, ends = _events(repeat), _events(repeat)
 
-    def iteration(spin: Callable[[], None], i: int) -> None:
+    def iteration(spin: Callable[[], None], i: int) -> object:
         before()
         spin()
         starts[i].record()
-        fn()
+        out = fn()
         ends[i].record()
+        return out
 
     # The host's cost of one whole iteration, with a real (minimal) spin launch in it; the
     # events are re-recorded by the loop below, so nothing of this reaches the samples.
@@ -227,26 +239,61 @@ def _event_samples(
     backlog = _spin(dev, min(BACKLOG_MAX_US, BACKLOG_FACTOR * repeat * iteration_us))
     torch.cuda.synchronize()
     backlog()
-    for i in range(repeat):
-        iteration(spin, i)
-    torch.cuda.synchronize()  # the one synchronize; every interval is read after it
-    return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    out = _proved_loop(lambda i: iteration(spin, i), repeat, proof, torch.cuda.synchronize)
+    # the one synchronize (inside _proved_loop); every interval is read after it
+    samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    return samples, run_proof(proof, out)
+
+
+def _proved_loop(iteration: Callable[[int], object], repeat: int, proof: TimedProof | None,
+                 sync: Callable[[], None]) -> object:
+    """Run iteration(0..repeat-1), then sync(); with a proof, prepare() runs before the last
+    iteration on what the one before it returned (only those two outputs are kept alive).
+    Returns the last output. On an exception the proof's perturbation is undone."""
+    previous = out = None
+    prepared = False
+    try:
+        for i in range(repeat):
+            last = i == repeat - 1
+            if proof is not None and last:
+                prepared = True
+                proof.prepare(previous)
+                previous = None
+            result = iteration(i)
+            if proof is not None and i == repeat - 2:
+                previous = result
+            if last:
+                out = result
+            del result  # no output outlives its call (the allocator reuses its block)
+        sync()
+    except BaseException:
+        if prepared:
+            proof.restore()
+        raise
+    return out
 
 
 def _minimal_spin() -> None:
     torch.cuda._sleep(1)
 
 
-def _wall_samples(fn: Callable[[], object], before: Callable[[], object], repeat: int) -> list[float]:
+def _wall_samples(
+    fn: Callable[[], object], before: Callable[[], object], repeat: int,
+    proof: TimedProof | None = None,
+) -> tuple[list[float], dict | None]:
     """The CPU-device loop of bench / bench_stateful: before() outside, perf_counter_ns
-    around fn. Microseconds."""
+    around fn. Microseconds, and the proof's figures of the last call."""
     samples = []
-    for _ in range(repeat):
+
+    def iteration(_: int) -> object:
         before()
         t0 = time.perf_counter_ns()
-        fn()
+        out = fn()
         samples.append((time.perf_counter_ns() - t0) / 1e3)
-    return samples
+        return out
+
+    out = _proved_loop(iteration, repeat, proof, _noop)
+    return samples, run_proof(proof, out)
 
 
 def bench(
@@ -255,14 +302,20 @@ def bench(
     repeat: int | None = None,
     l2: str = "cold",
     device: object = None,
+    proof: TimedProof | None = None,
 ) -> TimingResult:
     """Median time of an idempotent `fn` in microseconds (L2 flushed before each call by default).
+
+    proof: a TimedProof (harness/proof.py): the last timed call runs on a perturbed input and
+    its output is verified after the loop; a failure raises verify.VerificationError and no
+    timing is returned. Its figures land in TimingResult.proof.
 
     CUDA: one event pair per call, all read after a single synchronize. repeat=None picks a
     count whose timed work is ~BENCH_BUDGET_S (clamped to BENCH_REPEAT_RANGE). l2="warm" skips
     the flush: the optimistic bound, and labelled so. CPU: perf_counter_ns around each call.
     """
     _check_callable("fn", fn)
+    _check_proof(proof)
     repeat = _check_repeat(repeat)
     if l2 not in ("cold", "warm"):
         raise ValueError(f"l2 must be 'cold' (flush before each call) or 'warm', got {l2!r}")
@@ -284,15 +337,16 @@ def bench(
                 torch.cuda.synchronize()
                 per_call_s = start.elapsed_time(end) * 1e-3 / _ESTIMATE_CALLS
                 repeat = _choose_repeat(per_call_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
-            samples = _event_samples(fn, flush, repeat, dev)
-        return _result(samples, "bench", l2, dev, host_us, syncs)
+            samples, figures = _event_samples(fn, flush, repeat, dev, proof)
+        return _result(samples, "bench", l2, dev, host_us, syncs, figures)
 
     fn()  # untimed, as on CUDA
     if repeat is None:
         per_iter_s = _wall_per_iteration(lambda: (flush(), fn()), _noop)
         # Budget the wall time (flush included): a CPU flush of 2x LLC costs milliseconds.
         repeat = _choose_repeat(per_iter_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
-    return _result(_wall_samples(fn, flush, repeat), "bench", l2, dev)
+    samples, figures = _wall_samples(fn, flush, repeat, proof)
+    return _result(samples, "bench", l2, dev, proof=figures)
 
 
 def bench_stateful(
@@ -301,8 +355,12 @@ def bench_stateful(
     *,
     repeat: int | None = None,
     device: object = None,
+    proof: TimedProof | None = None,
 ) -> TimingResult:
     """Median time of a state-mutating `fn`, with `reset()` before every call, untimed.
+
+    proof: as in bench(); its prepare() runs before the last call's reset(), so a reset must
+    not undo the perturbation.
 
     CUDA: reset() must only enqueue device work (no synchronize, no `.item()`): the loop
     enqueues reset, flush, start event, fn, end event for every iteration and reads all
@@ -313,6 +371,7 @@ def bench_stateful(
     """
     _check_callable("fn", fn)
     _check_callable("reset", reset)
+    _check_proof(proof)
     repeat = _check_repeat(repeat)
     dev = resolve_device(device)
     flush = flusher(dev, mode=FLUSH_MODE)
@@ -328,16 +387,16 @@ def bench_stateful(
                     lambda: (reset(), flush(), fn()), torch.cuda.synchronize
                 )
                 repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
-            samples = _event_samples(fn, lambda: (reset(), flush()), repeat, dev)
-        return _result(samples, "bench_stateful", "cold", dev, host_us, syncs)
+            samples, figures = _event_samples(fn, lambda: (reset(), flush()), repeat, dev, proof)
+        return _result(samples, "bench_stateful", "cold", dev, host_us, syncs, figures)
 
     reset()
     fn()
     if repeat is None:
         per_iter_s = _wall_per_iteration(lambda: (reset(), flush(), fn()), _noop)
         repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
-    samples = _wall_samples(fn, lambda: (reset(), flush()), repeat)
-    return _result(samples, "bench_stateful", "cold", dev)
+    samples, figures = _wall_samples(fn, lambda: (reset(), flush()), repeat, proof)
+    return _result(samples, "bench_stateful", "cold", dev, proof=figures)
 
 
 def bench_host(
@@ -416,3 +475,57 @@ def host_floor(
     that reset's after-effects with nothing of the row in the window (a "reset floor").
     """
     return bench_host(_noop, reset, repeat=repeat, device=device)
+
+
+#: Rows whose event-timed median is within this factor of the event timer's floor also get a
+#: kernel-time row (bench_kernel): near the floor the events time the timer as much as the
+#: kernel (H200: batch 1 x 4k decode 13.1 us by events, 9.8 us of kernel time; floor 3.9 us).
+KERNEL_TIMER_FLOOR_FACTOR = 4.0
+#: bench_kernel(): calls profiled when repeat is not given.
+KERNEL_TIMER_REPEAT = 30
+
+
+def bench_kernel(
+    fn: Callable[[], object],
+    *,
+    repeat: int | None = None,
+    l2: str = "cold",
+    device: object = None,
+) -> TimingResult:
+    """Median kernel time of an idempotent `fn` in microseconds: the summed durations of the
+    GPU kernels one call launches, as CUPTI records them (torch.profiler), with no launch gap,
+    event or host time in it. CUDA only.
+
+    Per call: the L2 flush (l2="cold") and a synchronize outside the profiler, then fn under
+    its own profiler session, so only fn's kernels are in it. A call that launches no kernel
+    raises ValueError. Slower per sample than bench() (a profiler session per call): it is the
+    second timer of rows near the event floor (KERNEL_TIMER_FLOOR_FACTOR), not a replacement.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    _check_callable("fn", fn)
+    repeat = _check_repeat(repeat) or KERNEL_TIMER_REPEAT
+    if l2 not in ("cold", "warm"):
+        raise ValueError(f"l2 must be 'cold' (flush before each call) or 'warm', got {l2!r}")
+    dev = resolve_device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"bench_kernel needs a CUDA device (CUPTI kernel times), got {dev}")
+    flush = flusher(dev, mode=FLUSH_MODE) if l2 == "cold" else _noop
+    samples = []
+    with torch.cuda.device(dev):
+        fn()  # untimed: JIT compile, autotune, lazy allocation
+        torch.cuda.synchronize()
+        for _ in range(repeat):
+            flush()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            kernels = [e for e in prof.events()
+                       if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+                       and getattr(e, "device_time", getattr(e, "cuda_time", 0)) > 0]
+            if not kernels:
+                raise ValueError("bench_kernel: fn launched no GPU kernel the profiler saw")
+            samples.append(sum(getattr(e, "device_time", getattr(e, "cuda_time", 0))
+                               for e in kernels))
+    return _result(samples, "bench_kernel", l2, dev)

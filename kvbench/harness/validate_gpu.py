@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import statistics
 import sys
 import time
@@ -33,6 +32,7 @@ from kvbench.harness.peaks import device_peaks, resolve_device
 from kvbench.harness.report import report
 from kvbench.harness.timers import bench, bench_host, bench_stateful, host_floor
 from kvbench.harness.work import Row, Work
+from kvbench.jsonfile import output_path, write_json_atomic
 
 #: Bytes per buffer of the L2-resident ablation: src + dst = 16 MiB, a quarter of an H200's
 #: 60 MiB L2. Kept well under half of L2 because Hopper splits L2 into two partitions and a
@@ -211,7 +211,8 @@ def timer_ablation(device: object = None) -> list[tuple[str, str, object]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", metavar="PATH", help="also write every number to this JSON file")
+    parser.add_argument("--json", metavar="PATH", type=output_path,
+                        help="also write every number to this JSON file")
     parser.add_argument("--size-gib", type=float, default=2.0, help="copy size for step 2 (GiB)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -350,8 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             "host_floor_us": floor.median_us,
             "host_stall": stall,
         }
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(dump, f, indent=2, default=str)
+        write_json_atomic(args.json, dump, indent=2, default=str)
         print(f"wrote {args.json}")
     return 0
 

@@ -8,8 +8,10 @@ and the tolerances that were applied.
 Floating tensors are compared in fp32 (fp64 if either side is fp64); a kernel's fp16/bf16
 output is checked against the fp32 reference directly. fp8 tensors are refused: the caller
 widens the bytes it means (`x.view(torch.float8_e4m3fn).to(torch.float32)`), which keeps the
-kernel's dequant separate from fp8 rounding. Integer tensors (byte views, indices) must have
-the same dtype on both sides; with rtol=atol=0 that is an exact compare.
+kernel's dequant separate from fp8 rounding. Integer and bool tensors (byte views, indices)
+must have the same dtype on both sides and are compared exactly, element by element in that
+dtype (never through a float: int64 values above 2**53 would round together), so their
+tolerances must be 0.
 """
 
 from __future__ import annotations
@@ -92,6 +94,33 @@ def _kind(t: torch.Tensor) -> str:
     return "float" if t.is_floating_point() else "integer"
 
 
+def _verify_exact(name: str, out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Integer/bool compare in the tensors' own dtype: 0.0, or VerificationError naming the
+    mismatch with the largest |out - ref| (computed in Python ints, exact at any width)."""
+    ref = ref.to(device=out.device)
+    bad = out != ref
+    mismatched = int(bad.sum())
+    if mismatched == 0:
+        return 0.0
+    positions = bad.nonzero().tolist()
+    out_values, ref_values = out[bad].tolist(), ref[bad].tolist()
+    diffs = [abs(int(a) - int(b)) for a, b in zip(out_values, ref_values, strict=True)]
+    k = max(range(len(diffs)), key=diffs.__getitem__)
+    index = tuple(positions[k])
+    raise VerificationError(
+        f"{name}: {mismatched} of {out.numel()} elements mismatch; worst at index {index}: "
+        f"out={out_values[k]!r} ref={ref_values[k]!r} |out-ref|={diffs[k]} "
+        f"(exact compare of {out.dtype})",
+        name=name,
+        mismatched=mismatched,
+        total=out.numel(),
+        index=index,
+        out_value=out_values[k],
+        ref_value=ref_values[k],
+        max_abs_diff=float(diffs[k]),
+    )
+
+
 def verify(name: str, out: object, ref: object, *, rtol: float, atol: float) -> float:
     """Check |out - ref| <= atol + rtol * |ref| everywhere; return max |out - ref|.
 
@@ -122,14 +151,18 @@ def verify(name: str, out: object, ref: object, *, rtol: float, atol: float) -> 
             rtol=rtol,
             atol=atol,
         )
+    if _kind(out_t) == "integer" and (rtol or atol):
+        raise ValueError(
+            f"{name}: {out_t.dtype} tensors are compared exactly; rtol and atol must be 0, got "
+            f"{tol_text}"
+        )
     total = out_t.numel()
     if total == 0:
         return 0.0
+    if _kind(out_t) == "integer":
+        return _verify_exact(name, out_t, ref_t)
 
-    if _kind(out_t) == "float":
-        wide = torch.float64 if torch.float64 in (out_t.dtype, ref_t.dtype) else torch.float32
-    else:
-        wide = torch.float64  # integers up to 2**53 exactly; int64 diffs could overflow
+    wide = torch.float64 if torch.float64 in (out_t.dtype, ref_t.dtype) else torch.float32
     o = out_t.to(dtype=wide)
     r = ref_t.to(device=o.device, dtype=wide)
 
@@ -173,3 +206,118 @@ def verify(name: str, out: object, ref: object, *, rtol: float, atol: float) -> 
         rtol=rtol,
         atol=atol,
     )
+
+
+# ---- systematic error: a uniform scale or an offset, which elementwise tolerances miss ------
+#
+# An elementwise rtol is sized for the worst single element, so an output scaled by 1.01 (every
+# element off by 1%) passes a 2e-2 rtol. Rounding differences are not like that: each element's
+# error has its own sign, so over a tensor they cancel. Two figures measure what does not
+# cancel: the least-squares scale of out on ref, s = <out, ref> / <ref, ref>, and the mean signed
+# error relative to ref's magnitude, mean(out - ref) / mean|ref| (an offset, which the scale of a
+# zero-mean output does not see).
+
+#: Largest |s - 1| and |mean signed error| / mean|ref| accepted, per output dtype name: half the
+#: unit roundoff u of the dtype (fp16: u = 2^-11, bf16: u = 2^-8; fp32 kept for completeness).
+#: Why half of u: rounding to nearest leaves each element within u of its exact value with a
+#: sign of its own, so over N elements the two figures move by about u / sqrt(N) (under 1/30 of
+#: u at the 1536 elements of the smallest kvbench check); only if EVERY element rounded the same
+#: way would they reach u. u / 2 is far above what rounding does to a tensor and below a
+#: uniform scale of 1.005 at bf16 (1.28 u). fp8 (e4m3) is listed for outputs stored as fp8
+#: values: the kernels that write them are compared bit-exact, and a decode over fp8 KV writes
+#: its output in q's dtype, whose entry applies (checks.check_paged_decode).
+SYSTEMATIC_TOLERANCE: dict[str, float] = {
+    "fp32": 2.0**-25,
+    "fp16": 2.0**-12,
+    "bf16": 2.0**-9,
+    "fp8": 2.0**-5,
+}
+
+
+class SystematicError:
+    """Error figures of one compare: the elementwise worst case and the systematic part.
+
+    max_abs: max |out - ref|. max_rel: max |out - ref| / max |ref| (the worst error relative to
+    the tensor's own scale: elementwise |out - ref| / |ref| is dominated by ref's near-zero
+    entries). scale: least-squares <out, ref> / <ref, ref> (None when ref is all zero). bias:
+    mean(out - ref) / mean |ref| (None when ref is all zero). Plain floats, JSON-ready through
+    as_dict().
+    """
+
+    __slots__ = ("bias", "max_abs", "max_rel", "n", "scale")
+
+    def __init__(self, *, max_abs: float, max_rel: float, scale: float | None,
+                 bias: float | None, n: int) -> None:
+        self.max_abs = max_abs
+        self.max_rel = max_rel
+        self.scale = scale
+        self.bias = bias
+        self.n = n
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {"max_abs": self.max_abs, "max_rel": self.max_rel, "scale": self.scale,
+                "bias": self.bias, "n": self.n}
+
+    def __repr__(self) -> str:
+        return f"SystematicError({self.as_dict()})"
+
+
+def error_figures(out: object, ref: object) -> SystematicError:
+    """The error figures of float `out` against `ref` (same shape), computed in fp64.
+
+    Non-finite entries of either side are left out (verify() rejects them separately).
+    Raises ValueError for non-float tensors or a shape mismatch.
+    """
+    out_t = _as_tensor("out", out)
+    ref_t = _as_tensor("ref", ref)
+    if tuple(out_t.shape) != tuple(ref_t.shape):
+        raise ValueError(f"shape mismatch: out {tuple(out_t.shape)} vs ref {tuple(ref_t.shape)}")
+    if not (out_t.is_floating_point() and ref_t.is_floating_point()):
+        raise ValueError(f"error_figures compares float tensors, got {out_t.dtype} and {ref_t.dtype}")
+    o = out_t.to(torch.float64).reshape(-1)
+    r = ref_t.to(device=o.device, dtype=torch.float64).reshape(-1)
+    keep = torch.isfinite(o) & torch.isfinite(r)
+    o, r = o[keep], r[keep]
+    n = int(o.numel())
+    if n == 0:
+        return SystematicError(max_abs=0.0, max_rel=0.0, scale=None, bias=None, n=0)
+    diff = o - r
+    max_abs = float(diff.abs().max())
+    ref_peak = float(r.abs().max())
+    ref_energy = float((r * r).sum())
+    ref_mean_abs = float(r.abs().mean())
+    return SystematicError(
+        max_abs=max_abs,
+        max_rel=max_abs / ref_peak if ref_peak > 0 else (0.0 if max_abs == 0 else math.inf),
+        scale=float((o * r).sum()) / ref_energy if ref_energy > 0 else None,
+        bias=float(diff.mean()) / ref_mean_abs if ref_mean_abs > 0 else None,
+        n=n,
+    )
+
+
+def verify_unbiased(name: str, out: object, ref: object, *, tol: float) -> SystematicError:
+    """The systematic-error criterion: |scale - 1| <= tol and |bias| <= tol, else
+    VerificationError naming both figures. Returns the figures (to record beside the number).
+
+    `tol` comes from SYSTEMATIC_TOLERANCE (the output dtype's entry); run it after verify(),
+    which owns the elementwise tolerances and the NaN/Inf rules.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    tol = _tolerance("tol", tol)
+    figures = error_figures(out, ref)
+    bad = []
+    if figures.scale is not None and abs(figures.scale - 1.0) > tol:
+        bad.append(f"least-squares scale {figures.scale:.6f} (|s-1| {abs(figures.scale - 1):.3g})")
+    if figures.bias is not None and abs(figures.bias) > tol:
+        bad.append(f"mean signed error {figures.bias:+.3g} of mean |ref|")
+    if bad:
+        raise VerificationError(
+            f"{name}: systematic error beyond rounding: {'; '.join(bad)} > {tol:.3g} "
+            f"(SYSTEMATIC_TOLERANCE, over {figures.n} elements; max |out-ref| "
+            f"{figures.max_abs:.6g})",
+            name=name,
+            total=figures.n,
+            max_abs_diff=figures.max_abs,
+        )
+    return figures

@@ -12,6 +12,7 @@ microseconds, Row.gbps in 1e9 B/s, Row.tflops in 1e12 FLOP/s.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 #: L2 state a row was measured in. "cold": flushed before each call (the default, the decode
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 L2_STATES: tuple[str, ...] = ("cold", "warm")
 
 #: Timer labels: the name of the harness timer that produced the number.
-TIMERS: tuple[str, ...] = ("bench", "bench_stateful", "bench_host")
+TIMERS: tuple[str, ...] = ("bench", "bench_stateful", "bench_host", "bench_kernel")
 
 
 def _finite_nonnegative(name: str, value: object) -> float:
@@ -69,6 +70,10 @@ class Row:
     #: The timed call made the host wait for the device (TimingResult.host_syncs): an event
     #: timer's µs then holds host time too, and report() flags the row.
     host_syncs: bool = False
+    #: The spread of the samples behind `us`: interquartile range over the median (0.05 = the
+    #: middle half of the samples spans 5% of the median). None when not known (a row built
+    #: by hand, or fewer than 4 samples). report() prints it and flags a row above its limit.
+    iqr_rel: float | None = None
 
     def __post_init__(self) -> None:
         for field in ("impl", "case"):
@@ -95,13 +100,17 @@ class Row:
             raise ValueError(f"Row.l2 must be one of {L2_STATES}, got {self.l2!r}")
         if self.timer not in TIMERS:
             raise ValueError(f"Row.timer must be one of {TIMERS}, got {self.timer!r}")
+        spread = self.iqr_rel
+        if spread is not None and (isinstance(spread, bool) or not isinstance(spread, (int, float))
+                                   or not math.isfinite(spread) or spread < 0):
+            raise ValueError(f"Row.iqr_rel must be None or a finite number >= 0, got {spread!r}")
 
     @classmethod
     def from_timing(
         cls, impl: str, case: str, timing: object, work: Work, *, note: str = ""
     ) -> Row:
         """A row from a harness TimingResult, copying its median, L2 state, timer label and
-        whether the call synchronised the host."""
+        whether the call synchronised the host, with the spread of its samples (iqr_rel)."""
         try:
             us, l2, timer = timing.median_us, timing.l2, timing.timer  # type: ignore[attr-defined]
             syncs = timing.host_syncs  # type: ignore[attr-defined]
@@ -109,7 +118,9 @@ class Row:
             raise ValueError(
                 f"timing must be a harness TimingResult, got {type(timing).__name__}"
             ) from None
-        return cls(impl, case, us, work, l2=l2, timer=timer, note=note, host_syncs=syncs)
+        samples = getattr(timing, "samples_us", ())
+        return cls(impl, case, us, work, l2=l2, timer=timer, note=note, host_syncs=syncs,
+                   iqr_rel=relative_iqr(samples, us))
 
     @property
     def gbps(self) -> float:
@@ -120,3 +131,14 @@ class Row:
     def tflops(self) -> float:
         """Achieved compute in 1e12 FLOP/s: flops / (us * 1e-6) / 1e12."""
         return self.work.flops / self.us / 1e6
+
+
+def relative_iqr(samples_us: object, median_us: float) -> float | None:
+    """(q3 - q1) / median of the samples, or None with fewer than 4 (no quartiles to speak
+    of). The IQR, not the standard deviation: one preempted sample must not make a row look
+    noisy, and a bimodal run (half the samples slow) must."""
+    values = [float(s) for s in samples_us] if samples_us else []  # type: ignore[attr-defined]
+    if len(values) < 4 or not median_us > 0:
+        return None
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return (q3 - q1) / median_us

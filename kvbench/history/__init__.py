@@ -1,1 +1,1 @@
-"""asv glue and the verdict engine (DESIGN.md's target layout): what sits on top of asv."""
+"""kvbench.history: asv glue and what kvbench reads beside asv results (the sidecar)."""

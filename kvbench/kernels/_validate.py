@@ -10,16 +10,24 @@ paged_decode can all use them; they cost microseconds, paid once per call on the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 
-#: Range-check index tensors (block tables, slot mappings, page tables) of CUDA inputs too.
-#: Off by default: reading their values on the host costs a device sync per call, which would
-#: stall the launch queue inside every timed region. On a CPU the checks always run: they
-#: are free there, and an index out of range through the Triton interpreter is a segfault
-#: (on a GPU, an illegal address that kills the context). Never set it while timing.
-CHECK_VALUES_ON_DEVICE = False
+#: The safe-mode variable (docs/safety.md). ``KVBENCH_CHECK=1``: every op validates the
+#: values of its index and scale tensors. CPU inputs are always checked on the host (free
+#: there, and an out-of-range index through the Triton interpreter is a segfault). CUDA
+#: inputs are checked on the device only in safe mode, without a host sync: the launcher
+#: computes which checks failed on the device, replaces out-of-range indices by in-range ones
+#: (so no kernel reads or writes out of bounds), poisons the outputs they would have fed, and
+#: queues the verdict; the ValueError is raised by the next safe-mode call that finds it
+#: ready, or by ``raise_pending()`` (which waits for it). The fast path (safe mode off) reads
+#: no index value on CUDA: a bad block table, slot or page id is an out-of-bounds access.
+SAFE_MODE_VAR = "KVBENCH_CHECK"
+_SAFE_MODE_VALUES = {"": False, "0": False, "1": True}
 
 # One spelling of dtype names everywhere (docs/architecture.md, "Dtype names"); the messages
 # below print torch names because that is what a caller passes.
@@ -198,9 +206,113 @@ def check_scale(name: str, scale: object, device: torch.device | None = None) ->
         check_device(name, scale, device)
 
 
+def safe_mode() -> bool:
+    """Whether ``KVBENCH_CHECK`` asks for value checks on the device (read at call time)."""
+    raw = os.environ.get(SAFE_MODE_VAR, "")
+    try:
+        return _SAFE_MODE_VALUES[raw.strip()]
+    except KeyError:
+        raise ValueError(f"{SAFE_MODE_VAR}={raw!r} is not accepted; accepted: 0 or 1 "
+                         "(unset means 0)") from None
+
+
 def values_checked(device: torch.device) -> bool:
-    """Whether launchers read index values on the host for `device` (CHECK_VALUES_ON_DEVICE)."""
-    return device.type == "cpu" or CHECK_VALUES_ON_DEVICE
+    """Whether launchers read index values on the host for ``device``: CPU inputs only."""
+    return device.type == "cpu"
+
+
+def device_checked(device: torch.device) -> bool:
+    """Whether launchers validate index values on the device (a CUDA input in safe mode)."""
+    return device.type != "cpu" and safe_mode()
+
+
+@dataclass
+class _Pending:
+    """One safe-mode call's verdict on its way to the host (a pinned copy behind an event)."""
+
+    event: torch.cuda.Event
+    stats: torch.Tensor  # pinned host int64 [checks, 3]: failed, lowest, highest value
+    messages: tuple[str, ...]
+
+
+_PENDING: list[_Pending] = []
+
+
+class DeviceChecks:
+    """The value checks of one safe-mode call on a CUDA input, evaluated on the device.
+
+    ``bounds(name, values, low, high, what)`` records whether every value lies in
+    [low, high) and returns a copy with the offending values replaced by ``replacement``
+    (in range, or a skip marker the kernel honours), so the launch that follows stays in
+    bounds. ``submit()`` queues the verdict without waiting for it.
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[torch.Tensor] = []
+        self._messages: list[str] = []
+
+    def bounds(self, name: str, values: torch.Tensor, low: int, high: int, *, what: str,
+               replacement: int, skip_negative: bool = False) -> torch.Tensor:
+        ok = (values >= low) & (values < high)
+        if skip_negative:
+            ok |= values < 0
+        self._record(name, ~ok, values, f"must lie in [{low}, {high}) ({what})"
+                     + (" or be negative (skip the entry)" if skip_negative else ""))
+        return torch.where(ok, values, torch.full_like(values, replacement))
+
+    def flag(self, name: str, bad: torch.Tensor, values: torch.Tensor, rule: str) -> None:
+        """Record a check whose failures ``bad`` (bool, any shape) the caller computed."""
+        self._record(name, bad, values, rule)
+
+    def _record(self, name: str, bad: torch.Tensor, values: torch.Tensor, rule: str) -> None:
+        v = values.reshape(-1).to(torch.float64)
+        if v.numel() == 0:
+            return
+        self._rows.append(torch.stack([bad.any().to(torch.float64), v.min(), v.max()]))
+        self._messages.append(f"{name} {rule}")
+
+    def submit(self) -> None:
+        """Queue this call's verdict (a non-blocking copy to pinned memory and an event)."""
+        if not self._rows:
+            return
+        stats = torch.stack(self._rows)
+        host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
+        host.copy_(stats, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        _PENDING.append(_Pending(event, host, tuple(self._messages)))
+
+
+def raise_pending(*, wait: bool = True) -> None:
+    """Raise the ValueError of any failed safe-mode check queued so far (docs/safety.md).
+
+    ``wait=False`` looks only at verdicts already on the host (what each safe-mode call does
+    first, so a failure surfaces at the next call without a sync); ``wait=True`` waits for
+    all of them (call it where the caller syncs anyway, or at the end of a check).
+    """
+    while _PENDING:
+        head = _PENDING[0]
+        if not wait and not head.event.query():
+            return
+        head.event.synchronize()
+        _PENDING.pop(0)
+        failed = [f"{msg}; got [{lo:g}, {hi:g}]"
+                  for msg, (bad, lo, hi) in zip(head.messages, head.stats.tolist(), strict=True)
+                  if bad]
+        if failed:
+            _PENDING.clear()  # later verdicts may stem from this one's poisoned outputs
+            raise ValueError("safe mode (KVBENCH_CHECK=1): " + "; ".join(failed))
+
+
+def device_checks(device: torch.device) -> DeviceChecks | None:
+    """A DeviceChecks for this call when ``device`` is checked on the device, else None.
+
+    Raises first the failure of an earlier safe-mode call whose verdict has arrived.
+    """
+    if not device_checked(device):
+        return None
+    raise_pending(wait=False)
+    return DeviceChecks()
 
 
 def check_index_range(
@@ -216,3 +328,120 @@ def check_index_range(
         skip = " or be negative (skip the entry)" if skip_negative else ""
         raise ValueError(f"{name} must lie in [0, {upper}) ({what}){skip}; got [{lo}, {hi}]")
 
+
+
+def check_scale_value(name: str, scale: object, checks: DeviceChecks | None) -> None:
+    """An fp8 scale must be finite and > 0 (0 turns every value into inf/NaN, a negative one
+    flips signs, NaN poisons the output). Python floats and CPU tensors are read here; a
+    CUDA tensor is checked on the device in safe mode (``checks``) and not at all otherwise
+    (reading it would be a device sync)."""
+    if isinstance(scale, torch.Tensor):
+        if scale.device.type == "cpu":
+            value = float(scale.reshape(-1)[0])
+        elif checks is not None:
+            checks.flag(name, ~(torch.isfinite(scale) & (scale > 0)), scale,
+                        "must be a finite scale > 0")
+            return
+        else:
+            return
+    else:
+        value = float(scale)  # type: ignore[arg-type]
+    if not (value > 0.0 and value != float("inf")):
+        raise ValueError(f"{name} must be a finite scale > 0, got {value!r}")
+
+
+def _footprint(t: torch.Tensor) -> tuple[int, int, int]:
+    """(first byte, byte stride of dim 0, bytes one dim-0 slice spans) of a strided tensor."""
+    size = t.element_size()
+    inner = 1 + sum((n - 1) * s for n, s in zip(t.shape[1:], t.stride()[1:], strict=True))
+    return t.data_ptr(), t.stride(0) * size, inner * size
+
+
+def check_no_self_overlap(name: str, t: torch.Tensor) -> None:
+    """Raise when two elements of ``t`` share memory (a zero stride, or a stride smaller than
+    what the dimensions inside it span): writing through such a view races with itself.
+
+    The test is the sufficient one (each stride, in increasing order, covers the extent of
+    the dimensions below it), so an exotic interleaving that happens not to collide is
+    refused too; every layout kvbench's pool builds passes it.
+    """
+    dims = sorted((s, n) for n, s in zip(t.shape, t.stride(), strict=True) if n > 1)
+    extent = 1
+    for stride, n in dims:
+        if stride < extent:
+            raise ValueError(f"{name} overlaps itself (shape {tuple(t.shape)}, strides "
+                             f"{tuple(t.stride())}): elements would share memory")
+        extent = stride * (n - 1) + extent
+
+
+def check_no_overlap(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
+    """Raise when two paged views ``[pages, ...]`` share a byte (e.g. K and V caches shifted
+    by a page). Views interleaved page by page in one buffer (the engine's combined K/V
+    layout) do not overlap and pass.
+
+    Each view is its pages' byte ranges [start + i * stride, + span) in the address space
+    (views of distinct allocations never intersect there); with equal page strides the
+    question is whether some page distance m in [-(pages - 1), pages - 1] puts a page of
+    ``b`` within a page of ``a``, answered in O(1). Unequal strides fall back to comparing
+    the views' whole ranges (conservative).
+    """
+    if a.numel() == 0 or b.numel() == 0:
+        return
+    a0, sa, ea = _footprint(a)
+    b0, sb, eb = _footprint(b)
+    pages = min(a.shape[0], b.shape[0])
+    overlap: bool
+    if sa == sb and sa >= max(ea, eb) and a.shape[0] == b.shape[0]:
+        d = b0 - a0
+        # pages i of a and j of b collide iff -eb < d + (j - i) * sa < ea
+        lo = -((eb - 1 + d) // sa)  # smallest m with d + m * sa > -eb
+        hi = (ea - 1 - d) // sa  # largest m with d + m * sa < ea
+        overlap = max(lo, -(pages - 1)) <= min(hi, pages - 1)
+    else:
+        a_end = a0 + (a.shape[0] - 1) * sa + ea
+        b_end = b0 + (b.shape[0] - 1) * sb + eb
+        overlap = a0 < b_end and b0 < a_end
+    if overlap:
+        raise ValueError(f"{name_a} and {name_b} share memory (a write to one would change the "
+                         "other); pass disjoint K and V views")
+
+
+@contextlib.contextmanager
+def checked_calls() -> Iterator[None]:
+    """Run the calls inside in safe mode, then wait for their verdicts and raise a failure.
+
+    For correctness checks (kvbench.checks), never around timed calls: the device-side
+    checks are extra work, and waiting for their verdict is a host sync.
+    """
+    before = os.environ.get(SAFE_MODE_VAR)
+    os.environ[SAFE_MODE_VAR] = "1"
+    try:
+        yield
+        raise_pending(wait=True)
+    finally:
+        if before is None:
+            os.environ.pop(SAFE_MODE_VAR, None)
+        else:
+            os.environ[SAFE_MODE_VAR] = before
+
+
+#: Cache-view pairs already found disjoint, by (pointers, shapes, strides, element size):
+#: the verdict is arithmetic on those alone, and an engine passes the same per-layer caches
+#: every step, so the check costs one dict lookup after the first call. Bounded.
+_DISJOINT_VIEWS: set[tuple] = set()
+_DISJOINT_VIEWS_MAX = 1024
+
+
+def check_cache_views(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """Raise when a K or V cache view overlaps itself or the other (check_no_self_overlap,
+    check_no_overlap); remembered per view geometry once it passed."""
+    key = (k_cache.data_ptr(), v_cache.data_ptr(), k_cache.element_size(), tuple(k_cache.shape),
+           k_cache.stride(), tuple(v_cache.shape), v_cache.stride())
+    if key in _DISJOINT_VIEWS:
+        return
+    check_no_self_overlap("k_cache", k_cache)
+    check_no_self_overlap("v_cache", v_cache)
+    check_no_overlap("k_cache", k_cache, "v_cache", v_cache)
+    if len(_DISJOINT_VIEWS) >= _DISJOINT_VIEWS_MAX:
+        _DISJOINT_VIEWS.clear()
+    _DISJOINT_VIEWS.add(key)

@@ -6,9 +6,14 @@ builds and the torch that runs; ctypes loads the library into any torch process.
 wheel build step: CI machines and the CPU developers' machines have no GPU, and an asv build of
 an old commit must not need nvcc; the library is built on first use, where a GPU is.
 
-The library is cached under the user cache directory, keyed by the source's bytes, the nvcc
-version and the flags, so an edited kernel or a different compiler rebuilds, and two processes
-building at once each write a temporary file and rename it into place (no torn library).
+The library is cached in the cache root's cuda/ folder (kvbench.core.paths: private, moved by
+KVBENCH_CACHE_DIR), keyed by the source's bytes, the nvcc version and the flags, so an edited
+kernel or a different compiler rebuilds, and two processes building at once each write a
+temporary file and rename it into place (no torn library). Beside each library a build record
+(``<library>.build.json``) holds the library's SHA-256 and what it was built from (source
+name and hash, nvcc version, flags); a cached library is used only when the record matches
+it and the build, otherwise it is rebuilt: a truncated, corrupt or replaced file is never
+loaded into the process.
 """
 
 from __future__ import annotations
@@ -16,13 +21,16 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 
-import platformdirs
+from kvbench.core import paths
+from kvbench.jsonfile import write_json_atomic
 
 SOURCE_DIR = Path(__file__).resolve().parent / "cuda"
 
@@ -53,12 +61,67 @@ def _nvcc_version(nvcc: str) -> str:
     return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _record_path(lib: Path) -> Path:
+    return lib.with_name(lib.name + ".build.json")
+
+
+def _build_inputs(src: Path, nvcc_version: str, flags: tuple[str, ...]) -> dict:
+    """What a library is built from, as its record stores it."""
+    return {
+        "source": src.name,
+        "source_sha256": hashlib.sha256(src.read_bytes()).hexdigest(),
+        "nvcc_version": nvcc_version,
+        "flags": list(flags),
+    }
+
+
+def _verified(lib: Path, inputs: dict) -> str | None:
+    """None when `lib` exists and its record holds its SHA-256 and these build inputs; else
+    why it cannot be used (the caller rebuilds)."""
+    if not lib.is_file():
+        return "not built yet"
+    try:
+        record = json.loads(_record_path(lib).read_text())
+    except (OSError, ValueError) as exc:
+        return f"its build record {_record_path(lib)} is unreadable ({exc})"
+    if not isinstance(record, dict):
+        return f"its build record {_record_path(lib)} is not a JSON object"
+    changed = [k for k, v in inputs.items() if record.get(k) != v]
+    if changed:
+        return f"its build record names other build inputs ({', '.join(changed)})"
+    actual = _sha256(lib)
+    if record.get("sha256") != actual:
+        return (f"its SHA-256 {actual} is not the recorded {record.get('sha256')!r} (the file "
+                "changed after it was built)")
+    return None
+
+
+def _run_nvcc(nvcc: str, flags: tuple[str, ...], src: Path, out: Path) -> str:
+    """Compile `src` into `out`; nvcc's stderr (the ptxas log), or BuildError."""
+    proc = subprocess.run(
+        [nvcc, *flags, "-o", str(out), str(src)], check=False, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise BuildError(f"nvcc failed on {src.name} (exit {proc.returncode}):\n{proc.stderr}")
+    return proc.stderr
+
+
 def compile_source(
     name: str, out_dir: Path | None = None, extra: tuple[str, ...] = ()
 ) -> tuple[Path, str]:
-    """Compile ``cuda/<name>.cu`` (if its cached library is missing): (library path, ptxas log).
+    """``cuda/<name>.cu`` built (if its cached library is missing or fails its recorded hash):
+    (library path, ptxas log).
 
     ``extra`` flags join the cache key (tests pass ``-Xptxas -v`` to read registers and spills).
+    ``out_dir`` defaults to the cache root's cuda/ folder.
     """
     nvcc = find_nvcc()
     if nvcc is None:
@@ -68,33 +131,38 @@ def compile_source(
         )
     src = SOURCE_DIR / f"{name}.cu"
     flags = (*NVCC_FLAGS, *extra)
+    nvcc_version = _nvcc_version(nvcc)
     key = hashlib.sha256(
-        src.read_bytes() + _nvcc_version(nvcc).encode() + " ".join(flags).encode()
+        src.read_bytes() + nvcc_version.encode() + " ".join(flags).encode()
     ).hexdigest()[:16]
-    out_dir = out_dir or Path(platformdirs.user_cache_dir("kvbench")) / "cuda"
+    out_dir = out_dir or paths.cuda_build_dir()
     lib = out_dir / f"{name}-{key}.so"
     log_path = lib.with_suffix(".log")
-    if lib.is_file():
+    inputs = _build_inputs(src, nvcc_version, flags)
+    why = _verified(lib, inputs)
+    if why is None:
         return lib, log_path.read_text() if log_path.is_file() else ""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if lib.exists():
+        warnings.warn(f"not loading the cached library {lib}: {why}; rebuilding it", stacklevel=2)
+    out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}-", suffix=".so")
     os.close(fd)
     try:
-        proc = subprocess.run(
-            [nvcc, *flags, "-o", tmp, str(src)], check=False, capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            raise BuildError(f"nvcc failed on {src.name} (exit {proc.returncode}):\n{proc.stderr}")
-        log_path.write_text(proc.stderr)
+        log = _run_nvcc(nvcc, flags, src, Path(tmp))
+        log_path.write_text(log)
+        # The record names the bytes about to be renamed into place; a reader that sees the
+        # new record before the new library finds a mismatch and rebuilds, never loads.
+        write_json_atomic(_record_path(lib), {"sha256": _sha256(Path(tmp)), **inputs}, indent=2)
         os.replace(tmp, lib)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return lib, proc.stderr
+    return lib, log
 
 
 @functools.cache
 def load(name: str) -> ctypes.CDLL:
-    """The built library of ``cuda/<name>.cu``, compiled on first use (cached per process)."""
+    """The built library of ``cuda/<name>.cu``, compiled on first use (cached per process),
+    loaded only after its bytes matched the SHA-256 recorded when it was built."""
     lib, _ = compile_source(name)
     return ctypes.CDLL(str(lib))

@@ -2,12 +2,15 @@
 
 Op: ``kv_gather_fp8(kv_cache, page_table_flat, *, extra_rows, out=None) -> [L + extra_rows, 576]``
 
-- ``kv_cache``: [pool_tokens, 1, 656] float8_e4m3fn, contiguous; each 656-byte row holds 512
+- ``kv_cache``: [pool_tokens, 1, 656] float8_e4m3fn (or the same bytes as uint8), contiguous;
+  each 656-byte row holds 512
   e4m3 "nope" bytes, 4 fp32 group scales (one per 128 nope values) and 64 bf16 "rope" values
   (kvbench.gather_pool documents the layout and builds realistic pools).
-- ``page_table_flat``: int32 [L] pool rows to gather, in output order. Values must lie in
-  [0, pool_tokens); checked on the host for CPU tensors, and on CUDA only with
-  ``_validate.CHECK_VALUES_ON_DEVICE`` (a device sync per call).
+- ``page_table_flat``: int32 [L] contiguous, pool rows to gather, in output order. Values must
+  lie in [0, pool_tokens); checked on the host for CPU tensors, and on CUDA on the device in
+  safe mode (``KVBENCH_CHECK=1``, docs/safety.md: an out-of-range id reads row 0, its output
+  row is poisoned with NaN codes and a later call or ``raise_pending()`` raises); the fast path
+  on CUDA checks no value.
 - ``extra_rows`` >= 0: zero "landing pad" rows appended after the L gathered rows.
 
 Exact definition (what every row computes, bit for bit). For gathered row i, token t:
@@ -50,6 +53,7 @@ from kvbench.kernels._validate import (
     check_ndim,
     check_same_device,
     check_shape,
+    device_checks,
     values_checked,
 )
 
@@ -70,9 +74,15 @@ _LEGACY_NUM_WARPS = 4
 _BUFFERS: dict[torch.device, torch.Tensor] = {}
 
 
-def _validate(kv_cache, page_table_flat, extra_rows, out) -> int:
-    """Host checks for every row; returns total output rows."""
-    check_dtype("kv_cache", kv_cache, (torch.float8_e4m3fn,))
+#: An e4m3 NaN code: safe mode writes it over the output rows of out-of-range page ids.
+_POISON_CODE = 0x7F
+
+
+def _validate(kv_cache, page_table_flat, extra_rows, out):
+    """Host checks for every row; returns (total output rows, page table to launch with,
+    the [L] bool rows to poison or None): in safe mode on CUDA the table is a copy whose
+    out-of-range ids read row 0."""
+    check_dtype("kv_cache", kv_cache, (torch.float8_e4m3fn, torch.uint8))
     check_shape("kv_cache", kv_cache, (None, 1, ROW_BYTES))
     check_contiguous("kv_cache", kv_cache)
     if kv_cache.data_ptr() % 16:
@@ -84,15 +94,31 @@ def _validate(kv_cache, page_table_flat, extra_rows, out) -> int:
     if isinstance(extra_rows, bool) or not isinstance(extra_rows, int) or extra_rows < 0:
         raise ValueError(f"extra_rows must be an int >= 0, got {extra_rows!r}")
     device = check_same_device(kv_cache=kv_cache, page_table_flat=page_table_flat, out=out)
+    what = f"rows of the {kv_cache.shape[0]}-row kv_cache"
+    checks = device_checks(device)
+    poison = None
     if values_checked(device):
-        check_index_range("page_table_flat values", page_table_flat, kv_cache.shape[0],
-                          what=f"rows of the {kv_cache.shape[0]}-row kv_cache")
+        check_index_range("page_table_flat values", page_table_flat, kv_cache.shape[0], what=what)
+    elif checks is not None:
+        checked = checks.bounds("page_table_flat values", page_table_flat, 0, kv_cache.shape[0],
+                                what=what, replacement=0)
+        poison = checked != page_table_flat
+        page_table_flat = checked
+        checks.submit()
     total = page_table_flat.shape[0] + extra_rows
     if out is not None:
         check_dtype("out", out, (torch.float8_e4m3fn,))
         check_shape("out", out, (total, OUT_DIM))
         check_contiguous("out", out)
-    return total
+    return total, page_table_flat, poison
+
+
+def _finish(out: torch.Tensor, poison: torch.Tensor | None) -> torch.Tensor:
+    """The output as returned: NaN codes on the rows whose page id safe mode caught."""
+    if poison is not None and poison.numel():
+        rows = out.view(torch.uint8)[: poison.shape[0]]
+        rows.masked_fill_(poison[:, None], _POISON_CODE)
+    return out
 
 
 def _views(kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -178,22 +204,22 @@ def _launch_vectorized(kv_cache, page_table_flat, out, soft_fp8: bool) -> None:
 
 def gather_fp8_legacy(kv_cache, page_table_flat, *, extra_rows, out=None) -> torch.Tensor:
     """Baseline: zero the whole destination, then one program per (token, slice)."""
-    total = _validate(kv_cache, page_table_flat, extra_rows, out)
+    total, page_table_flat, poison = _validate(kv_cache, page_table_flat, extra_rows, out)
     if out is None:
         out = torch.zeros((total, OUT_DIM), dtype=torch.float8_e4m3fn, device=kv_cache.device)
     else:
         out.view(torch.uint8).zero_()
     _launch_legacy(kv_cache, page_table_flat, out, is_interpreted(_gather_legacy_kernel))
-    return out
+    return _finish(out, poison)
 
 
 def gather_fp8_vectorized(kv_cache, page_table_flat, *, extra_rows, out=None) -> torch.Tensor:
     """No pre-zeroing: ``torch.empty`` destination, pads zero-filled in the gather kernel."""
-    total = _validate(kv_cache, page_table_flat, extra_rows, out)
+    total, page_table_flat, poison = _validate(kv_cache, page_table_flat, extra_rows, out)
     if out is None:
         out = torch.empty((total, OUT_DIM), dtype=torch.float8_e4m3fn, device=kv_cache.device)
     _launch_vectorized(kv_cache, page_table_flat, out, is_interpreted(_gather_vec_kernel))
-    return out
+    return _finish(out, poison)
 
 
 def gather_fp8_cached(kv_cache, page_table_flat, *, extra_rows, out=None) -> torch.Tensor:
@@ -203,7 +229,7 @@ def gather_fp8_cached(kv_cache, page_table_flat, *, extra_rows, out=None) -> tor
     callers consume it before gathering again, as the engine does. The buffer only grows
     (to the largest total seen); ``clear_gather_cache()`` releases it.
     """
-    total = _validate(kv_cache, page_table_flat, extra_rows, out)
+    total, page_table_flat, poison = _validate(kv_cache, page_table_flat, extra_rows, out)
     if out is None:
         dev = kv_cache.device
         buf = _BUFFERS.get(dev)
@@ -212,7 +238,7 @@ def gather_fp8_cached(kv_cache, page_table_flat, *, extra_rows, out=None) -> tor
             _BUFFERS[dev] = buf
         out = buf[:total]
     _launch_vectorized(kv_cache, page_table_flat, out, is_interpreted(_gather_vec_kernel))
-    return out
+    return _finish(out, poison)
 
 
 def clear_gather_cache() -> None:
@@ -222,7 +248,7 @@ def clear_gather_cache() -> None:
 
 def gather_fp8_torch(kv_cache, page_table_flat, *, extra_rows, out=None) -> torch.Tensor:
     """Torch row (any device): index_select the rows, dequant in fp32, cast with saturation."""
-    total = _validate(kv_cache, page_table_flat, extra_rows, out)
+    total, page_table_flat, poison = _validate(kv_cache, page_table_flat, extra_rows, out)
     n = page_table_flat.shape[0]
     if out is None:
         out = torch.empty((total, OUT_DIM), dtype=torch.float8_e4m3fn, device=kv_cache.device)
@@ -239,4 +265,4 @@ def gather_fp8_torch(kv_cache, page_table_flat, *, extra_rows, out=None) -> torc
     dst[:n, :_NOPE] = deq.to(torch.float8_e4m3fn).view(torch.uint8)
     rope = rows[:, _NOPE + 16 :].contiguous().view(torch.bfloat16).to(torch.float32)
     dst[:n, _NOPE:] = rope.clamp_(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
-    return out
+    return _finish(out, poison)

@@ -14,9 +14,13 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
 - ``slot_mapping``: int64 [N]; token i goes to ``page = slot // page_size``,
   ``offset = slot % page_size``. A **negative slot means "skip this token"**: engines pad a
   batch to a captured size (CUDA graphs) and mark the padding with -1 (vLLM's convention).
-  Slots must be distinct and < num_pages * page_size. The range is checked on the host for
-  CPU tensors, and on CUDA only with ``_validate.CHECK_VALUES_ON_DEVICE`` (a device sync per
-  call); distinctness is not checked.
+  Any stride is read as given. Slots must be distinct and < num_pages * page_size. The
+  range is checked on the host for CPU tensors, and on CUDA on the device in safe mode
+  (``KVBENCH_CHECK=1``, docs/safety.md: an out-of-range slot becomes a skip and the call's
+  ValueError is raised later, without a host sync); the fast path on CUDA checks no value.
+  Distinctness is not checked.
+- ``k_cache`` and ``v_cache`` must not share memory with each other or themselves (checked
+  from their strides on every call).
 - fp8 caches (uint8 containers of e4m3fn bytes, or float8_e4m3fn tensors) quantize on write
   with the caller's per-tensor fp32 scales: ``byte = e4m3_rne(clamp(fp32(x) / scale, +-448))``.
   The quotient is the IEEE fp32 quotient (``tl.math.div_rn`` in Triton, because Triton's ``/``
@@ -38,13 +42,17 @@ import triton.language as tl
 from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_interpreted
 from kvbench.kernels._validate import (
+    DeviceChecks,
+    check_cache_views,
     check_dtype,
     check_index_range,
     check_last_dim_contiguous,
     check_ndim,
     check_same_device,
     check_scale,
+    check_scale_value,
     check_shape,
+    device_checks,
     v_cache_dim_major,
     values_checked,
 )
@@ -86,22 +94,25 @@ def _dtype_name(dtype: torch.dtype | str) -> str:
     return _TORCH_NAME[dtype]
 
 
-def _scale_tensor(name: str, scale: object, device: torch.device) -> torch.Tensor:
+def _scale_tensor(name: str, scale: object, device: torch.device,
+                  checks: DeviceChecks | None) -> torch.Tensor:
     """Validate a caller-side scale and return it as a 1-element fp32 tensor on ``device``.
 
     A python float costs a host->device copy per call; production callers pass tensors.
     """
     check_scale(name, scale, device)
+    check_scale_value(name, scale, checks)
     if isinstance(scale, torch.Tensor):
         return scale.reshape(1)
-    value = float(scale)  # type: ignore[arg-type]
-    if not value > 0.0 or value == float("inf"):
-        raise ValueError(f"{name} must be a finite positive scale, got {value!r}")
-    return torch.tensor([value], dtype=torch.float32, device=device)
+    return torch.tensor([float(scale)], dtype=torch.float32, device=device)  # type: ignore[arg-type]
 
 
 def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
-    """Host checks shared by both rows; returns (is_fp8, k_scale_t, v_scale_t, v_dim_major)."""
+    """Host checks shared by both rows.
+
+    Returns (is_fp8, k_scale_t, v_scale_t, v_dim_major, slots): ``slots`` is slot_mapping, or
+    in safe mode on CUDA a copy whose out-of-range slots are skips (kernels/_validate.py).
+    """
     check_ndim("k", k, 3, "[N, kv_heads, head_dim]")
     check_ndim("v", v, 3, "[N, kv_heads, head_dim]")
     check_dtype("k", k, _IN_DTYPES)
@@ -129,13 +140,19 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     v_dim_major = v_cache_dim_major(v_cache)  # token- or dim-major; else raises naming both
     if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
         raise ValueError("k_cache and v_cache are the same memory; pass the K and V views")
+    check_cache_views(k_cache, v_cache)
     device = check_same_device(
         k=k, v=v, k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping
     )
+    pages, page_size = k_cache.shape[0], k_cache.shape[1]
+    what = f"slot = page * page_size + offset, {pages} pages of {page_size}"
+    checks = device_checks(device)
     if values_checked(device):
-        pages, page_size = k_cache.shape[0], k_cache.shape[1]
         check_index_range("slot_mapping values", slot_mapping, pages * page_size, skip_negative=True,
-                          what=f"slot = page * page_size + offset, {pages} pages of {page_size}")
+                          what=what)
+    elif checks is not None:
+        slot_mapping = checks.bounds("slot_mapping values", slot_mapping, 0, pages * page_size,
+                                     what=what, replacement=-1, skip_negative=True)
     is_fp8 = k_cache.dtype in _FP8_CACHE
     if not is_fp8:
         if k.dtype != k_cache.dtype:
@@ -146,18 +163,23 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         if k_scale is not None or v_scale is not None:
             raise ValueError("k_scale/v_scale apply to fp8 caches only; pass None for "
                              f"a {k_cache.dtype} cache")
-        return False, None, None, v_dim_major
+        if checks is not None:
+            checks.submit()
+        return False, None, None, v_dim_major, slot_mapping
     if k_scale is None or v_scale is None:
         raise ValueError("fp8 caches need k_scale and v_scale (python floats or 1-element "
                          "float32 tensors on the cache's device)")
-    ks, vs = _scale_tensor("k_scale", k_scale, device), _scale_tensor("v_scale", v_scale, device)
-    return True, ks, vs, v_dim_major
+    ks = _scale_tensor("k_scale", k_scale, device, checks)
+    vs = _scale_tensor("v_scale", v_scale, device, checks)
+    if checks is not None:
+        checks.submit()
+    return True, ks, vs, v_dim_major, slot_mapping
 
 
 @triton.jit
 def _kv_write_kernel(
     k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr, ks_ptr, vs_ptr,
-    n_tokens, num_heads, head_dim,
+    n_tokens, num_heads, head_dim, s_slot,
     s_kt, s_kh, s_vt, s_vh,
     s_kcp, s_kco, s_kch, s_vcp, s_vco, s_vch, s_vcd,
     PAGE_SIZE: tl.constexpr,
@@ -181,7 +203,7 @@ def _kv_write_kernel(
     h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
     t_ok = t < n_tokens
-    slot = tl.load(slot_ptr + t, mask=t_ok, other=-1)
+    slot = tl.load(slot_ptr + t.to(tl.int64) * s_slot, mask=t_ok, other=-1)
     row_ok = t_ok & (slot >= 0)
     page = slot // PAGE_SIZE
     off = slot % PAGE_SIZE
@@ -294,7 +316,7 @@ def _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8, soft_fp
     grid = (triton.cdiv(n, block_t), triton.cdiv(heads, block_h))
     _kv_write_kernel[grid](
         k, v, kc, vc, slot_mapping, ks, vs,
-        n, heads, dim,
+        n, heads, dim, slot_mapping.stride(0),
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         kc.stride(0), kc.stride(1), kc.stride(2),
         vc.stride(0), vc.stride(1), vc.stride(2), vc.stride(3),
@@ -312,7 +334,8 @@ def kv_write_triton(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_sca
     Grid: (token blocks, head blocks). Under the Triton interpreter fp8 codes come from the
     integer RNE encoder (kernels/_fp8.py) because the interpreter's own cast is wrong.
     """
-    is_fp8, ks, vs, v_dim_major = _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    is_fp8, ks, vs, v_dim_major, slot_mapping = _validate(k, v, k_cache, v_cache, slot_mapping,
+                                                          k_scale, v_scale)
     _launch_triton(k, v, k_cache, v_cache, slot_mapping, ks, vs, is_fp8,
                    soft_fp8=is_interpreted(_kv_write_kernel), v_dim_major=v_dim_major)
 
@@ -344,7 +367,8 @@ def kv_write_torch(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scal
     negative (padding) slots uses ``nonzero``, which waits for the device once per call; the
     Triton row masks them in-kernel instead.
     """
-    is_fp8, ks, vs, _ = _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    is_fp8, ks, vs, _, slot_mapping = _validate(k, v, k_cache, v_cache, slot_mapping, k_scale,
+                                                 v_scale)
     keep = torch.nonzero(slot_mapping >= 0).squeeze(1)
     if keep.numel() == 0:
         return

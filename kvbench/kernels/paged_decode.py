@@ -23,11 +23,14 @@ Design (why it looks like this):
   a cache is never ``.contiguous()``-ed. Page offsets are computed in int64 (pools > 2 GiB).
 
 Host validation runs before every launch and raises ValueError naming the argument. Value
-checks (seq_lens range, block-table entries) need the values on the host: they run for CPU
-tensors and, on CUDA, only when ``_validate.CHECK_VALUES_ON_DEVICE`` is set, because a host
-read in the launcher would stall the launch queue inside every timed region. Accepted inputs:
-q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or uint8 e4m3
-bytes with ``k_scale``/``v_scale``, K token-major (D contiguous), V token-major or dim-major
+checks (seq_lens range, the block-table entries seq_lens reaches, fp8 scales finite and > 0)
+run on the host for CPU tensors and, on CUDA, on the device in safe mode (``KVBENCH_CHECK=1``,
+docs/safety.md: no host sync; out-of-range values are replaced by in-range ones, the
+sequences they feed get NaN outputs, and a later call or ``raise_pending()`` raises). The fast
+path on CUDA reads no value: a host read in the launcher would stall the launch queue inside
+every timed region. Accepted inputs:
+q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or fp8
+e4m3 bytes (uint8 or float8_e4m3fn) with ``k_scale``/``v_scale``, K token-major (D contiguous), V token-major or dim-major
 (page_size contiguous: ``_validate.v_cache_dim_major``); D a power of two in [16, 256];
 page_size a power of two; block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
 values >= 0 (a length-0 sequence gets a zero output, as padded batch slots do in an engine).
@@ -159,6 +162,8 @@ _BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
 REDUCE_PDL = True
 
 _Q_DTYPES = (torch.float16, torch.bfloat16)
+#: fp8 e4m3 caches: bytes in a uint8 container, or the same bytes as float8_e4m3fn.
+_FP8_CACHES = (torch.uint8, torch.float8_e4m3fn)
 _HEAD_DIMS = "a power of two in [16, 256]"
 _LOG2E = 1.4426950408889634
 
@@ -573,6 +578,18 @@ class _Problem:
     sm_scale: float
     k_scale: torch.Tensor | float
     v_scale: torch.Tensor | float
+    #: The index tensors to launch with: the caller's, or in safe mode on CUDA copies whose
+    #: out-of-range values were replaced by in-range ones (kernels/_validate.py).
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    #: Safe mode: [B] bool, the sequences whose output must be poisoned (NaN), else None.
+    poison: torch.Tensor | None
+
+    def finish(self, out: torch.Tensor) -> torch.Tensor:
+        """The output as returned: NaN rows for the sequences a safe-mode check caught."""
+        if self.poison is not None:
+            out.masked_fill_(self.poison[:, None, None], float("nan"))
+        return out
 
 
 def _validate(
@@ -590,7 +607,7 @@ def _validate(
     V.check_dtype("q", q, _Q_DTYPES)
     V.check_ndim("q", q, 3, "[batch, q_heads, head_dim]")
     V.check_last_dim_contiguous("q", q)
-    accepted_cache = (q.dtype, torch.uint8)
+    accepted_cache = (q.dtype, *_FP8_CACHES)
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         V.check_dtype(name, cache, accepted_cache)
         V.check_ndim(name, cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
@@ -635,17 +652,24 @@ def _validate(
         or sm_scale <= 0
     ):
         raise ValueError(f"sm_scale must be None or a finite float > 0, got {sm_scale!r}")
-    fp8 = k_cache.dtype == torch.uint8
+    fp8 = k_cache.dtype in _FP8_CACHES
+    checks = V.device_checks(device)
     if fp8:
-        V.check_scale("k_scale", k_scale, device)
-        V.check_scale("v_scale", v_scale, device)
+        for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
+            V.check_scale(name, sc, device)
+            V.check_scale_value(name, sc, checks)
     else:
         for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
             if sc is not None:
-                raise ValueError(f"{name} is only accepted with uint8 (fp8 e4m3) caches; pass None")
+                raise ValueError(f"{name} is only accepted with fp8 (e4m3) caches; pass None")
     max_pages = block_table.shape[1]
+    poison = None
     if V.values_checked(device):
         _check_values(block_table, seq_lens, page_size, num_pages)
+    elif checks is not None:
+        block_table, seq_lens, poison = _checked_on_device(checks, block_table, seq_lens,
+                                                           page_size, num_pages)
+        checks.submit()
     return _Problem(
         batch=batch,
         q_heads=q_heads,
@@ -659,6 +683,9 @@ def _validate(
         sm_scale=float(sm_scale),
         k_scale=1.0 if k_scale is None else k_scale,
         v_scale=1.0 if v_scale is None else v_scale,
+        block_table=block_table,
+        seq_lens=seq_lens,
+        poison=poison,
     )
 
 
@@ -679,6 +706,35 @@ def _check_values(
     )
     V.check_index_range("block_table entries used by seq_lens", block_table[used], num_pages,
                         what="pages of the cache")
+
+
+def _used_entries(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+    """[B, max_pages] bool: the block-table entries the sequences' lengths reach (no sync)."""
+    pages = (seq_lens.to(torch.int64)[:, None] + page_size - 1) // page_size
+    return torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages
+
+
+def _checked_on_device(
+    checks: V.DeviceChecks, block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
+    num_pages: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Safe mode on CUDA: _check_values's rules evaluated on the device.
+
+    Returns (block table, seq_lens, poison): a length outside [0, capacity] becomes 0 and an
+    out-of-range page id becomes page 0, so the kernels stay in bounds; ``poison`` marks the
+    sequences either touched, whose outputs are then NaN.
+    """
+    cap = block_table.shape[1] * page_size
+    lens = checks.bounds("seq_lens", seq_lens, 0, cap + 1, replacement=0,
+                         what="block_table.shape[1] * page_size is the capacity")
+    used = _used_entries(block_table, lens, page_size)
+    in_range = (block_table >= 0) & (block_table < num_pages)
+    bad = used & ~in_range
+    checks.flag("block_table entries used by seq_lens", bad, torch.where(used, block_table, 0),
+                f"must lie in [0, {num_pages}) (pages of the cache)")
+    table = torch.where(in_range, block_table, torch.zeros_like(block_table))
+    poison = bad.any(dim=1) | (lens != seq_lens)
+    return table, lens, poison
 
 
 def choose_num_splits(
@@ -739,6 +795,8 @@ def _launch(
     out = torch.empty((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
     if p.batch == 0:
         return out
+    if p.fp8:  # e4m3 bytes as uint8: the kernels widen the codes themselves
+        k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
     split = num_splits > 1
     cfg = CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if p.fp8 else "")]
     group = p.q_heads // p.kv_heads
@@ -835,7 +893,7 @@ def paged_decode_single_pass(
     p = _validate(
         q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale, triton_kernel=True
     )
-    return _launch(p, q, k_cache, v_cache, block_table, seq_lens, 1)
+    return p.finish(_launch(p, q, k_cache, v_cache, p.block_table, p.seq_lens, 1))
 
 
 def paged_decode_split_kv(
@@ -867,7 +925,7 @@ def paged_decode_split_kv(
             num_splits = choose_num_splits(
                 p.batch, p.kv_heads, p.max_pages * p.page_size, _sm_count(q.device), p.page_size
             )
-    return _launch(p, q, k_cache, v_cache, block_table, seq_lens, num_splits)
+    return p.finish(_launch(p, q, k_cache, v_cache, p.block_table, p.seq_lens, num_splits))
 
 
 def paged_decode_gather_sdpa(
@@ -891,7 +949,10 @@ def paged_decode_gather_sdpa(
     )
     if p.batch == 0 or p.max_pages == 0:
         return torch.zeros((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
-    idx = block_table.long()
+    seq_lens = p.seq_lens
+    # Only the entries seq_lens reaches are read: padding entries may hold anything.
+    used = _used_entries(p.block_table, seq_lens, p.page_size)
+    idx = torch.where(used, p.block_table, torch.zeros_like(p.block_table)).long()
     length = p.max_pages * p.page_size
 
     def gather(cache: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
@@ -912,6 +973,6 @@ def paged_decode_gather_sdpa(
         enable_gqa=p.q_heads != p.kv_heads,
     ).squeeze(2)
     # A fully masked row (seq_len 0) is NaN in SDPA; the op's contract is a zero output.
-    return torch.where(
+    return p.finish(torch.where(
         (seq_lens > 0)[:, None, None], out, torch.zeros((), dtype=out.dtype, device=out.device)
-    )
+    ))

@@ -239,18 +239,19 @@ def paged_decode_cluster(
     if p.batch == 0:
         return out
     if num_splits is None:
-        num_splits = auto_splits(q.device, k_cache.dtype, p.q_heads // p.kv_heads,
+        num_splits = auto_splits(q.device, torch.uint8 if p.fp8 else k_cache.dtype,
+                                 p.q_heads // p.kv_heads,
                                  p.batch * p.kv_heads, p.max_pages * p.page_size)
     scale_ptrs = [s.data_ptr() if isinstance(s, torch.Tensor) else None
                   for s in (p.k_scale, p.v_scale)]
     scale_vals = [1.0 if isinstance(s, torch.Tensor) else float(s) for s in (p.k_scale, p.v_scale)]
     args = DecodeArgs(
-        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_table.data_ptr(),
-        seq_lens.data_ptr(), out.data_ptr(), *scale_ptrs,
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), p.block_table.data_ptr(),
+        p.seq_lens.data_ptr(), out.data_ptr(), *scale_ptrs,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
-        block_table.stride(0), out.stride(0), out.stride(1),
+        p.block_table.stride(0), out.stride(0), out.stride(1),
         p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits,
         p.sm_scale * _LOG2E, *scale_vals,
     )
@@ -258,4 +259,4 @@ def paged_decode_cluster(
     code = _FP8_CODE if p.fp8 else _DTYPE_CODE[q.dtype]
     with torch.cuda.device(q.device):
         _check(_library().kvb_cluster_decode(ctypes.byref(args), code, stream), "launch")
-    return out
+    return p.finish(out)

@@ -1,0 +1,257 @@
+"""The sidecar: what kvbench keeps beside each asv result and asv's tools ignore.
+
+asv stores one number series per case. kvbench also needs, per commit and case, the registry
+row `auto` actually ran, the measured error of the verified timed call, the compiled kernel's
+resources, why a case got no number, and the GPU's state around each measurement group. The
+suite's setup_cache process writes them here, one JSON file per (commit, env, group):
+
+    <results_dir>/<machine>/kvbench/<commit[:8]>-<env name>.<group>.kvjson
+
+In a sub-folder and not named *.json on purpose: asv 0.6.6 walks results/ recursively and
+loads every *.json as a result file (warning on each one it cannot read). The format is in
+docs/harness.md ("The sidecar"); kvbench/history/sidecar.py reads it.
+
+Where: asv gives a benchmark process ASV_CONF_DIR, ASV_COMMIT and ASV_ENV_NAME but not the
+machine; kvbench's environment plugin (kvbench/asv_env.py) adds ASV_KVBENCH_MACHINE and
+ASV_KVBENCH_RESULTS_DIR. Without them (another env type, a plain import) nothing is written.
+This module is part of the working-tree suite: it imports nothing from the kvbench of the
+commit under test, and NVML (nvidia-ml-py) and Triton only lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from datetime import UTC, datetime
+from typing import Any
+
+SCHEMA = 1
+SUBDIR = "kvbench"
+SUFFIX = ".kvjson"
+NA = "n/a"
+#: Per measuring process: NVML state around each measurement group (run_group), in order.
+STATES: list[dict] = []
+
+
+def sidecar_path(group: str) -> str | None:
+    """Where this process's sidecar for `group` goes, or None outside a kvbench asv run."""
+    env = os.environ
+    needed = ("ASV_COMMIT", "ASV_ENV_NAME", "ASV_KVBENCH_MACHINE", "ASV_KVBENCH_RESULTS_DIR")
+    if not all(env.get(k) for k in needed):
+        return None
+    name = f"{env['ASV_COMMIT'][:8]}-{env['ASV_ENV_NAME']}.{group}{SUFFIX}"
+    return os.path.join(env["ASV_KVBENCH_RESULTS_DIR"], env["ASV_KVBENCH_MACHINE"], SUBDIR, name)
+
+
+# ---- GPU state through NVML -------------------------------------------------------------------
+
+
+def _nvml_handle(pynvml: Any) -> Any:
+    """The NVML handle of torch's current CUDA device (by UUID, so CUDA_VISIBLE_DEVICES
+    renumbering cannot pick another GPU), or None."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    uuid = str(getattr(props, "uuid", "") or "")
+    for candidate in (uuid, f"GPU-{uuid}") if uuid else ():
+        with contextlib.suppress(pynvml.NVMLError):
+            return pynvml.nvmlDeviceGetHandleByUUID(candidate)
+    if not os.environ.get("CUDA_VISIBLE_DEVICES"):
+        return pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    return None
+
+
+def _reason_names(pynvml: Any, mask: int) -> list[str]:
+    """Names of the set bits of a clock-event (throttle) reason mask, from pynvml's constants."""
+    names = []
+    for attr in dir(pynvml):
+        for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
+            if attr.startswith(prefix) and attr[len(prefix):] not in ("All", "None", "Unknown"):
+                bit = getattr(pynvml, attr)
+                if isinstance(bit, int) and bit and mask & bit and bit & (bit - 1) == 0:
+                    names.append(attr[len(prefix):])
+    return sorted(set(names))
+
+
+def gpu_state() -> dict | str:
+    """SM and memory clocks (MHz), temperature (C), power (W) and the clock-event reasons now;
+    "n/a" on a machine without CUDA or without nvidia-ml-py, "n/a: <why>" on an NVML error."""
+    try:
+        import pynvml  # nvidia-ml-py, optional
+    except ImportError:
+        return NA
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - NVMLError or a missing library
+        return f"{NA}: {exc}"
+    try:
+        handle = _nvml_handle(pynvml)
+        if handle is None:
+            return NA
+        get_reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        mask = int(get_reasons(handle))
+        return {
+            "sm_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "mem_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            "temp_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+            "clock_event_mask": mask,
+            "clock_event_reasons": _reason_names(pynvml, mask),
+            "at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        }
+    except Exception as exc:  # noqa: BLE001 - recorded, never fatal to a measurement
+        return f"{NA}: {type(exc).__name__}: {exc}"
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+# ---- compiled Triton kernels ------------------------------------------------------------------
+
+
+def _compiled_kernels() -> dict[int, Any]:
+    """CUfunction handle -> CompiledKernel for every compiled variant of every Triton kernel
+    in the loaded kvbench modules (the JIT caches hold them after their first launch)."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return {}
+    found: dict[int, Any] = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("kvbench") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            fn = getattr(value, "fn", value)  # autotuned / heuristics wrappers hold .fn
+            while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
+                fn = fn.fn
+            if not isinstance(fn, JITFunction):
+                continue
+            for caches in getattr(fn, "device_caches", {}).values():
+                cache = caches[0] if isinstance(caches, tuple) else caches
+                for kernel in list(cache.values()):
+                    with contextlib.suppress(Exception):
+                        kernel._init_handles()
+                        found[int(kernel.function)] = kernel
+    return found
+
+
+def _describe(kernel: Any) -> dict:
+    meta = kernel.metadata
+    get = meta.get if isinstance(meta, dict) else lambda k, d=None: getattr(meta, k, d)
+    return {
+        "name": getattr(kernel, "name", get("name")),
+        "registers": getattr(kernel, "n_regs", None),
+        "spills": getattr(kernel, "n_spills", None),
+        "shared_bytes": get("shared"),
+        "num_warps": get("num_warps"),
+        "num_stages": get("num_stages"),
+        "maxnreg": get("maxnreg"),
+    }
+
+
+def triton_resources(call: Any) -> list[dict] | str:
+    """Run `call` once with a Triton launch hook and return the resources of every compiled
+    kernel it launched (registers, spills, shared memory, warps, stages, from the compiled
+    kernel object); "n/a" without CUDA or Triton, [] when it launched no Triton kernel."""
+    try:
+        import torch
+        from triton import knobs
+    except ImportError:
+        return NA
+    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        return NA
+    launched: list[int] = []
+
+    def hook(metadata: Any) -> None:
+        data = metadata.data if hasattr(metadata, "data") else metadata
+        with contextlib.suppress(Exception):
+            launched.append(int(data["function"]))
+
+    chain = knobs.runtime.launch_enter_hook
+    chained = hasattr(chain, "add")
+    if chained:
+        chain.add(hook)
+    else:
+        knobs.runtime.launch_enter_hook = hook
+    try:
+        call()
+        torch.cuda.synchronize()
+    finally:
+        if chained:
+            chain.remove(hook)
+        else:
+            knobs.runtime.launch_enter_hook = chain
+    kernels = _compiled_kernels()
+    seen, out = set(), []
+    for handle in launched:
+        if handle in seen:
+            continue
+        seen.add(handle)
+        kernel = kernels.get(handle)
+        out.append(_describe(kernel) if kernel is not None else {"function": handle})
+    return out
+
+
+# ---- writing ----------------------------------------------------------------------------------
+
+
+def _case_record(entry: dict) -> dict:
+    """The sidecar's record of one case entry of the suite (benchmarks/_common.measured)."""
+    if "skip" in entry:
+        return {"status": "skipped", "reason": entry["skip"]}
+    if "error" in entry and "samples_s" not in entry:
+        text = str(entry["error"]).rstrip()
+        return {"status": "failed", "reason": text.splitlines()[-1] if text else "",
+                "traceback": text[-4000:]}
+    return {
+        "status": "measured",
+        "selected": entry.get("selected"),
+        "explain": entry.get("explain") or "",
+        "timer": entry.get("timer"),
+        "median_us": entry.get("median_us"),
+        "n_samples": len(entry.get("samples_s") or ()),
+        "max_abs_diff": entry.get("max_abs_diff"),
+        "error": entry.get("measured_error"),
+        "resources": entry.get("resources", NA),
+        "state": entry.get("state"),
+    }
+
+
+def write_sidecar(group: str, classes: dict[str, dict]) -> str | None:
+    """Write this process's sidecar for `group` atomically; return its path (None when not in
+    a kvbench asv run). Never raises: a failed write is reported on stderr, the numbers stay."""
+    path = sidecar_path(group)
+    if path is None:
+        return None
+    body = {
+        "schema": SCHEMA,
+        "commit": os.environ["ASV_COMMIT"],
+        "env": os.environ["ASV_ENV_NAME"],
+        "machine": os.environ["ASV_KVBENCH_MACHINE"],
+        "group": group,
+        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "states": STATES,
+        "classes": {
+            cls: {repr(tuple(key)): _case_record(entry) for key, entry in results.items()
+                  if isinstance(key, tuple)}
+            | ({"__class_error__": {"status": "failed", "reason": results["__class_error__"]}}
+               if "__class_error__" in results else {})
+            for cls, results in classes.items()
+        },
+    }
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(body, f, indent=1, default=str)
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"kvbench sidecar {path} not written: {exc}", file=sys.stderr)
+        return None
+    return path

@@ -1,0 +1,67 @@
+"""On the GPU: the compiled kernels pass the systematic-error criterion and their timed proof
+at the suite's shapes, and a planted memoizing row fails there too (`pytest -m gpu`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvbench import checks
+from kvbench.dispatch.registry import REGISTRY
+from kvbench.harness import bench
+from kvbench.harness.verify import VerificationError
+from kvbench.pool import paged_pool
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
+@pytest.mark.parametrize("batch,context", [(1, 4096), (8, 4096), (64, 8192)])
+def test_every_decode_row_passes_the_criterion_and_its_timed_proof(dtype, batch, context):
+    storage = "v_dim_major" if dtype == "fp8" else "combined"
+    pool = paged_pool(batch, context, kv_heads=8, head_dim=128, page_size=16, dtype=dtype,
+                      storage=storage, min_l2_multiple=0, device="cuda", seed=0)
+    q = checks.make_decode_query(pool, 32, seed=0)
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    ran = []
+    for name in REGISTRY.spec_names("paged_decode"):
+        fn = REGISTRY.get("paged_decode", name).load()
+        try:
+            fn(*args, **kw)
+        except (ValueError, RuntimeError):
+            continue  # a row that does not serve this layout/dtype
+        checks.check_paged_decode(fn, pool, q)
+        t = bench(lambda fn=fn: fn(*args, **kw), repeat=20,
+                  proof=checks.proof_paged_decode(fn, pool, q))
+        print(dtype, batch, context, name, t.median_us, t.proof)
+        ran.append(name)
+    assert ran
+
+
+def test_a_memoizing_decode_fails_its_timed_proof_on_the_gpu():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import planted
+
+    pool = paged_pool(8, 4096, kv_heads=8, head_dim=128, page_size=16, dtype="fp16",
+                      min_l2_multiple=0, device="cuda", seed=0)
+    q = checks.make_decode_query(pool, 32, seed=0)
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    fn = planted.memoizing(REGISTRY.get("paged_decode", "triton/split_kv").load())
+    checks.check_paged_decode(fn, pool, q)
+    with pytest.raises(VerificationError):
+        bench(lambda: fn(*args, **kw), repeat=20, proof=checks.proof_paged_decode(fn, pool, q))
+    assert torch.cuda.is_available()
+
+
+def test_bench_kernel_reads_kernel_time_below_the_event_time_of_a_small_kernel():
+    from kvbench.harness import bench_kernel
+
+    x = torch.zeros(1 << 20, device="cuda")
+    ev = bench(x.zero_)
+    kt = bench_kernel(x.zero_)
+    assert kt.timer == "bench_kernel" and 0 < kt.median_us < ev.median_us
