@@ -42,15 +42,22 @@ PLANT_US=${PLANT_US:-20}
 N_FLAT=${N_FLAT:-10}
 ASV_SPAN=${ASV_SPAN:-8}
 SERIES=${SERIES:-"paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')"}
-REPO=/tmp/kvbench-bisect-scratch
+# The scratch history lives in the private kvbench cache root (not a fixed /tmp name another
+# user could create first); KVBENCH_CACHE_DIR moves it (keep it outside $OUT).
 MACHINE=${MACHINE:-h200}
 if ! python3 -c "import asv, scipy" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$ROOT"/.whl/*.whl 2>&1 | grep -v WARNING
 fi
 
+WORK=$(cd "$ROOT" && python3 -m kvbench.core.paths bisect-scratch) || exit 1
+REPO=$WORK/history
+# What the scratch history is made of: rebuilt when the checkout or the plant changes.
+FINGERPRINT="$(cd "$ROOT" && find kvbench benchmarks asv.conf.json pyproject.toml -type f \
+    -not -path '*__pycache__*' | sort | xargs sha256sum | sha256sum | cut -c1-16) N=$N PLANT_AT=$PLANT_AT PLANT_US=$PLANT_US"
+
 build_history() {
     # The same files, dates and author on every call -> the same hashes.
-    [ -f "$REPO/.scratch-done" ] && return 0
+    [ "$(cat "$REPO/.scratch-done" 2>/dev/null)" = "$FINGERPRINT" ] && return 0
     rm -rf "$REPO"
     mkdir -p "$REPO"
     tar -C "$ROOT" --exclude=./.git --exclude=./results --exclude=./html --exclude=./.whl \
@@ -92,7 +99,7 @@ EOF
             commit "$i" "harmless $i: comment"
         fi
     done
-    touch .scratch-done
+    echo "$FINGERPRINT" >.scratch-done
     echo "scratch history: $(git rev-list --count HEAD) commits, planted $(git rev-parse --short "HEAD~$((N - PLANT_AT))")"
 }
 
