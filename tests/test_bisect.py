@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kvbench.history import abtest
+from kvbench.history import asv_measure as am
 from kvbench.history import bisect as bs
 
 SERIES = "paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')"
@@ -29,10 +30,10 @@ class FakeMeasurer:
         runs = []
         for c in commits:
             if c in self.broken:
-                runs.append(bs.Run(c, None, bs.SKIPPED, "this commit has no kvbench.ops"))
+                runs.append(am.Run(c, None, am.SKIPPED, "this commit has no kvbench.ops"))
             else:
                 value = self.level(self.index[c]) * (1 + self.noise * self.rng.standard_normal())
-                runs.append(bs.Run(c, value, bs.OK, samples=100, process_s=1.0))
+                runs.append(am.Run(c, value, am.OK, samples=100, process_s=1.0))
         return runs
 
 
@@ -132,30 +133,30 @@ def test_report_json_is_the_documented_schema():
 
 
 def test_series_names_are_parsed_and_checked():
-    s = bs.parse_series(SERIES)
+    s = am.parse_series(SERIES)
     assert s.benchmark == "paged_decode.PagedDecode.track_us" and s.cls == "PagedDecode"
     assert s.select == "PagedDecode('triton/split_kv', 'fp16', 'b64_c8k')"
     assert s.name == SERIES
-    assert bs.parse_series('kv_alloc.KVAlloc.track_us("host/freelist","bump",64)').name == \
+    assert am.parse_series('kv_alloc.KVAlloc.track_us("host/freelist","bump",64)').name == \
         "kv_alloc.KVAlloc.track_us('host/freelist', 'bump', 64)"
     for bad in ("paged_decode.PagedDecode.track_us", "track_us('a')", "a.B.c(foo bar)",
                 "a.B.c()"):
         with pytest.raises(ValueError, match="expected|params"):
-            bs.parse_series(bad)
+            am.parse_series(bad)
     benchmarks = {"kv_alloc.KVAlloc.track_us": {
         "params": [["'auto'", "'host/freelist'"], ["'bump'"], ["1", "64"]],
         "param_names": ["selector", "state", "n"], "unit": "seconds"},
         "x.Y.track_gbps": {"params": [["'a'"]], "param_names": ["p"], "unit": "GB/s"}}
-    assert bs.check_series(bs.parse_series("kv_alloc.KVAlloc.track_us('auto', 'bump', 64)"),
+    assert am.check_series(am.parse_series("kv_alloc.KVAlloc.track_us('auto', 'bump', 64)"),
                            benchmarks) is False
-    assert bs.check_series(bs.parse_series("x.Y.track_gbps('a')"), benchmarks) is True
+    assert am.check_series(am.parse_series("x.Y.track_gbps('a')"), benchmarks) is True
     with pytest.raises(ValueError, match="n=65 is not a param value; accepted: 1, 64"):
-        bs.check_series(bs.parse_series("kv_alloc.KVAlloc.track_us('auto', 'bump', 65)"),
+        am.check_series(am.parse_series("kv_alloc.KVAlloc.track_us('auto', 'bump', 65)"),
                         benchmarks)
     with pytest.raises(ValueError, match="takes 3 params"):
-        bs.check_series(bs.parse_series("kv_alloc.KVAlloc.track_us('auto')"), benchmarks)
+        am.check_series(am.parse_series("kv_alloc.KVAlloc.track_us('auto')"), benchmarks)
     with pytest.raises(ValueError, match="not in the suite"):
-        bs.check_series(bs.parse_series("a.B.track_us('auto')"), benchmarks)
+        am.check_series(am.parse_series("a.B.track_us('auto')"), benchmarks)
 
 
 def test_ranges_are_first_parent_history(tmp_path):
@@ -217,9 +218,9 @@ ASV_OUTPUT = """\
 
 
 def test_asv_output_is_split_per_commit_and_the_reason_found():
-    first = bs._segment(ASV_OUTPUT, "210c51db" + "0" * 32)
-    second = bs._segment(ASV_OUTPUT, "7b8df986" + "0" * 32)
-    assert bs._reason(first) == "NotImplementedError('this commit has no kvbench.alloc.checked_alloc')"
-    assert bs._reason(second).startswith("RuntimeError: case ('host/freelist'")
-    assert bs._segment(ASV_OUTPUT, "deadbeef" + "0" * 32) == ""
-    assert bs._reason("nothing useful") == ""
+    first = am._segment(ASV_OUTPUT, "210c51db" + "0" * 32)
+    second = am._segment(ASV_OUTPUT, "7b8df986" + "0" * 32)
+    assert am._reason(first) == "NotImplementedError('this commit has no kvbench.alloc.checked_alloc')"
+    assert am._reason(second).startswith("RuntimeError: case ('host/freelist'")
+    assert am._segment(ASV_OUTPUT, "deadbeef" + "0" * 32) == ""
+    assert am._reason("nothing useful") == ""
