@@ -86,10 +86,17 @@ def _run_publish(rest: list[str]) -> int:
     return publish_main(rest)
 
 
+def _run_regressions(rest: list[str]) -> int:
+    from kvbench.history.regressions_cmd import main as regressions_main
+
+    return regressions_main(rest)
+
+
 #: Subcommands whose own parser takes every argument after the name. They are handed over
 #: before `kvbench`'s parser runs: argparse.REMAINDER as a subparser's only positional does
 #: not capture options that come first (`kvbench machine --name x` was an error).
-PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish}
+PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish,
+               "regressions": _run_regressions}
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -130,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("machine", "write the asv machine record from code ([--name NAME] [--file PATH])"),
         ("publish", "asv publish + local dashboard assets (renders offline)"),
+        ("regressions", "real steps in a machine's asv history, direction-aware (CI gate)"),
     ):
         sub.add_parser(name, help=text, add_help=False)  # listed in --help; see PASSTHROUGH
 
