@@ -106,6 +106,29 @@ def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noi
     return Break(index, level_before, level_after, index - lo, hi - index, se, t, p)
 
 
+def _l2_cost():
+    """ruptures' least-squares cost (CostL2) from prefix sums: O(1) per segment, not a np.var."""
+    from ruptures.base import BaseCost
+
+    class CumulativeL2(BaseCost):
+        model = "l2"
+        min_size = MIN_SIZE
+
+        def fit(self, signal):
+            y = np.asarray(signal, dtype=float).reshape(len(signal), -1)
+            self.signal = y
+            self.sums = np.vstack([np.zeros(y.shape[1]), np.cumsum(y, axis=0)])
+            self.squares = np.concatenate([[0.0], np.cumsum((y ** 2).sum(axis=1))])
+            return self
+
+        def error(self, start, end):
+            n = end - start
+            s = self.sums[end] - self.sums[start]
+            return float(self.squares[end] - self.squares[start] - (s @ s) / n)
+
+    return CumulativeL2()
+
+
 def candidates(x: np.ndarray, scale: float, *, penalty: float) -> list[int]:
     """PELT boundaries of the standardized series (indices where a new segment starts)."""
     import ruptures
@@ -113,7 +136,8 @@ def candidates(x: np.ndarray, scale: float, *, penalty: float) -> list[int]:
     if len(x) < 2 * MIN_SIZE:
         return []
     y = ((x - np.median(x)) / scale).reshape(-1, 1)
-    ends = ruptures.Pelt(model="l2", min_size=MIN_SIZE, jump=1).fit(y).predict(pen=penalty)
+    pelt = ruptures.Pelt(custom_cost=_l2_cost(), min_size=MIN_SIZE, jump=1)
+    ends = pelt.fit(y).predict(pen=penalty)
     return [int(e) for e in ends[:-1]]
 
 

@@ -157,7 +157,8 @@ def run_ids(started: dict[str, tuple[tuple, float | None]]) -> dict[str, int]:
     One asv invocation measures its commits back to back on one host, so they share the host's
     state; two invocations may run on different hosts or GPUs of one machine name, which
     shifts whole runs (noise.py models that). A commit without `started_at` is its own run."""
-    order = sorted(started, key=lambda c: (repr(started[c][0]), started[c][1] or 0.0))
+    order = sorted(started, key=lambda c: (repr(started[c][0]), started[c][1] is None,
+                                           started[c][1] or 0.0))
     ids: dict[str, int] = {}
     run, previous = -1, None
     for commit in order:
