@@ -206,30 +206,39 @@ def build(root: Path, *, seed: int, n_commits: int, counts: dict[str, int]):
     return write_results(root, commits, runs, truths, rng), truths, commits, runs
 
 
+#: A finding of the right verdict this many commits from the planted range is "misplaced".
+NEAR = 3
+
+
 def score(report, truths: list[Truth], commits: list[str]) -> dict:
-    """Per scenario x noise: series, correct (found at the planted commits, right verdict),
-    wrong (a finding elsewhere or with the wrong verdict)."""
+    """Per scenario x noise: how many series have a finding at the planted commits with the
+    right verdict (correct), only one near them (misplaced: within NEAR commits), and any
+    other finding (spurious: on a flat series, far from the change, or the wrong verdict)."""
     index = {c: i for i, c in enumerate(commits)}
     found: dict[str, list] = {}
     for f in report.findings:
         found.setdefault(f.series.params[0].strip("'"), []).append(f)
     table: dict[str, dict[str, int]] = {}
     for t in truths:
-        row = table.setdefault(f"{t.scenario}/{t.noise}",
-                               {"series": 0, "correct": 0, "wrong": 0, "improvement_verdicts": 0})
+        row = table.setdefault(f"{t.scenario}/{t.noise}", {
+            "series": 0, "correct": 0, "misplaced": 0, "spurious": 0, "improvement_verdicts": 0})
         row["series"] += 1
-        hits = wrong = 0
+        expected = "regression" if t.size > 0 else "improvement"
+        hit = near = spurious = False
         for f in found.get(t.name, []):
             lo, hi = index[f.parent], index[f.settled]
-            expected = "regression" if t.size > 0 else "improvement"
-            if t.scenario != "flat" and lo < t.stop and hi >= t.start and f.verdict == expected:
-                hits += 1
+            planted = t.scenario != "flat" and f.verdict == expected
+            if planted and lo < t.stop and hi >= t.start:
+                hit = True
+            elif planted and lo < t.stop + NEAR and hi >= t.start - NEAR:
+                near = True
             else:
-                wrong += 1
+                spurious = True
             if t.scenario == "gbps_drop" and f.verdict == "improvement":
                 row["improvement_verdicts"] += 1
-        row["correct"] += hits > 0
-        row["wrong"] += wrong > 0
+        row["correct"] += hit
+        row["misplaced"] += near and not hit
+        row["spurious"] += spurious
     return table
 
 
@@ -259,11 +268,11 @@ def format_table(result: dict) -> str:
     lines = [(f"seed {result['seed']}, {result['commits']} commits, "
               f"{result['per_scenario']} series per scenario and noise model "
               f"({result['seconds']} s)"),
-             f"{'scenario/noise':<22}{'series':>7}{'correct':>9}{'rate':>7}{'wrong':>7}{'rate':>7}"]
+             f"{'scenario/noise':<20}{'series':>7}{'correct':>9}{'misplaced':>11}{'spurious':>10}"]
     for key, row in sorted(result["rates"].items()):
         n = row["series"]
-        lines.append(f"{key:<22}{n:>7}{row['correct']:>9}{row['correct'] / n:>7.0%}"
-                     f"{row['wrong']:>7}{row['wrong'] / n:>7.0%}")
+        lines.append(f"{key:<20}{n:>7}{row['correct'] / n:>9.1%}{row['misplaced'] / n:>11.1%}"
+                     f"{row['spurious'] / n:>10.1%}")
     return "\n".join(lines)
 
 

@@ -208,28 +208,44 @@ def test_host_noise_does_not_flood_the_report(tmp_path):
     assert all(v.mde_pct > 100 for v in report.verdicts)
 
 
+def test_a_process_that_runs_in_two_modes_is_noise(tmp_path):
+    """The CPU runner's dispatch path runs in a 2.5 or a 4.3 µs mode per process: a series
+    that jumps between the two at random is flat, whatever a MAD of its steps says."""
+    rng = np.random.default_rng(8)
+    series = {f"m{k}": (sim.LATENCY, np.where(rng.random(27) < 0.5, 2.5e-6, 4.3e-6)
+                        * np.exp(0.02 * rng.standard_normal(27))) for k in range(10)}
+    history, _ = _history(tmp_path, series)
+    report = analyze(history)
+    assert report.findings == [], [(f.series.name, f.effect_pct) for f in report.findings]
+    assert all(v.mde_pct > 50 for v in report.verdicts)
+
+
 # ---- the rates, measured ---------------------------------------------------------------------
 
 
 def test_false_positive_and_detection_rates_on_a_simulated_history():
-    """Bounds on the rates of scripts/regressions_simulation.py (seed fixed, 30 series per
-    scenario x noise model, 45 commits); docs/history.md has the rates at 200 series."""
-    result = sim.simulate(seed=20261201, per_scenario=30)
+    """Bounds on the rates of scripts/regressions_simulation.py (seed fixed, 40 series per
+    scenario x noise model, 45 commits); docs/history.md has the rates at 200 series. The
+    bounds sit ~3 binomial standard deviations (at 40 series) inside the 200-series rates."""
+    result = sim.simulate(seed=20261201, per_scenario=40)
     rates = result["rates"]
 
     def rate(key, what="correct"):
         return rates[key][what] / rates[key]["series"]
 
     for noise in sim.NOISE:
-        assert rate(f"flat/{noise}", "wrong") <= 0.04, (noise, rates[f"flat/{noise}"])
-        assert rate(f"step5/{noise}") >= (0.6 if noise == "host" else 0.75), noise
-        assert rate(f"spread/{noise}") >= 0.7, noise
+        host = noise == "host"
+        assert rate(f"flat/{noise}", "spurious") <= 0.05, (noise, rates[f"flat/{noise}"])
+        assert rate(f"step5/{noise}") >= (0.5 if host else 0.75), noise
+        assert rate(f"spread/{noise}") >= (0.5 if host else 0.75), noise
         assert rate(f"drift/{noise}") >= 0.9, noise
-        assert rate(f"gbps_drop/{noise}") >= 0.65, noise
+        assert rate(f"gbps_drop/{noise}") >= (0.45 if host else 0.75), noise
         assert rates[f"gbps_drop/{noise}"]["improvement_verdicts"] == 0, noise
         # below the MDE (3 sigma) a step is seldom reported; at 5 sigma it usually is
         assert rate(f"step2/{noise}") <= 0.3, noise
         assert rate(f"step2/{noise}") <= rate(f"step3/{noise}") <= rate(f"step5/{noise}")
+        for scenario in ("step2", "step3", "step5", "spread", "drift", "gbps_drop"):
+            assert rate(f"{scenario}/{noise}", "spurious") <= 0.2, (scenario, noise)
 
 
 # ---- the committed H200 history -------------------------------------------------------------

@@ -11,9 +11,13 @@ same kernel). The model, on log values (0.01 ~ 1%):
 
     log x_i = level_i + run_effect[run(i)] + e_i,   e ~ sigma_within,   run_effect ~ sigma_runs
 
-- sigma_within: 1.4826 * MAD / sqrt(2) of the successive differences of commits of the same
-  run. MAD (around the median) is robust: a few real steps or a 2x outlier of a host-side
-  series move it little, and centring on the median difference removes a drift's slope.
+- sigma_within: from the successive differences of commits of the same run, centred on
+  their median (which removes a drift's slope), the larger of two estimates:
+  1.4826 * MAD / sqrt(2), robust to a few real steps and 2x outliers, and the RMS of the
+  smallest 90% of the differences (normal-consistent), which sees a process that switches
+  between two modes: the CPU runner's dispatch path runs in a 2.5 or a 4.3 µs mode per
+  process, so half of its successive differences are 0 and half are +-70%, and a MAD alone
+  reads that series as 5% noise and reports every mode switch as a step.
 - sigma_runs: from the successive differences that cross a run boundary,
   sqrt(max(0, mean(d^2)/2 - sigma_within^2)). A mean of squares, not a MAD: the run effects
   of one machine name are few and often bimodal (two hosts), and a robust scale would call
@@ -57,6 +61,10 @@ Z99 = 2.5758
 #: No series is quieter than this (relative): a series whose stored values repeat exactly
 #: (rounded timers) would otherwise have zero noise and report every last-digit change.
 SIGMA_FLOOR = 1e-3
+#: Share of the largest differences the trimmed RMS leaves out (real steps, rare outliers).
+TRIM = 0.10
+#: E[Z^2 | |Z| < z_0.95] for a standard normal: the trimmed RMS's consistency factor.
+TRIMMED_VARIANCE = 0.6230
 #: Fewer successive differences than this give no usable noise estimate.
 MIN_DIFFERENCES = 4
 #: Weight of the prior, in differences (see the module docstring).
@@ -97,6 +105,18 @@ def _mad_sigma(d: np.ndarray) -> float:
     return MAD_TO_SIGMA * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
 
 
+def _trimmed_rms_sigma(d: np.ndarray) -> float:
+    """sigma from the RMS of the smallest (1 - TRIM) of the centred differences."""
+    dev = np.sort(np.abs(d - np.median(d)))
+    kept = dev[:max(1, math.ceil((1.0 - TRIM) * len(dev)))]
+    return math.sqrt(float(np.mean(kept ** 2)) / TRIMMED_VARIANCE) / math.sqrt(2.0)
+
+
+def _within_sigma(d: np.ndarray) -> float:
+    """The larger of the MAD and the trimmed-RMS estimates (module docstring)."""
+    return max(_mad_sigma(d), _trimmed_rms_sigma(d))
+
+
 def within_process_sigma(values: Sequence[float], ci_low: Sequence[float | None],
                          ci_high: Sequence[float | None]) -> float | None:
     """Median relative standard error of one process's median, from asv's 99% intervals."""
@@ -128,13 +148,13 @@ def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Itera
     cross = np.array([x[i] - x[i - 1] for i in pairs if runs[i] != runs[i - 1]])
     crossing = 0
     if len(same) >= MIN_DIFFERENCES:
-        within, used = _mad_sigma(same), len(same)
+        within, used = _within_sigma(same), len(same)
         between_runs, crossing = 0.0, len(cross)
         if crossing:
             between_runs = math.sqrt(max(float(np.mean(cross ** 2)) / 2.0 - within ** 2, 0.0))
     elif len(same) + len(cross) >= MIN_DIFFERENCES:
         every = np.concatenate([same, cross])
-        within, used, between_runs = _mad_sigma(every), len(every), 0.0
+        within, used, between_runs = _within_sigma(every), len(every), 0.0
     elif prior.within is not None:
         within, used, between_runs = prior.within, 0, 0.0
     else:
