@@ -241,8 +241,12 @@ def test_false_positive_and_detection_rates_on_a_simulated_history():
         assert rate(f"drift/{noise}") >= 0.9, noise
         assert rate(f"gbps_drop/{noise}") >= (0.45 if host else 0.75), noise
         assert rates[f"gbps_drop/{noise}"]["improvement_verdicts"] == 0, noise
-        # below the MDE (3 sigma) a step is seldom reported; at 5 sigma it usually is
-        assert rate(f"step2/{noise}") <= 0.3, noise
+        # below the MDE (3 sigma) a step is seldom reported; at 5 sigma it usually is. The
+        # step is in units of the total noise; inside a run the MDE is 3 x the within-run
+        # noise, so where runs dominate the noise (gpu: 0.4% within, 1% runs) 2 sigma is not
+        # below it
+        if sim.NOISE[noise][1] < sim.NOISE[noise][0]:
+            assert rate(f"step2/{noise}") <= 0.3, noise
         assert rate(f"step2/{noise}") <= rate(f"step3/{noise}") <= rate(f"step5/{noise}")
         for scenario in ("step2", "step3", "step5", "spread", "drift", "gbps_drop"):
             assert rate(f"{scenario}/{noise}", "spurious") <= 0.2, (scenario, noise)
@@ -270,6 +274,39 @@ def test_h200_history_reports_the_fp8_register_cap_and_no_torch_or_dispatch_step
     # torch's own rows change only with the machine; dispatch overhead is 30% noise
     assert not [f for f in h200_report.findings
                 if "'torch/" in f.series.name or "DispatchOverhead" in f.series.name]
+
+
+def test_a_planted_step_in_a_new_run_on_top_of_the_h200_history():
+    """The H200 acceptance shape, simulated: a new asv run of five commits on top of
+    results/h200 (two harmless, the plant, two harmless; the run as a whole shifted ~1%, 0.3%
+    between processes), the plant slowing the six triton/single_pass fp16 rows by 4%: all six
+    are reported at the planted commit, nothing else after the old head is."""
+    history = load_history(ROOT / "results", "h200")
+    rng = np.random.default_rng(12)
+    new = [f"{i:040x}" for i in range(1, 6)]
+    old_head = history.commits[-1]
+    history.first_parent += new
+    history.commits += new
+    run = max(history.runs.values()) + 1
+    history.runs.update({c: run for c in new})
+    planted = set()
+    for s in history.series:
+        if not s.points or s.points[-1].commit != old_head:
+            continue
+        level = float(np.median([p.value for p in s.points[-3:]])) * np.exp(
+            0.01 * rng.standard_normal())
+        hit = s.benchmark == "paged_decode.PagedDecode.track_us" and \
+            s.params[:2] == ("'triton/single_pass'", "'fp16'")
+        if hit:
+            planted.add(s.name)
+        for i, commit in enumerate(new):
+            value = level * np.exp(0.003 * rng.standard_normal()) * (1.04 if hit and i >= 2 else 1)
+            s.points.append(results.Point(commit, value))
+    report = analyze(history, since=old_head)
+    assert len(planted) == 6
+    assert {f.series.name for f in report.findings} == planted
+    assert all(f.commit == new[2] and f.verdict == "regression" and f.within_run
+               for f in report.findings)
 
 
 # ---- the command ---------------------------------------------------------------------------

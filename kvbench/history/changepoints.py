@@ -9,24 +9,22 @@ Method (docs/history.md says why this one):
    change, not only as a large neighbour difference. Its penalty is deliberately low: PELT
    proposes, the test below decides.
 2. Pruning, as Otava/hunter does after E-divisive: each boundary is tested on the segments on
-   either side of it (up to WINDOW points each) with a two-sample statistic whose noise comes
-   from the whole history (noise.py), not from the few points of a segment:
-       t = (median after - median before) / se,
-       se^2 = sigma_within^2 (c^2/n_a + c^2/n_b) + sigma_runs^2 sum_r (f_b(r) - f_a(r))^2
-   with c = 1.2533 (a median's efficiency) and f_a(r) the share of the before
-   segment's points measured in run r: a boundary inside one run is judged against the
-   process-to-process noise only, a boundary that coincides with a change of run also against
-   the run-to-run shift. A side of at most SHORT_SIDE points is tested as one point
-   (_test_level): heavy tails make short segments the usual false alarm. The boundary whose
-   p-value (Student t, the noise estimate's degrees of freedom) is largest and above alpha,
-   or whose effect is below the minimum effect, is removed and its neighbours re-tested,
-   until every boundary passes.
+   either side of it (up to WINDOW points each) against the noise of the whole history
+   (noise.py), not the few points of a segment. The two levels are estimated by generalized
+   least squares with a random effect per measurement run (covariance sigma_within^2 I +
+   sigma_runs^2 [same run]): where a run has points on both sides its shift cancels and the
+   step is judged against the process-to-process noise; a step that coincides with a change
+   of run is judged against the run-to-run shift too. Long sides are winsorized at WINSOR
+   sigmas; a side of at most SHORT_SIDE points counts as one point, tested at its weakest
+   value (_short_side): heavy tails make short segments the usual false alarm. The boundary
+   whose p-value (Student t, the noise estimate's degrees of freedom) is largest and above
+   alpha, or whose effect is below min_effect() (the MDE), is removed and its neighbours
+   re-tested, until every boundary passes.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,8 +35,8 @@ from kvbench.history.noise import Noise
 WINDOW = 30
 #: A new level must hold for this many measured commits.
 MIN_SIZE = 2
-#: A median's standard error against a mean's (normal data): 1.2533 sigma / sqrt(n).
-MEDIAN_SE = 1.2533
+#: A long side's points are clipped this many total sigmas from its median before the test.
+WINSOR = 3.0
 #: A side of a boundary with this many points or fewer is tested like a single point.
 SHORT_SIDE = 3
 
@@ -55,41 +53,55 @@ class Break:
     se: float  # standard error of level_after - level_before (log)
     t: float
     p: float
+    within_run: bool  # a measurement run has points on both sides: its shift cancels
 
     @property
     def delta(self) -> float:
         return self.level_after - self.level_before
 
 
-def _se_factor(n: int) -> float:
-    """Variance of a side's test level in units of sigma_within^2 (see _test_level)."""
-    return 1.0 if n <= SHORT_SIDE else MEDIAN_SE ** 2 / n
+def _short_side(values: np.ndarray, runs: list, toward: float) -> tuple[float, float, object]:
+    """A short side as one observation: (its level, its test level, the run it is put in).
 
-
-def _test_level(values: np.ndarray, toward: float) -> float:
-    """The level a side is tested at: its median, or for a short side its weakest point.
-
-    A side of SHORT_SIDE points or fewer is tested as if it were one point, at the point
-    nearest the other side (n <= 2) or its median (n == 3): a pair of 2x outliers of a
-    heavy-tailed host series has a mean far from the level but its weaker point seldom is,
-    while a real step moves every point."""
+    Its level is its median (the mean of two points); it is *tested* at the point nearest the
+    other side (n <= 2) or its median (n == 3), with one point's variance: a pair of 2x
+    outliers of a heavy-tailed host series has a mean far from the level but its weaker point
+    seldom is, while a real step moves every point."""
+    weakest = int(np.argmin(np.abs(values - toward)))
     if len(values) <= 2:
-        return float(values[np.argmin(np.abs(values - toward))])
-    return float(np.median(values))
+        return float(np.median(values)), float(values[weakest]), runs[weakest]
+    middle = int(np.argsort(values)[len(values) // 2])
+    return float(values[middle]), float(values[middle]), runs[middle]
 
 
-def run_mismatch(runs_before, runs_after) -> float:
-    """sum over runs r of (share of the after segment in r - share of the before one)^2."""
-    before, after = Counter(runs_before), Counter(runs_after)
-    return sum((after[r] / len(runs_after) - before[r] / len(runs_before)) ** 2
-               for r in set(before) | set(after))
+def _observations(values: np.ndarray, runs: list, toward: float, noise: Noise):
+    """(levels, test levels, runs) a side contributes to the test: a short side one
+    observation, a long side its points winsorized at WINSOR total sigmas from its median."""
+    if len(values) <= SHORT_SIDE:
+        level, test_level, run = _short_side(values, runs, toward)
+        return [level], [test_level], [run]
+    centre, bound = float(np.median(values)), WINSOR * noise.total
+    clipped = list(np.clip(values, centre - bound, centre + bound))
+    return clipped, clipped, list(runs)
 
 
-def standard_error(noise: Noise, runs_before, runs_after) -> float:
-    """Standard error of (median after - median before) for segments measured in these runs."""
-    var = noise.within ** 2 * (_se_factor(len(runs_before)) + _se_factor(len(runs_after))) \
-        + noise.runs ** 2 * run_mismatch(runs_before, runs_after)
-    return math.sqrt(var)
+def _gls(y: np.ndarray, side_b: np.ndarray, runs: list, noise: Noise):
+    """Generalized least squares of the two-level model with random run effects.
+
+    Observations y (columns: one response each) are level_a + (level_b - level_a) * side_b +
+    run effect + noise, with covariance sigma_within^2 I + sigma_runs^2 [same run]. Returns
+    (level_a per column, delta per column, variance of delta). Where a run has points on both
+    sides, its effect cancels in the contrast: a step inside a run is judged against the
+    process-to-process noise, a step at a change of run against the run-to-run shift too."""
+    run_ids = np.asarray([hash(r) for r in runs])
+    same_run = (run_ids[:, None] == run_ids[None, :]).astype(float)
+    cov = noise.within ** 2 * np.eye(len(run_ids)) + noise.runs ** 2 * same_run
+    design = np.column_stack([np.ones(len(run_ids)), side_b])
+    solved = np.linalg.solve(cov, np.column_stack([design, y]))
+    information = design.T @ solved[:, :2]
+    beta = np.linalg.solve(information, design.T @ solved[:, 2:])
+    variance = float(np.linalg.inv(information)[1, 1])
+    return beta[0], beta[1], variance
 
 
 def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noise: Noise,
@@ -99,11 +111,17 @@ def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noi
 
     lo, hi = max(start, index - WINDOW), min(stop, index + WINDOW)
     before, after = x[lo:index], x[index:hi]
-    level_before, level_after = float(np.median(before)), float(np.median(after))
-    se = standard_error(noise, runs[lo:index], runs[index:hi])
-    t = (_test_level(after, level_before) - _test_level(before, level_after)) / se
+    median_before, median_after = float(np.median(before)), float(np.median(after))
+    a_level, a_test, a_runs = _observations(before, runs[lo:index], median_after, noise)
+    b_level, b_test, b_runs = _observations(after, runs[index:hi], median_before, noise)
+    y = np.column_stack([a_level + b_level, a_test + b_test])
+    side_b = np.array([0.0] * len(a_level) + [1.0] * len(b_level))
+    level_a, delta, variance = _gls(y, side_b, a_runs + b_runs, noise)
+    se = math.sqrt(variance)
+    t = float(delta[1]) / se
     p = float(2.0 * stats.t.sf(abs(t), df=df))
-    return Break(index, level_before, level_after, index - lo, hi - index, se, t, p)
+    return Break(index, float(level_a[0]), float(level_a[0] + delta[0]), index - lo, hi - index,
+                 se, t, p, within_run=bool(set(runs[lo:index]) & set(runs[index:hi])))
 
 
 def _l2_cost():
@@ -141,9 +159,15 @@ def candidates(x: np.ndarray, scale: float, *, penalty: float) -> list[int]:
     return [int(e) for e in ends[:-1]]
 
 
-def find_breaks(x, runs, noise: Noise, *, alpha: float, min_effect: float,
+def min_effect(noise: Noise, within_run: bool, mde_sigmas: float) -> float:
+    """The smallest reportable |effect| (log): mde_sigmas x the noise a step is seen against,
+    the within-run noise when a run has points on both sides, else the total."""
+    return mde_sigmas * (noise.within if within_run else noise.total)
+
+
+def find_breaks(x, runs, noise: Noise, *, alpha: float, mde_sigmas: float,
                 penalty: float) -> list[Break]:
-    """Significant level changes of log series `x` whose |effect| >= min_effect (log).
+    """Significant level changes of log series `x` at least min_effect() large.
 
     `runs[i]` is point i's measurement run (results.run_ids)."""
     x = np.asarray(x, dtype=float)
@@ -154,7 +178,8 @@ def find_breaks(x, runs, noise: Noise, *, alpha: float, min_effect: float,
         edges = [0, *bounds, len(x)]
         tested = [test_break(x, runs, edges[i], edges[i + 1], edges[i + 2], noise, df)
                   for i in range(len(bounds))]
-        weak = [b for b in tested if b.p > alpha or abs(b.delta) < min_effect]
+        weak = [b for b in tested
+                if b.p > alpha or abs(b.delta) < min_effect(noise, b.within_run, mde_sigmas)]
         if not weak:
             return tested
         weakest = max(weak, key=lambda b: (b.p, -abs(b.delta)))

@@ -30,9 +30,10 @@ WORSE_SIGN = {"seconds": +1, "GB/s": -1}
 #: with the simulation in scripts/regressions_simulation.py: it keeps flat host-style series
 #: (heavy-tailed, 30% noise) quiet; docs/history.md gives the measured rates.
 ALPHA = 1e-3
-#: The minimum detectable effect, in units of the series' noise: a smaller step is not
-#: reported even when it is significant (a long history makes a 1-sigma shift significant;
-#: between two GPUs of one name that is not a code change).
+#: The minimum detectable effect, in units of the noise a step is seen against (the
+#: within-run noise when a run has commits on both sides of it, else the total): a smaller
+#: step is not reported even when it is significant (a long history makes a 1-sigma shift
+#: significant; between two GPUs of one name that is not a code change).
 MDE_SIGMAS = 3.0
 #: PELT's penalty on the standardized series: low, so that PELT proposes and the test decides.
 PENALTY = 6.0
@@ -61,7 +62,8 @@ class Finding:
     points_before: int
     points_after: int
     noise: noise.Noise
-    mde_pct: float
+    mde_pct: float  # the MDE that applied: within-run or across runs (within_run)
+    within_run: bool  # a measurement run has commits on both sides of the step
 
     @property
     def worse_pct(self) -> float:
@@ -95,6 +97,7 @@ class Finding:
             "points_after": self.points_after,
             "noise_pct": round(self.noise.pct, 4),
             "mde_pct": round(self.mde_pct, 4),
+            "within_run": self.within_run,
         }
 
 
@@ -120,6 +123,8 @@ class SeriesVerdict:
             "within_process_pct": None if n is None or n.within_process is None
             else round(100 * math.expm1(n.within_process), 4),
             "mde_pct": None if self.mde_pct is None else round(self.mde_pct, 4),
+            "mde_within_run_pct": None if n is None
+            else round(100 * math.expm1(MDE_SIGMAS * n.within), 4),
             "findings": len(self.findings),
         }
 
@@ -196,8 +201,8 @@ def _fit(x: np.ndarray, runs: list[int], within_process: float | None, prior: no
                              prior=prior)
     breaks: list[changepoints.Break] = []
     for _ in range(2):
-        breaks = changepoints.find_breaks(x, runs, est, alpha=ALPHA,
-                                          min_effect=MDE_SIGMAS * est.total, penalty=PENALTY)
+        breaks = changepoints.find_breaks(x, runs, est, alpha=ALPHA, mde_sigmas=MDE_SIGMAS,
+                                          penalty=PENALTY)
         crossing = set()
         for b in breaks:
             first, stop = changepoints.transition(x, b, est.total)
@@ -238,7 +243,8 @@ def _finding(series: Series, history: History, x: np.ndarray, est: noise.Noise,
         points_before=brk.n_before,
         points_after=brk.n_after,
         noise=est,
-        mde_pct=mde_pct(est.total),
+        mde_pct=100.0 * math.expm1(changepoints.min_effect(est, brk.within_run, MDE_SIGMAS)),
+        within_run=brk.within_run,
     )
 
 

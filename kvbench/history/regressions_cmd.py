@@ -66,13 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         report = analyze(history, since=since)
     except ValueError as exc:
         parser.error(str(exc))
-    print_table(report)
+    # files first: a reader of the table that stops early (| head) must not cost the JSON
     if json_path is not None:
         write_json_atomic(json_path, report.to_json(), indent=1)
         print(f"wrote {json_path}", file=sys.stderr)
     if args.plot:
         written = plot_findings(report, args.plot)
         print(f"wrote {len(written)} plots to {args.plot}", file=sys.stderr)
+    print_table(report)
     if args.fail_on == "regression" and report.regressions:
         return 1
     return 0
