@@ -16,7 +16,7 @@ Method (docs/history.md says why this one):
    step is judged against the process-to-process noise; a step that coincides with a change
    of run is judged against the run-to-run shift too. Long sides are winsorized at WINSOR
    sigmas; a side of at most SHORT_SIDE points counts as one point, tested at its weakest
-   value (_short_side): heavy tails make short segments the usual false alarm. The boundary
+   value (_observations): heavy tails make short segments the usual false alarm. The boundary
    whose p-value (Student t, the noise estimate's degrees of freedom) is largest and above
    alpha, or whose effect is below min_effect() (the MDE), is removed and its neighbours
    re-tested, until every boundary passes.
@@ -60,42 +60,39 @@ class Break:
         return self.level_after - self.level_before
 
 
-def _short_side(values: np.ndarray, runs: list, toward: float) -> tuple[float, float, object]:
-    """A short side as one observation: (its level, its test level, the run it is put in).
+def _observations(values: np.ndarray, toward: float, noise: Noise):
+    """(levels, test levels, short) of a side: what its points contribute to the test.
 
-    Its level is its median (the mean of two points); it is *tested* at the point nearest the
-    other side (n <= 2) or its median (n == 3), with one point's variance: a pair of 2x
-    outliers of a heavy-tailed host series has a mean far from the level but its weaker point
-    seldom is, while a real step moves every point."""
-    weakest = int(np.argmin(np.abs(values - toward)))
-    if len(values) <= 2:
-        return float(np.median(values)), float(values[weakest]), runs[weakest]
-    middle = int(np.argsort(values)[len(values) // 2])
-    return float(values[middle]), float(values[middle]), runs[middle]
-
-
-def _observations(values: np.ndarray, runs: list, toward: float, noise: Noise):
-    """(levels, test levels, runs) a side contributes to the test: a short side one
-    observation, a long side its points winsorized at WINSOR total sigmas from its median."""
+    A long side: its points, winsorized at WINSOR total sigmas from its median. A side of at
+    most SHORT_SIDE points is *tested* at its weakest value (the point nearest the other side
+    for n <= 2, its median for n == 3) on every point, and counts as one point (`short`: its
+    points share one extra within-run noise term): a pair of 2x outliers of a heavy-tailed host
+    series has a mean far from the level but its weaker point seldom is, while a real step
+    moves every point. Each point keeps its run, so a run that spans the step still cancels."""
     if len(values) <= SHORT_SIDE:
-        level, test_level, run = _short_side(values, runs, toward)
-        return [level], [test_level], [run]
+        if len(values) <= 2:
+            test_level = float(values[np.argmin(np.abs(values - toward))])
+        else:
+            test_level = float(np.median(values))
+        return list(values), [test_level] * len(values), True
     centre, bound = float(np.median(values)), WINSOR * noise.total
     clipped = list(np.clip(values, centre - bound, centre + bound))
-    return clipped, clipped, list(runs)
+    return clipped, clipped, False
 
 
-def _gls(y: np.ndarray, side_b: np.ndarray, runs: list, noise: Noise):
+def _gls(y: np.ndarray, side_b: np.ndarray, runs: list, short: np.ndarray, noise: Noise):
     """Generalized least squares of the two-level model with random run effects.
 
     Observations y (columns: one response each) are level_a + (level_b - level_a) * side_b +
-    run effect + noise, with covariance sigma_within^2 I + sigma_runs^2 [same run]. Returns
-    (level_a per column, delta per column, variance of delta). Where a run has points on both
-    sides, its effect cancels in the contrast: a step inside a run is judged against the
-    process-to-process noise, a step at a change of run against the run-to-run shift too."""
+    run effect + noise, with covariance sigma_within^2 (I + [both in one short side]) +
+    sigma_runs^2 [same run]. Returns (level_a per column, delta per column, variance of
+    delta). Where a run has points on both sides its effect cancels in the contrast: a step
+    inside a run is judged against the process-to-process noise, a step at a change of run
+    against the run-to-run shift too."""
     run_ids = np.asarray([hash(r) for r in runs])
     same_run = (run_ids[:, None] == run_ids[None, :]).astype(float)
-    cov = noise.within ** 2 * np.eye(len(run_ids)) + noise.runs ** 2 * same_run
+    same_short = ((short[:, None] == short[None, :]) & (short[:, None] > 0)).astype(float)
+    cov = noise.within ** 2 * (np.eye(len(run_ids)) + same_short) + noise.runs ** 2 * same_run
     design = np.column_stack([np.ones(len(run_ids)), side_b])
     solved = np.linalg.solve(cov, np.column_stack([design, y]))
     information = design.T @ solved[:, :2]
@@ -111,12 +108,12 @@ def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noi
 
     lo, hi = max(start, index - WINDOW), min(stop, index + WINDOW)
     before, after = x[lo:index], x[index:hi]
-    median_before, median_after = float(np.median(before)), float(np.median(after))
-    a_level, a_test, a_runs = _observations(before, runs[lo:index], median_after, noise)
-    b_level, b_test, b_runs = _observations(after, runs[index:hi], median_before, noise)
+    a_level, a_test, a_short = _observations(before, float(np.median(after)), noise)
+    b_level, b_test, b_short = _observations(after, float(np.median(before)), noise)
     y = np.column_stack([a_level + b_level, a_test + b_test])
     side_b = np.array([0.0] * len(a_level) + [1.0] * len(b_level))
-    level_a, delta, variance = _gls(y, side_b, a_runs + b_runs, noise)
+    short = np.array([1 if a_short else 0] * len(a_level) + [2 if b_short else 0] * len(b_level))
+    level_a, delta, variance = _gls(y, side_b, runs[lo:hi], short, noise)
     se = math.sqrt(variance)
     t = float(delta[1]) / se
     p = float(2.0 * stats.t.sf(abs(t), df=df))

@@ -36,7 +36,7 @@ ALPHA = 1e-3
 #: significant; between two GPUs of one name that is not a code change).
 MDE_SIGMAS = 3.0
 #: PELT's penalty on the standardized series: low, so that PELT proposes and the test decides.
-PENALTY = 6.0
+PENALTY = 3.0
 #: A series needs this many measured commits to be judged.
 MIN_POINTS = 6
 
