@@ -264,6 +264,50 @@ def simulate(*, seed: int, n_commits: int = 45, per_scenario: int = 100,
             "seconds": round(elapsed, 1), "rates": table}
 
 
+#: The rows a plant on a real history slows (plant_on_history): single-pass fp16 decode.
+PLANT_BENCHMARK = "paged_decode.PagedDecode.track_us"
+PLANT_PARAMS = ("'triton/single_pass'", "'fp16'")
+
+
+def plant_on_history(history, *, size: float, seed: int, before: int = 2, after: int = 2,
+                     run_shift: float = 0.01, process_noise: float = 0.003) -> dict:
+    """Append a new measurement run to a real History and judge only it (`--since` its head).
+
+    The run holds `before` harmless commits, the plant and `after` harmless ones; every series
+    that reached the old head continues at its last level x a run shift (normal, `run_shift`)
+    x process noise (normal, `process_noise`); the PLANT_PARAMS rows of PLANT_BENCHMARK are
+    `size` slower from the plant on. Returns the planted series, the ones reported at the
+    plant, and every other finding."""
+    from kvbench.history.regressions import analyze
+    from kvbench.history.results import Point
+
+    rng = np.random.default_rng(seed)
+    new = [f"{seed:08x}{i:032x}" for i in range(1, before + after + 2)]
+    old_head = history.commits[-1]
+    history.first_parent = history.first_parent + new
+    history.commits = history.commits + new
+    run = max(history.runs.values()) + 1
+    history.runs.update({c: run for c in new})
+    planted = set()
+    for s in history.series:
+        if not s.points or s.points[-1].commit != old_head:
+            continue
+        level = float(np.median([p.value for p in s.points[-3:]]))
+        level *= math.exp(run_shift * rng.standard_normal())
+        hit = s.benchmark == PLANT_BENCHMARK and s.params[:2] == PLANT_PARAMS
+        if hit:
+            planted.add(s.name)
+        for i, commit in enumerate(new):
+            value = level * math.exp(process_noise * rng.standard_normal())
+            s.points.append(Point(commit, value * (1 + size if hit and i >= before else 1)))
+    report = analyze(history, since=old_head)
+    found = {f.series.name for f in report.findings
+             if f.series.name in planted and f.commit == new[before] and f.verdict == "regression"}
+    others = [f for f in report.findings if f.series.name not in found]
+    return {"planted": planted, "found": found, "others": others, "report": report,
+            "plant": new[before]}
+
+
 def format_table(result: dict) -> str:
     lines = [(f"seed {result['seed']}, {result['commits']} commits, "
               f"{result['per_scenario']} series per scenario and noise model "
@@ -283,7 +327,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--series", type=int, default=200,
                         help="series per scenario and noise model (default %(default)s)")
     parser.add_argument("--json", default=None, help="also write the rates here")
+    parser.add_argument("--plant-on", default=None, metavar="MACHINE",
+                        help="instead: plant a step in a new run on top of results/MACHINE")
+    parser.add_argument("--plant-size", type=float, default=0.04,
+                        help="relative slowdown of the plant (default %(default)s)")
+    parser.add_argument("--results", default="results", help="results dir for --plant-on")
     args = parser.parse_args(argv)
+    if args.plant_on:
+        from kvbench.history.results import load_history
+
+        out = plant_on_history(load_history(args.results, args.plant_on),
+                               size=args.plant_size, seed=args.seed)
+        print(f"plant {args.plant_size:+.1%} (seed {args.seed}): reported in "
+              f"{len(out['found'])} of {len(out['planted'])} planted series; other findings "
+              f"after the old head: {len(out['others'])}")
+        for f in out["others"]:
+            print(f"  {f.verdict} {f.series.name} {f.effect_pct:+.1f}%")
+        return 0
     result = simulate(seed=args.seed, n_commits=args.commits, per_scenario=args.series)
     print(format_table(result))
     if args.json:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -281,32 +282,11 @@ def test_a_planted_step_in_a_new_run_on_top_of_the_h200_history():
     results/h200 (two harmless, the plant, two harmless; the run as a whole shifted ~1%, 0.3%
     between processes), the plant slowing the six triton/single_pass fp16 rows by 4%: all six
     are reported at the planted commit, nothing else after the old head is."""
-    history = load_history(ROOT / "results", "h200")
-    rng = np.random.default_rng(12)
-    new = [f"{i:040x}" for i in range(1, 6)]
-    old_head = history.commits[-1]
-    history.first_parent += new
-    history.commits += new
-    run = max(history.runs.values()) + 1
-    history.runs.update({c: run for c in new})
-    planted = set()
-    for s in history.series:
-        if not s.points or s.points[-1].commit != old_head:
-            continue
-        level = float(np.median([p.value for p in s.points[-3:]])) * np.exp(
-            0.01 * rng.standard_normal())
-        hit = s.benchmark == "paged_decode.PagedDecode.track_us" and \
-            s.params[:2] == ("'triton/single_pass'", "'fp16'")
-        if hit:
-            planted.add(s.name)
-        for i, commit in enumerate(new):
-            value = level * np.exp(0.003 * rng.standard_normal()) * (1.04 if hit and i >= 2 else 1)
-            s.points.append(results.Point(commit, value))
-    report = analyze(history, since=old_head)
-    assert len(planted) == 6
-    assert {f.series.name for f in report.findings} == planted
-    assert all(f.commit == new[2] and f.verdict == "regression" and f.within_run
-               for f in report.findings)
+    out = sim.plant_on_history(load_history(ROOT / "results", "h200"), size=0.04, seed=12)
+    assert len(out["planted"]) == 6
+    assert out["found"] == out["planted"]
+    assert out["others"] == []
+    assert all(f.within_run for f in out["report"].findings)
 
 
 # ---- the command ---------------------------------------------------------------------------
@@ -366,6 +346,9 @@ def test_cli_gate_json_and_plots(tmp_path, capsys):
     pixels = matplotlib.image.imread(png)
     assert pixels.shape[0] > 300 and pixels.shape[1] > 500 and pixels.std() > 0.05
 
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # not the temporary file's 0600
     assert _run_cli("--machine", sim.MACHINE, "--results", str(res), capsys=capsys).returncode == 0
     after = _run_cli("--machine", sim.MACHINE, "--results", str(res), "--since", commits[12],
                      "--fail-on", "regression", capsys=capsys)

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from kvbench.history.regressions import analyze
-    from kvbench.history.report import plot_findings, print_table
+    from kvbench.history.report import plot_findings, print_table, readable_by_all
     from kvbench.history.results import load_history, repository_of, resolve
     from kvbench.jsonfile import check_writable, write_json_atomic
 
@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     # files first: a reader of the table that stops early (| head) must not cost the JSON
     if json_path is not None:
         write_json_atomic(json_path, report.to_json(), indent=1)
+        readable_by_all(json_path)
         print(f"wrote {json_path}", file=sys.stderr)
     if args.plot:
         written = plot_findings(report, args.plot)

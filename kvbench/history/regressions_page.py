@@ -117,7 +117,7 @@ def render_page(reports: dict[str, Report | str], plots: dict[str, dict[str, str
 def write_page(html_dir: str | Path, results_dir: str | Path) -> Path:
     """html_dir/kvbench/regressions.{html,json} (+ plots) for every machine in results_dir."""
     from kvbench.history.regressions import analyze
-    from kvbench.history.report import plot_findings, plot_name
+    from kvbench.history.report import plot_findings, plot_name, readable_by_all
     from kvbench.history.results import load_history, machines
     from kvbench.jsonfile import write_json_atomic
 
@@ -141,6 +141,7 @@ def write_page(html_dir: str | Path, results_dir: str | Path) -> Path:
     write_json_atomic(out / "regressions.json",
                       {m: (r.to_json() if isinstance(r, Report) else {"error": r})
                        for m, r in reports.items()}, indent=1)
+    readable_by_all(out / "regressions.json")
     page = out / "regressions.html"
     page.write_text(render_page(reports, plots), encoding="utf-8")
     return page

@@ -8,6 +8,7 @@ detectable effect, so a reader sees at once how far above the noise a step is.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -82,6 +83,14 @@ def print_table(report: Report, out: TextIO = sys.stdout, *, rich: bool | None =
                 print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
     for skipped in report.history.skipped:
         print(f"skipped {skipped['file']}: {skipped['reason']}", file=out)
+
+
+def readable_by_all(path: str | Path) -> None:
+    """Give a file written through a temporary file (mode 0600) the umask's usual mode, so a
+    web server can serve the published JSON."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def plot_name(series_name: str) -> str:
