@@ -96,6 +96,8 @@ class Finding:
             "points_before": self.points_before,
             "points_after": self.points_after,
             "noise_pct": round(self.noise.pct, 4),
+            "noise_within_run_pct": round(100 * math.expm1(self.noise.within), 4),
+            "noise_between_runs_pct": round(100 * math.expm1(self.noise.runs), 4),
             "mde_pct": round(self.mde_pct, 4),
             "within_run": self.within_run,
         }

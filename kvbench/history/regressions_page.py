@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import math
 import re
 import sys
 from pathlib import Path
@@ -70,7 +71,8 @@ def _row(f, plot: str | None) -> str:
         f"<code>{f.parent[:8]}..{f.settled[:8]}</code> ({f.commits_in_range})",
         html.escape(f"{_value(f.before, f.series.unit)} -> {_value(f.after, f.series.unit)}"),
         f"{f.effect_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]",
-        f"{f.noise.pct:.2g}%", f"{f.mde_pct:.2g}%",
+        f"{100 * math.expm1(f.noise.within):.2g}%/{100 * math.expm1(f.noise.runs):.2g}%",
+        f"{f.mde_pct:.2g}%",
         f'<a href="{html.escape(plot)}">plot</a>' if plot else "",
     ]
     cls = "reg" if f.verdict == "regression" else "imp"

@@ -2,12 +2,15 @@
 
 The table is sorted worst first: regressions by how much worse they made the series, then
 improvements. Values are shown in the series' unit (seconds scaled to µs/ms, GB/s as is);
-effects as after/before - 1 with their 95% interval, beside the series' noise and minimum
-detectable effect, so a reader sees at once how far above the noise a step is.
+effects as after/before - 1 with their 95% interval, beside the series' noise (between
+processes of one run / between runs) and the minimum detectable effect the step was held to
+(3 x the within-run noise when a run has commits on both sides of it, else 3 x the total),
+so a reader sees at once how far above the noise a step is.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -16,7 +19,8 @@ from typing import TextIO
 
 from kvbench.history.regressions import Finding, Report
 
-HEADERS = ("verdict", "series", "commits", "before -> after", "effect [95% CI]", "noise", "MDE")
+HEADERS = ("verdict", "series", "commits", "before -> after", "effect [95% CI]",
+           "noise in/across runs", "MDE")
 
 
 def format_value(value: float, unit: str) -> str:
@@ -47,7 +51,11 @@ def row(f: Finding) -> tuple[str, ...]:
     return (verdict, f.series.name, commit_range(f),
             f"{format_value(f.before, unit)} -> {format_value(f.after, unit)}",
             f"{f.effect_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]",
-            f"{f.noise.pct:.2g}%", f"{f.mde_pct:.2g}%")
+            f"{_pct(f.noise.within)}/{_pct(f.noise.runs)}", f"{f.mde_pct:.2g}%")
+
+
+def _pct(log_sigma: float) -> str:
+    return f"{100 * math.expm1(log_sigma):.2g}%"
 
 
 def summary_line(report: Report) -> str:
