@@ -120,9 +120,10 @@ class SeriesVerdict:
             "points": len(self.series.points),
             "judged": n is not None,
             "noise_pct": None if n is None else round(n.pct, 4),
-            "within_run_pct": None if n is None else round(100 * math.expm1(n.within), 4),
-            "between_runs_pct": None if n is None else round(100 * math.expm1(n.runs), 4),
-            "within_process_pct": None if n is None or n.within_process is None
+            "noise_within_run_pct": None if n is None
+            else round(100 * math.expm1(n.within), 4),
+            "noise_between_runs_pct": None if n is None else round(100 * math.expm1(n.runs), 4),
+            "noise_within_process_pct": None if n is None or n.within_process is None
             else round(100 * math.expm1(n.within_process), 4),
             "mde_pct": None if self.mde_pct is None else round(self.mde_pct, 4),
             "mde_within_run_pct": None if n is None
