@@ -39,6 +39,8 @@ MDE_SIGMAS = 3.0
 PENALTY = 3.0
 #: A series needs this many measured commits to be judged.
 MIN_POINTS = 6
+#: Rounds of (find the steps, re-estimate the noise without them).
+NOISE_PASSES = 2
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class Finding:
     settled: str  # first measured commit at the new level
     transition: tuple[str, ...]  # measured commits between the levels (commit..before settled)
     commits_in_range: int  # first-parent commits in (parent, settled]: what a bisect searches
-    before: float  # level before, in the series' unit (median of the segment)
+    before: float  # level before, in the series' unit (the test's estimate of the segment)
     after: float
     effect_pct: float  # after / before - 1, in %
     ci95_pct: tuple[float, float]
@@ -203,7 +205,7 @@ def _fit(x: np.ndarray, runs: list[int], within_process: float | None, prior: no
         est = noise.estimate(x, runs, exclude=range(len(x)), within_process=within_process,
                              prior=prior)
     breaks: list[changepoints.Break] = []
-    for _ in range(2):
+    for _ in range(NOISE_PASSES):
         breaks = changepoints.find_breaks(x, runs, est, alpha=ALPHA, mde_sigmas=MDE_SIGMAS,
                                           penalty=PENALTY)
         crossing = set()
@@ -213,9 +215,11 @@ def _fit(x: np.ndarray, runs: list[int], within_process: float | None, prior: no
         refined = noise.estimate(x, runs, exclude=crossing, within_process=within_process,
                                  prior=prior)
         if refined is None or refined == est:
-            break
+            return est, breaks
         est = refined
-    return est, breaks
+    # the breaks are always judged by the noise that is returned with them
+    return est, changepoints.find_breaks(x, runs, est, alpha=ALPHA, mde_sigmas=MDE_SIGMAS,
+                                         penalty=PENALTY)
 
 
 def _finding(series: Series, history: History, x: np.ndarray, est: noise.Noise,
