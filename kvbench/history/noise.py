@@ -63,6 +63,8 @@ Z99 = 2.5758
 SIGMA_FLOOR = 1e-3
 #: Share of the largest differences the trimmed RMS leaves out (real steps, rare outliers).
 TRIM = 0.10
+#: The trimmed RMS is used from this many differences on (10% of them is at least one).
+TRIM_MIN = 10
 #: E[Z^2 | |Z| < z_0.95] for a standard normal: the trimmed RMS's consistency factor.
 TRIMMED_VARIANCE = 0.6230
 #: Fewer successive differences than this give no usable noise estimate.
@@ -113,7 +115,11 @@ def _trimmed_rms_sigma(d: np.ndarray) -> float:
 
 
 def _within_sigma(d: np.ndarray) -> float:
-    """The larger of the MAD and the trimmed-RMS estimates (module docstring)."""
+    """The larger of the MAD and the trimmed-RMS estimates (module docstring); the MAD alone
+    for fewer than TRIM_MIN differences, where trimming 10% removes nothing and a series'
+    few differences are as likely its real steps as its noise (the prior covers them)."""
+    if len(d) < TRIM_MIN:
+        return _mad_sigma(d)
     return max(_mad_sigma(d), _trimmed_rms_sigma(d))
 
 
