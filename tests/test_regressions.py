@@ -382,3 +382,25 @@ def test_prefix_sum_cost_segments_like_ruptures_l2():
         theirs = ruptures.Pelt(model="l2", min_size=changepoints.MIN_SIZE, jump=1).fit(
             (y - np.median(y)).reshape(-1, 1)).predict(pen=6.0)[:-1]
         assert ours == theirs
+
+
+def test_default_machine_is_kvbench_machines_name(tmp_path, capsys, monkeypatch):
+    import kvbench.machine
+
+    res, _ = _cli_history(tmp_path)
+    monkeypatch.setattr(kvbench.machine, "machine_record", lambda name=None: {"machine": sim.MACHINE})
+    proc = _run_cli("--results", str(res), capsys=capsys)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"{sim.MACHINE}: 24 measured commits")
+
+
+def test_rich_table_lists_the_findings(tmp_path):
+    import io
+
+    from kvbench.history.report import print_table
+
+    res, commits = _cli_history(tmp_path)
+    out = io.StringIO()
+    print_table(analyze(load_history(res, sim.MACHINE)), out, rich=True)
+    text = out.getvalue()
+    assert "regression" in text and "'slow'" in text and commits[11][:8] in text
+    assert "1 regressions" in text
