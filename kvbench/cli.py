@@ -93,6 +93,12 @@ def _run_publish(rest: list[str]) -> int:
     return publish_main(rest)
 
 
+def _run_regressions(rest: list[str]) -> int:
+    from kvbench.history.regressions_cmd import main as regressions_main
+
+    return regressions_main(rest)
+
+
 #: Subcommands whose own parser takes every argument after the name. They are handed over
 #: before `kvbench`'s parser runs: argparse.REMAINDER as a subparser's only positional does
 #: not capture options that come first (`kvbench machine --name x` was an error).
@@ -102,7 +108,8 @@ def _run_preview(rest: list[str]) -> int:
     return preview_main(rest)
 
 
-PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish, "preview": _run_preview}
+PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish, "preview": _run_preview,
+               "regressions": _run_regressions}
 
 
 def _cmd_discover(args: argparse.Namespace) -> int:
@@ -236,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("machine", "write the asv machine record from code ([--name NAME] [--file PATH])"),
         ("publish", "asv publish + local dashboard assets (renders offline)"),
         ("preview", "serve the published dashboard on 127.0.0.1 and print its URL"),
+        ("regressions", "real steps in a machine's asv history, direction-aware (CI gate)"),
     ):
         sub.add_parser(name, help=text, add_help=False)  # listed in --help; see PASSTHROUGH
 

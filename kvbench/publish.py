@@ -18,6 +18,11 @@ byte-identical CDN builds, and a same-origin copy needs no CORS.
 
 An unknown CDN URL in asv's HTML (a new asv release) raises instead of leaving a tag that
 silently fails offline.
+
+Regressions: asv's own regressions page treats bigger as worse, so it would call every GB/s
+gain a regression. `publish` refuses a config that leaves a GB/s series to it, writes
+kvbench's verdicts (`kvbench regressions` for every machine) to html/kvbench/ and points the
+dashboard's Regressions tab there (kvbench.history.regressions_page).
 """
 
 from __future__ import annotations
@@ -215,6 +220,41 @@ def html_dir_of(config: str | os.PathLike) -> Path:
     return (conf_path.parent / conf.html_dir).resolve()
 
 
+def results_dir_of(config: str | os.PathLike) -> Path:
+    """results_dir from asv.conf.json, resolved against the config's folder as asv does."""
+    from asv.config import Config
+
+    conf_path = Path(config).resolve()
+    conf = Config.load(str(conf_path))
+    return (conf_path.parent / conf.results_dir).resolve()
+
+
+def check_regressions_config(config: str | os.PathLike) -> None:
+    """ValueError when asv's regressions page would judge a GB/s series bigger-is-worse."""
+    import json
+
+    from asv.config import Config
+
+    from kvbench.history.regressions_page import check_asv_config
+
+    conf = Config.load(str(Path(config).resolve()))
+    benchmarks_file = results_dir_of(config) / "benchmarks.json"
+    benchmarks = json.loads(benchmarks_file.read_text(encoding="utf-8")) \
+        if benchmarks_file.is_file() else {}
+    check_asv_config(conf, benchmarks)
+
+
+def add_regressions_page(config: str | os.PathLike) -> Path:
+    """kvbench's regressions page into html_dir/kvbench/, linked from the index; its path."""
+    from kvbench.history.regressions_page import link_from_index, write_page
+
+    html_dir = html_dir_of(config)
+    page = write_page(html_dir, results_dir_of(config))
+    index = html_dir / "index.html"
+    index.write_text(link_from_index(index.read_text(encoding="utf-8")), encoding="utf-8")
+    return page
+
+
 #: Path keys of asv.conf.json, resolved against the config's folder in the staging config.
 _PATH_KEYS = ("repo", "benchmark_dir", "results_dir", "html_dir", "env_dir")
 
@@ -313,6 +353,7 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
 
     from kvbench.history import suite
 
+    check_regressions_config(config)
     suite.write(config)
     conf_path = Path(config).resolve()
     raw = util.load_json(str(conf_path), js_comments=True)
@@ -335,6 +376,7 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
     html_dir = html_dir_of(config)
     set_default_machines(html_dir, default_machines)
     vendor_dashboard(html_dir)
+    add_regressions_page(config)
     return html_dir
 
 
@@ -388,18 +430,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefetch", action="store_true",
                         help="only fill the npm tarball cache (needs npm once), then exit")
     args, rest = parser.parse_known_args(argv)
-    if args.prefetch:
-        tarballs = prefetch()
-        print(f"dashboard assets cached: {len(tarballs)} npm tarballs in {cache_dir()}")
-        return 0
-    if args.vendor_only:
-        html_dir = html_dir_of(args.config)
-        vendor_dashboard(html_dir)
-    else:
-        html_dir = publish(args.config, rest)
-    print(f"dashboard: {html_dir}/index.html (offline assets in {html_dir / VENDOR_DIR}); "
-          "serve it with `kvbench preview` (opened from disk it shows \"Error fetching "
-          "content\")")
+    try:
+        if args.prefetch:
+            tarballs = prefetch()
+            print(f"dashboard assets cached: {len(tarballs)} npm tarballs in {cache_dir()}")
+            return 0
+        if args.vendor_only:
+            html_dir = html_dir_of(args.config)
+            vendor_dashboard(html_dir)
+            add_regressions_page(args.config)
+        else:
+            html_dir = publish(args.config, rest)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(f"dashboard: {html_dir}/index.html (offline assets in {html_dir / VENDOR_DIR}; "
+          f"regressions: {html_dir}/kvbench/regressions.html); serve it with `kvbench preview` "
+          "(opened from disk it shows \"Error fetching content\")")
     return 0
 
 

@@ -20,7 +20,8 @@ def test_machine_takes_its_own_flags(tmp_path, capsys):
 
 
 def test_machine_and_publish_help_are_their_own(capsys):
-    for sub, flag in (("machine", "--file"), ("publish", "--vendor-only")):
+    for sub, flag in (("machine", "--file"), ("publish", "--vendor-only"),
+                      ("regressions", "--fail-on")):
         with pytest.raises(SystemExit) as exc:
             main([sub, "--help"])
         assert exc.value.code == 0
@@ -47,7 +48,7 @@ def test_top_level_help_lists_every_subcommand(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for sub in ("env", "calibrate", "machine", "publish", "tune", "table", "main"):
+    for sub in ("env", "calibrate", "machine", "publish", "regressions", "tune", "table", "main"):
         assert sub in out
 
 

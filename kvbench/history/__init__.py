@@ -1,1 +1,2 @@
-"""kvbench.history: asv glue and what kvbench reads beside asv results (the sidecar)."""
+"""The history layer: asv glue, the verdict engine (regressions, bisect) over asv's results,
+and what kvbench keeps beside them (the sidecar)."""

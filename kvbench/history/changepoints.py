@@ -1,0 +1,203 @@
+"""Where a series changes level: PELT candidates over the whole history, kept only if significant.
+
+Method (docs/history.md says why this one):
+1. Candidates: ruptures' PELT (Killick et al. 2012) with the least-squares cost on the series'
+   log values divided by its noise, `jump=1` (every commit is a possible boundary) and
+   `min_size=2` (a new level must hold for two measured commits: one point cannot be told from
+   a 2x outlier of a host-side series). PELT searches every segmentation of the whole
+   history, so a step that lands across two commits or a drift over many is seen as a level
+   change, not only as a large neighbour difference. Its penalty is deliberately low: PELT
+   proposes, the test below decides.
+2. Pruning, as Otava/hunter does after E-divisive: each boundary is tested on the segments on
+   either side of it (up to WINDOW points each) against the noise of the whole history
+   (noise.py), not the few points of a segment. The two levels are estimated by generalized
+   least squares with a random effect per measurement run (covariance sigma_within^2 I +
+   sigma_runs^2 [same run]): where a run has points on both sides its shift cancels and the
+   step is judged against the process-to-process noise; a step that coincides with a change
+   of run is judged against the run-to-run shift too. Long sides are winsorized at WINSOR
+   sigmas; a side of at most SHORT_SIDE points counts as one point, tested at its weakest
+   value (_observations): heavy tails make short segments the usual false alarm. The boundary
+   whose p-value (Student t, the noise estimate's degrees of freedom) is largest and above
+   alpha, or whose effect is below min_effect() (the MDE), is removed and its neighbours
+   re-tested, until every boundary passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvbench.history.noise import Noise
+
+#: Points on each side of a boundary that its test reads (Otava reads 50 around a point).
+WINDOW = 30
+#: A new level must hold for this many measured commits.
+MIN_SIZE = 2
+#: A long side's points are clipped this many total sigmas from its median before the test.
+WINSOR = 3.0
+#: A side of a boundary with this many points or fewer is tested like a single point.
+SHORT_SIDE = 3
+
+
+@dataclass(frozen=True)
+class Break:
+    """A level change between x[index-1] and x[index] (log scale)."""
+
+    index: int
+    level_before: float  # median of the segment before (log)
+    level_after: float  # median of the segment after (log)
+    n_before: int
+    n_after: int
+    se: float  # standard error of level_after - level_before (log)
+    t: float
+    p: float
+    within_run: bool  # a measurement run has points on both sides: its shift cancels
+
+    @property
+    def delta(self) -> float:
+        return self.level_after - self.level_before
+
+
+def _observations(values: np.ndarray, toward: float, noise: Noise):
+    """(levels, test levels, short) of a side: what its points contribute to the test.
+
+    A long side: its points, winsorized at WINSOR total sigmas from its median. A side of at
+    most SHORT_SIDE points is *tested* at its weakest value (the point nearest the other side
+    for n <= 2, its median for n == 3) on every point, and counts as one point (`short`: its
+    points share one extra within-run noise term): a pair of 2x outliers of a heavy-tailed host
+    series has a mean far from the level but its weaker point seldom is, while a real step
+    moves every point. Each point keeps its run, so a run that spans the step still cancels."""
+    if len(values) <= SHORT_SIDE:
+        if len(values) <= 2:
+            test_level = float(values[np.argmin(np.abs(values - toward))])
+        else:
+            test_level = float(np.median(values))
+        return list(values), [test_level] * len(values), True
+    centre, bound = float(np.median(values)), WINSOR * noise.total
+    clipped = list(np.clip(values, centre - bound, centre + bound))
+    return clipped, clipped, False
+
+
+def _gls(y: np.ndarray, side_b: np.ndarray, runs: list, short: np.ndarray, noise: Noise):
+    """Generalized least squares of the two-level model with random run effects.
+
+    Observations y (columns: one response each) are level_a + (level_b - level_a) * side_b +
+    run effect + noise, with covariance sigma_within^2 (I + [both in one short side]) +
+    sigma_runs^2 [same run]. Returns (level_a per column, delta per column, variance of
+    delta). Where a run has points on both sides its effect cancels in the contrast: a step
+    inside a run is judged against the process-to-process noise, a step at a change of run
+    against the run-to-run shift too."""
+    run_ids = np.asarray([hash(r) for r in runs])
+    same_run = (run_ids[:, None] == run_ids[None, :]).astype(float)
+    same_short = ((short[:, None] == short[None, :]) & (short[:, None] > 0)).astype(float)
+    cov = noise.within ** 2 * (np.eye(len(run_ids)) + same_short) + noise.runs ** 2 * same_run
+    design = np.column_stack([np.ones(len(run_ids)), side_b])
+    solved = np.linalg.solve(cov, np.column_stack([design, y]))
+    information = design.T @ solved[:, :2]
+    beta = np.linalg.solve(information, design.T @ solved[:, 2:])
+    variance = float(np.linalg.inv(information)[1, 1])
+    return beta[0], beta[1], variance
+
+
+def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noise: Noise,
+               df: int) -> Break:
+    """The Break at `index` between segment x[start:index] and x[index:stop]."""
+    from scipy import stats
+
+    lo, hi = max(start, index - WINDOW), min(stop, index + WINDOW)
+    before, after = x[lo:index], x[index:hi]
+    a_level, a_test, a_short = _observations(before, float(np.median(after)), noise)
+    b_level, b_test, b_short = _observations(after, float(np.median(before)), noise)
+    y = np.column_stack([a_level + b_level, a_test + b_test])
+    side_b = np.array([0.0] * len(a_level) + [1.0] * len(b_level))
+    short = np.array([1 if a_short else 0] * len(a_level) + [2 if b_short else 0] * len(b_level))
+    level_a, delta, variance = _gls(y, side_b, runs[lo:hi], short, noise)
+    se = math.sqrt(variance)
+    t = float(delta[1]) / se
+    p = float(2.0 * stats.t.sf(abs(t), df=df))
+    return Break(index, float(level_a[0]), float(level_a[0] + delta[0]), index - lo, hi - index,
+                 se, t, p, within_run=bool(set(runs[lo:index]) & set(runs[index:hi])))
+
+
+def _l2_cost():
+    """ruptures' least-squares cost (CostL2) from prefix sums: O(1) per segment, not a np.var."""
+    from ruptures.base import BaseCost
+
+    class CumulativeL2(BaseCost):
+        model = "l2"
+        min_size = MIN_SIZE
+
+        def fit(self, signal):
+            y = np.asarray(signal, dtype=float).reshape(len(signal), -1)
+            self.signal = y
+            self.sums = np.vstack([np.zeros(y.shape[1]), np.cumsum(y, axis=0)])
+            self.squares = np.concatenate([[0.0], np.cumsum((y ** 2).sum(axis=1))])
+            return self
+
+        def error(self, start, end):
+            n = end - start
+            s = self.sums[end] - self.sums[start]
+            return float(self.squares[end] - self.squares[start] - (s @ s) / n)
+
+    return CumulativeL2()
+
+
+def candidates(x: np.ndarray, scale: float, *, penalty: float) -> list[int]:
+    """PELT boundaries of the standardized series (indices where a new segment starts)."""
+    import ruptures
+
+    if len(x) < 2 * MIN_SIZE:
+        return []
+    y = ((x - np.median(x)) / scale).reshape(-1, 1)
+    pelt = ruptures.Pelt(custom_cost=_l2_cost(), min_size=MIN_SIZE, jump=1)
+    ends = pelt.fit(y).predict(pen=penalty)
+    return [int(e) for e in ends[:-1]]
+
+
+def min_effect(noise: Noise, within_run: bool, mde_sigmas: float) -> float:
+    """The smallest reportable |effect| (log): mde_sigmas x the noise a step is seen against,
+    the within-run noise when a run has points on both sides, else the total."""
+    return mde_sigmas * (noise.within if within_run else noise.total)
+
+
+def find_breaks(x, runs, noise: Noise, *, alpha: float, mde_sigmas: float,
+                penalty: float) -> list[Break]:
+    """Significant level changes of log series `x` at least min_effect() large.
+
+    `runs[i]` is point i's measurement run (results.run_ids)."""
+    x = np.asarray(x, dtype=float)
+    runs = list(runs)
+    df = noise.df
+    bounds = candidates(x, noise.total, penalty=penalty)
+    while bounds:
+        edges = [0, *bounds, len(x)]
+        tested = [test_break(x, runs, edges[i], edges[i + 1], edges[i + 2], noise, df)
+                  for i in range(len(bounds))]
+        weak = [b for b in tested
+                if b.p > alpha or abs(b.delta) < min_effect(noise, b.within_run, mde_sigmas)]
+        if not weak:
+            return tested
+        weakest = max(weak, key=lambda b: (b.p, -abs(b.delta)))
+        bounds.remove(weakest.index)
+    return []
+
+
+def transition(x, brk: Break, sigma: float, *, z: float = 3.0) -> tuple[int, int]:
+    """The measured points that lie between the two levels of `brk`: (first, stop) indices.
+
+    A step that lands over two commits leaves a point half-way; a drift leaves several. A point
+    next to the boundary is in the transition when it sits more than z sigma from its own
+    segment's level toward the other level. Returns (index, index) when there is none."""
+    x = np.asarray(x, dtype=float)
+    sign = 1.0 if brk.delta > 0 else -1.0
+    first = brk.index
+    while first - 1 > brk.index - brk.n_before and \
+            sign * (x[first - 1] - brk.level_before) > z * sigma:
+        first -= 1
+    stop = brk.index
+    while stop < brk.index + brk.n_after - 1 and \
+            sign * (brk.level_after - x[stop]) > z * sigma:
+        stop += 1
+    return first, stop

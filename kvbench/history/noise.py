@@ -1,0 +1,209 @@
+"""How much a series moves between commits that change nothing: its noise, from its own history.
+
+Each point of an asv series is one process's median (kvbench's suite measures a commit's cases
+in one `setup_cache` process), so the spread between successive commits is the spread between
+processes; the samples inside one process are correlated and understate it (DESIGN.md,
+"Mann-Whitney on within-run samples is overconfident"). The history adds a second component:
+commits measured in one asv invocation (a *run*, results.run_ids) share a host, a GPU and its
+state, and two runs of one machine name may differ by a few percent as a whole (on the H200,
+`triton/split_kv` fp16 b64_c8k reads 504-506 µs in some runs and 495 µs in others, with the
+same kernel). The model, on log values (0.01 ~ 1%):
+
+    log x_i = level_i + run_effect[run(i)] + e_i,   e ~ sigma_within,   run_effect ~ sigma_runs
+
+- sigma_within: from the successive differences of commits of the same run, centred on
+  their median (which removes a drift's slope), the larger of two estimates:
+  1.4826 * MAD / sqrt(2), robust to a few real steps and 2x outliers, and the RMS of the
+  smallest 90% of the differences (normal-consistent), which sees a process that switches
+  between two modes: the CPU runner's dispatch path runs in a 2.5 or a 4.3 µs mode per
+  process, so half of its successive differences are 0 and half are +-70%, and a MAD alone
+  reads that series as 5% noise and reports every mode switch as a step.
+- sigma_runs: from the successive differences that cross a run boundary,
+  sqrt(max(0, mean(d^2)/2 - sigma_within^2)). A mean of squares, not a MAD: the run effects
+  of one machine name are few and often bimodal (two hosts), and a robust scale would call
+  the minority host an outlier and report its runs as steps.
+
+Differences that cross a detected step are left out (`exclude`), so the noise of a series with
+steps is the noise of its flat stretches. When a history has too few same-run differences
+(one commit per run, e.g. nightly CI), all successive differences estimate sigma_within and
+sigma_runs is 0: the run-to-run spread is then inside sigma_within.
+
+A short series (the first commits of a new kernel row, every one of them a kernel change)
+cannot estimate its own noise. Its within-run noise is then moderated toward a prior, as in
+limma's empirical Bayes t (Smyth 2004):
+
+    sigma^2 = (d0 * prior^2 + d * own^2) / (d0 + d),   degrees of freedom d0 + d - 1,
+
+with d the series' own differences and d0 = PRIOR_DF. The prior is the series' own
+within-process spread (asv's 99% interval of each point's median) times the typical ratio of
+between-process to within-process noise of its benchmark's long series on the same machine
+(`family_priors`): a row whose samples are tight gets a tight prior. A long series' own estimate
+dominates; with no prior available the own estimate stands alone. The run-to-run sigma is
+moderated the same way toward its benchmark's median over the machine's long series: a
+series that crossed a handful of runs without a shift has not shown that runs never shift.
+
+asv's within-process interval is also a floor: a series is not quieter between processes than
+inside one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: MAD -> standard deviation for normal data.
+MAD_TO_SIGMA = 1.4826
+#: z of asv's two-sided 99% interval, to turn its width into a standard error.
+Z99 = 2.5758
+#: No series is quieter than this (relative): a series whose stored values repeat exactly
+#: (rounded timers) would otherwise have zero noise and report every last-digit change.
+SIGMA_FLOOR = 1e-3
+#: Share of the largest differences the trimmed RMS leaves out (real steps, rare outliers).
+TRIM = 0.10
+#: The trimmed RMS is used from this many differences on (10% of them is at least one).
+TRIM_MIN = 10
+#: E[Z^2 | |Z| < z_0.95] for a standard normal: the trimmed RMS's consistency factor.
+TRIMMED_VARIANCE = 0.6230
+#: Fewer successive differences than this give no usable noise estimate.
+MIN_DIFFERENCES = 4
+#: Weight of the prior, in differences (see the module docstring).
+PRIOR_DF = 10
+#: A series with at least this many differences informs its benchmark's prior ratio.
+PRIOR_SOURCE_DIFFERENCES = 15
+
+
+@dataclass(frozen=True)
+class Noise:
+    """A series' noise on the log scale (0.01 ~ 1%) and where it came from."""
+
+    within: float  # per commit inside one run (moderated, floored)
+    runs: float  # of a whole run's level (0 when the history cannot separate it)
+    differences: int  # the series' own successive differences behind `within`
+    within_process: float | None  # median standard error of one process's median (asv CI)
+    prior: float | None = None  # the prior `within` was moderated toward, if any
+    prior_df: int = 0
+    run_differences: int = 0  # successive differences across runs behind `runs`
+
+    @property
+    def df(self) -> int:
+        """Degrees of freedom of a t statistic on this noise."""
+        return max(self.differences + self.prior_df - 1, 1)
+
+    @property
+    def total(self) -> float:
+        """The noise of one commit's value against the series' level (log scale)."""
+        return math.hypot(self.within, self.runs)
+
+    @property
+    def pct(self) -> float:
+        """`total` as a percentage of the value (one standard deviation)."""
+        return 100.0 * math.expm1(self.total)
+
+
+def _mad_sigma(d: np.ndarray) -> float:
+    return MAD_TO_SIGMA * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
+
+
+def _trimmed_rms_sigma(d: np.ndarray) -> float:
+    """sigma from the RMS of the smallest (1 - TRIM) of the centred differences."""
+    dev = np.sort(np.abs(d - np.median(d)))
+    kept = dev[:max(1, math.ceil((1.0 - TRIM) * len(dev)))]
+    return math.sqrt(float(np.mean(kept ** 2)) / TRIMMED_VARIANCE) / math.sqrt(2.0)
+
+
+def _within_sigma(d: np.ndarray) -> float:
+    """The larger of the MAD and the trimmed-RMS estimates (module docstring); the MAD alone
+    for fewer than TRIM_MIN differences, where trimming 10% removes nothing and a series'
+    few differences are as likely its real steps as its noise (the prior covers them)."""
+    if len(d) < TRIM_MIN:
+        return _mad_sigma(d)
+    return max(_mad_sigma(d), _trimmed_rms_sigma(d))
+
+
+def within_process_sigma(values: Sequence[float], ci_low: Sequence[float | None],
+                         ci_high: Sequence[float | None]) -> float | None:
+    """Median relative standard error of one process's median, from asv's 99% intervals."""
+    rel = [(hi - lo) / (2 * Z99 * v) for v, lo, hi in zip(values, ci_low, ci_high)
+           if lo is not None and hi is not None and v > 0 and hi >= lo]
+    return float(np.median(rel)) if rel else None
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What a series' benchmark says about its noise before its own history does."""
+
+    within: float | None  # prior within-run sigma (prior_for)
+    runs: float | None  # prior run-to-run sigma
+
+
+def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Iterable[int] = (),
+             within_process: float | None = None, prior: Prior | None = None) -> Noise | None:
+    """The series' Noise, or None when the history is too short and there is no prior.
+
+    `runs[i]` is the measurement run of point i; `exclude` holds indices i whose difference
+    log x[i] - log x[i-1] crosses a detected step; each component is moderated toward
+    `prior` (weight PRIOR_DF differences) where the prior has it."""
+    x = np.asarray(log_values, dtype=float)
+    prior = prior or Prior(None, None)
+    skip = set(exclude)
+    pairs = [i for i in range(1, len(x)) if i not in skip]
+    same = np.array([x[i] - x[i - 1] for i in pairs if runs[i] == runs[i - 1]])
+    cross = np.array([x[i] - x[i - 1] for i in pairs if runs[i] != runs[i - 1]])
+    crossing = 0
+    if len(same) >= MIN_DIFFERENCES:
+        within, used = _within_sigma(same), len(same)
+        between_runs, crossing = 0.0, len(cross)
+        if crossing:
+            between_runs = math.sqrt(max(float(np.mean(cross ** 2)) / 2.0 - within ** 2, 0.0))
+    elif len(same) + len(cross) >= MIN_DIFFERENCES:
+        every = np.concatenate([same, cross])
+        within, used, between_runs = _within_sigma(every), len(every), 0.0
+    elif prior.within is not None:
+        within, used, between_runs = prior.within, 0, 0.0
+    else:
+        return None
+    prior_df = 0
+    if prior.within is not None:
+        prior_df = PRIOR_DF
+        within = _moderate(within, used, prior.within)
+    if prior.runs is not None and crossing:
+        between_runs = _moderate(between_runs, crossing, prior.runs)
+    within = max(within, within_process or 0.0, SIGMA_FLOOR)
+    return Noise(within=within, runs=between_runs, differences=used,
+                 within_process=within_process, prior=prior.within, prior_df=prior_df,
+                 run_differences=crossing)
+
+
+def _moderate(own: float, own_df: int, prior: float) -> float:
+    return math.sqrt((PRIOR_DF * prior ** 2 + own_df * own ** 2) / (PRIOR_DF + own_df))
+
+
+def family_priors(pairs: Iterable[tuple[Noise, str]]) -> dict[str, tuple[float, float]]:
+    """family -> (median within / within_process, median runs sigma) over its long series.
+
+    `pairs` holds (own Noise without a prior, family name); a family is a benchmark (e.g.
+    `paged_decode.PagedDecode.track_us`). The key "" pools every family of the machine."""
+    ratios: dict[str, list[float]] = {}
+    run_sigmas: dict[str, list[float]] = {}
+    for est, family in pairs:
+        if est.differences < PRIOR_SOURCE_DIFFERENCES:
+            continue
+        for key in (family, ""):
+            if est.within_process:
+                ratios.setdefault(key, []).append(est.within / est.within_process)
+            if est.run_differences >= MIN_DIFFERENCES:
+                run_sigmas.setdefault(key, []).append(est.runs)
+    return {key: (float(np.median(ratios[key])) if key in ratios else math.nan,
+                  float(np.median(run_sigmas[key])) if key in run_sigmas else math.nan)
+            for key in set(ratios) | set(run_sigmas)}
+
+
+def prior_for(priors: dict[str, tuple[float, float]], family: str,
+              within_process: float | None) -> Prior:
+    """A series' Prior: its within-process spread x its family's ratio, its family's runs sigma."""
+    ratio, runs = priors.get(family, priors.get("", (math.nan, math.nan)))
+    within = ratio * within_process if within_process and not math.isnan(ratio) else None
+    return Prior(within=within, runs=None if math.isnan(runs) else runs)

@@ -1,0 +1,160 @@
+"""The dashboard's regressions view: kvbench's verdicts, not asv's bigger-is-worse step detection.
+
+asv's own regressions page runs its step detection on every series with bigger = worse, so it
+flags a GB/s *gain* as a regression and a GB/s loss not at all (DESIGN.md: "asv compare puts
+GB/s drops under improved"). `kvbench publish` therefore
+- refuses a config whose asv regression detection still covers a series whose unit is
+  lower-is-worse (`check_asv_config`: `regressions_first_commits` must map it to null), and
+- writes html/kvbench/regressions.html and regressions.json from `kvbench regressions` for
+  every machine in results/, with a plot per regressed series, and points asv's
+  "Regressions" tab at that page (`link_from_index`).
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import math
+import re
+import sys
+from pathlib import Path
+
+from kvbench.history.regressions import SCHEMA, WORSE_SIGN, Report
+
+PAGE_DIR = "kvbench"
+ASV_NAV = '<li id="nav-li-regressions"><a href="#/regressions">Regressions</a></li>'
+KVBENCH_NAV = ('<li id="nav-li-kvbench-regressions"><a href="kvbench/regressions.html">'
+               'Regressions (kvbench)</a></li>')
+
+
+def asv_entry_names(benchmark: dict) -> list[str]:
+    """The names asv's regressions plugin matches its regexes against: `name(p1, p2)`."""
+    params = benchmark.get("params") or []
+    if not params:
+        return [benchmark["name"]]
+    return [f"{benchmark['name']}({', '.join(combo)})" for combo in itertools.product(*params)]
+
+
+def asv_flags_backwards(regressions_first_commits: dict, benchmarks: dict) -> list[str]:
+    """Entries of lower-is-worse series that asv's regression detection would still judge.
+
+    asv skips an entry when any regex of `regressions_first_commits` that matches it (with
+    re.match, as asv's plugin does) maps to None."""
+    wrong = []
+    for name, info in benchmarks.items():
+        if not isinstance(info, dict) or WORSE_SIGN.get(info.get("unit"), 1) > 0:
+            continue
+        for entry in asv_entry_names({"name": name, **info}):
+            disabled = any(start is None and re.match(regex, entry)
+                           for regex, start in regressions_first_commits.items())
+            if not disabled:
+                wrong.append(entry)
+    return wrong
+
+
+def check_asv_config(conf, benchmarks: dict) -> None:
+    """ValueError when asv's regressions page would judge a GB/s series as bigger-is-worse."""
+    wrong = asv_flags_backwards(dict(conf.regressions_first_commits or {}), benchmarks)
+    if wrong:
+        raise ValueError(
+            f"asv's regressions page would flag {len(wrong)} lower-is-worse series backwards "
+            f"(e.g. {wrong[0]}): asv treats bigger as worse. Add to asv.conf.json "
+            '"regressions_first_commits": {".*": null} (kvbench regressions decides) or at '
+            'least {".*\\\\.track_gbps": null}')
+
+
+def _row(f, plot: str | None) -> str:
+    lo, hi = f.ci95_pct
+    cells = [
+        f.verdict + ("" if f.kind == "step" else " (drift)"),
+        f"<code>{html.escape(f.series.name)}</code>",
+        f"<code>{f.parent[:8]}..{f.settled[:8]}</code> ({f.commits_in_range})",
+        html.escape(f"{_value(f.before, f.series.unit)} -> {_value(f.after, f.series.unit)}"),
+        f"{f.effect_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]",
+        f"{100 * math.expm1(f.noise.within):.2g}%/{100 * math.expm1(f.noise.runs):.2g}%",
+        f"{f.mde_pct:.2g}%",
+        f'<a href="{html.escape(plot)}">plot</a>' if plot else "",
+    ]
+    cls = "reg" if f.verdict == "regression" else "imp"
+    return f'<tr class="{cls}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _value(value: float, unit: str) -> str:
+    from kvbench.history.report import format_value
+
+    return format_value(value, unit)
+
+
+def render_page(reports: dict[str, Report | str], plots: dict[str, dict[str, str]]) -> str:
+    """The HTML page: one section per machine (a Report, or the error that stopped it)."""
+    from kvbench.history.report import HEADERS, summary_line
+
+    style = ("body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;"
+             "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
+             "tr.reg td{background:#fde8e8}tr.imp td{background:#e8f6e8}")
+    intro = ("Steps kvbench confirms in each machine's recorded history: latency (seconds) "
+             "regresses up, throughput (GB/s) down; the noise of each series comes from its "
+             "own history and a step below its MDE is not reported (docs/history.md). "
+             f'Raw data: <a href="regressions.json">regressions.json</a> ({SCHEMA} per '
+             'machine). <a href="../index.html">Back to the graphs</a>.')
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
+             f"<title>kvbench regressions</title><style>{style}</style></head><body>",
+             "<h1>kvbench regressions</h1>", f"<p>{intro}</p>"]
+    for machine, report in reports.items():
+        parts.append(f"<h2>{html.escape(machine)}</h2>")
+        if isinstance(report, str):
+            parts.append(f"<p>not analyzed: {html.escape(report)}</p>")
+            continue
+        parts.append(f"<p>{html.escape(summary_line(report))}</p>")
+        if report.findings:
+            parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>"
+                                                  for h in (*HEADERS, "")) + "</tr>")
+            machine_plots = plots.get(machine, {})
+            parts += [_row(f, machine_plots.get(f.series.name)) for f in report.findings]
+            parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_page(html_dir: str | Path, results_dir: str | Path) -> Path:
+    """html_dir/kvbench/regressions.{html,json} (+ plots) for every machine in results_dir."""
+    from kvbench.history.regressions import analyze
+    from kvbench.history.report import plot_findings, plot_name, readable_by_all
+    from kvbench.history.results import load_history, machines
+    from kvbench.jsonfile import write_json_atomic
+
+    out = Path(html_dir) / PAGE_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    reports: dict[str, Report | str] = {}
+    plots: dict[str, dict[str, str]] = {}
+    for machine in machines(Path(results_dir)):
+        try:
+            reports[machine] = analyze(load_history(results_dir, machine))
+        except ValueError as exc:
+            print(f"kvbench publish: regressions of {machine} not analyzed: {exc}",
+                  file=sys.stderr)
+            reports[machine] = str(exc)
+            continue
+        written = plot_findings(reports[machine], out / "plots" / machine)
+        by_file = {p.name: f"plots/{machine}/{p.name}" for p in written}
+        plots[machine] = {f.series.name: by_file[plot_name(f.series.name)]
+                          for f in reports[machine].findings
+                          if plot_name(f.series.name) in by_file}
+    write_json_atomic(out / "regressions.json",
+                      {m: (r.to_json() if isinstance(r, Report) else {"error": r})
+                       for m, r in reports.items()}, indent=1)
+    readable_by_all(out / "regressions.json")
+    page = out / "regressions.html"
+    page.write_text(render_page(reports, plots), encoding="utf-8")
+    return page
+
+
+def link_from_index(index_html: str) -> str:
+    """asv's index.html with its Regressions tab pointing at kvbench's page."""
+    if KVBENCH_NAV in index_html:
+        return index_html
+    if ASV_NAV not in index_html:
+        raise RuntimeError("asv's index.html has no Regressions tab where kvbench expects it "
+                           f"({ASV_NAV!r}): a new asv release; update kvbench.history."
+                           "regressions_page.ASV_NAV")
+    return index_html.replace(ASV_NAV, KVBENCH_NAV)

@@ -1,0 +1,154 @@
+"""Presenting a regressions Report: the table (rich on a terminal, plain text otherwise) and plots.
+
+The table is sorted worst first: regressions by how much worse they made the series, then
+improvements. Values are shown in the series' unit (seconds scaled to µs/ms, GB/s as is);
+effects as after/before - 1 with their 95% interval, beside the series' noise (between
+processes of one run / between runs) and the minimum detectable effect the step was held to
+(3 x the within-run noise when a run has commits on both sides of it, else 3 x the total),
+so a reader sees at once how far above the noise a step is.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from kvbench.history.regressions import Finding, Report
+
+HEADERS = ("verdict", "series", "commits", "before -> after", "effect [95% CI]",
+           "noise in/across runs", "MDE")
+
+
+def format_value(value: float, unit: str) -> str:
+    """A value in its unit, seconds scaled to a readable prefix."""
+    if unit == "seconds":
+        for scale, prefix in ((1e-6, "µs"), (1e-3, "ms")):
+            if value < scale * 1000:
+                return f"{value / scale:.4g} {prefix}"
+        return f"{value:.4g} s"
+    return f"{value:.4g} {unit}"
+
+
+def commit_range(f: Finding) -> str:
+    """`parent..settled` with the commit count, and the measured commits in between."""
+    text = f"{f.parent[:8]}..{f.settled[:8]} ({f.commits_in_range} commit" \
+           f"{'s' if f.commits_in_range != 1 else ''})"
+    if len(f.transition) > 2:
+        text += f" via {len(f.transition)} measured commits"
+    elif f.transition:
+        text += " via " + ",".join(c[:8] for c in f.transition)
+    return text
+
+
+def row(f: Finding) -> tuple[str, ...]:
+    unit = f.series.unit
+    lo, hi = f.ci95_pct
+    verdict = f.verdict if f.kind == "step" else f"{f.verdict} (drift)"
+    return (verdict, f.series.name, commit_range(f),
+            f"{format_value(f.before, unit)} -> {format_value(f.after, unit)}",
+            f"{f.effect_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]",
+            f"{_pct(f.noise.within)}/{_pct(f.noise.runs)}", f"{f.mde_pct:.2g}%")
+
+
+def _pct(log_sigma: float) -> str:
+    return f"{100 * math.expm1(log_sigma):.2g}%"
+
+
+def summary_line(report: Report) -> str:
+    h = report.history
+    judged = sum(v.noise is not None for v in report.verdicts)
+    since = f" since {report.since[:8]}" if report.since else ""
+    return (f"{h.machine}: {len(h.commits)} measured commits up to {h.head[:8]}, "
+            f"{judged} of {len(report.verdicts)} series judged{since}: "
+            f"{len(report.regressions)} regressions, "
+            f"{len(report.findings) - len(report.regressions)} improvements")
+
+
+def print_table(report: Report, out: TextIO = sys.stdout, *, rich: bool | None = None) -> None:
+    """The findings, worst first; `rich` defaults to whether `out` is a terminal."""
+    rows = [row(f) for f in report.findings]
+    use_rich = out.isatty() if rich is None else rich
+    if use_rich:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=summary_line(report), title_justify="left")
+        for header in HEADERS:
+            table.add_column(header, overflow="fold")
+        for r in rows:
+            style = "red" if r[0].startswith("regression") else "green"
+            table.add_row(*r, style=style)
+        Console(file=out).print(table)
+    else:
+        print(summary_line(report), file=out)
+        if rows:
+            widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
+            for r in (HEADERS, *rows):
+                print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
+    for skipped in report.history.skipped:
+        print(f"skipped {skipped['file']}: {skipped['reason']}", file=out)
+
+
+def readable_by_all(path: str | Path) -> None:
+    """Give a file written through a temporary file (mode 0600) the umask's usual mode, so a
+    web server can serve the published JSON."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def plot_name(series_name: str) -> str:
+    """A file name for a series: its asv name with every run of other characters as '_'."""
+    return re.sub(r"[^A-Za-z0-9.=-]+", "_", series_name).strip("_")[:180] + ".png"
+
+
+def plot_findings(report: Report, out_dir: str | Path, *, verdict: str = "regression") -> list[Path]:
+    """One PNG per series with a `verdict` finding: its history, its runs, its steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by_series: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        by_series.setdefault(f.series.name, []).append(f)
+    written = []
+    for name, findings in by_series.items():
+        if not any(f.verdict == verdict for f in findings):
+            continue
+        series = findings[0].series
+        scale, label = (1e-6, "µs") if series.unit == "seconds" else (1.0, series.unit)
+        commits = [p.commit for p in series.points]
+        values = [p.value / scale for p in series.points]
+        runs = [report.history.runs.get(c, 0) for c in commits]
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(commits)), 4.0))
+        ax.scatter(range(len(values)), values, c=runs, cmap="tab10", s=18, zorder=3,
+                   label="measured commit (colour: run)")
+        ax.plot(range(len(values)), values, color="0.75", lw=0.8, zorder=2)
+        for f in findings:
+            i_parent, i_settled = commits.index(f.parent), commits.index(f.settled)
+            color = "tab:red" if f.verdict == "regression" else "tab:green"
+            ax.hlines(f.before / scale, max(0, i_parent - f.points_before + 1), i_parent,
+                      colors=color, linestyles="dashed")
+            ax.hlines(f.after / scale, i_settled,
+                      min(len(values) - 1, i_settled + f.points_after - 1), colors=color)
+            ax.axvspan(i_parent, i_settled, color=color, alpha=0.15)
+            ax.annotate(f"{f.verdict} {f.effect_pct:+.1f}%\n{f.parent[:8]}..{f.settled[:8]}",
+                        (i_settled, f.after / scale), textcoords="offset points",
+                        xytext=(4, 6), fontsize=7, color=color)
+        ax.set_xticks(range(len(commits)), [c[:7] for c in commits], rotation=90, fontsize=6)
+        ax.set_ylabel(label)
+        ax.set_title(f"{report.history.machine}: {name}", fontsize=8)
+        ax.legend(fontsize=6, loc="best")
+        fig.tight_layout()
+        path = out_dir / plot_name(name)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,285 @@
+"""Read a machine's asv results into per-series histories ordered by the repository's history.
+
+asv 0.6.6 stores one file per (commit, environment) under results/<machine>/
+(`<hash>-<env>.json`, format version 2): `result_columns` names the columns of each
+benchmark's row, `params` is the list of parameter value lists, and each per-point column
+(`result`, `stats_q_25`, ...) is flattened over `itertools.product(*params)`. A point that did
+not run (a skip, a failure) is None or NaN; it is left out of the series, not read as zero.
+
+The commits are put in the order of `git rev-list --first-parent HEAD` of the repository that
+holds the results: the order in which changes landed on the branch, which is what a step in
+a series is measured against. A result of a commit that is not on that line (a side branch,
+an amended commit) cannot be placed and is listed in `History.skipped` with the reason.
+
+A series is one (benchmark, parameter combination, environment); its unit comes from
+results/benchmarks.json when that file describes the benchmark, else from asv's naming
+(`time_*` and kvbench's `track_us` are seconds, `track_gbps` is GB/s).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Units by the name of the benchmark's method, for a benchmark results/benchmarks.json lacks.
+UNIT_BY_METHOD = {"track_us": "seconds", "track_gbps": "GB/s"}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One commit's value of one series: asv's `result` (the median of the run's samples)."""
+
+    commit: str
+    value: float
+    q25: float | None = None
+    q75: float | None = None
+    ci99_low: float | None = None
+    ci99_high: float | None = None
+
+
+@dataclass
+class Series:
+    """The history of one benchmark x parameter combination on one machine, oldest first."""
+
+    benchmark: str
+    params: tuple[str, ...]
+    param_names: tuple[str, ...]
+    unit: str
+    env: str
+    points: list[Point] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """asv's name for the series: `module.Class.method('a', 'b')` (the `asv find` form)."""
+        return f"{self.benchmark}({', '.join(self.params)})" if self.params else self.benchmark
+
+
+@dataclass
+class History:
+    """Every series of one machine, and the commits they are ordered by."""
+
+    machine: str
+    results_dir: Path
+    head: str
+    commits: list[str]  # measured commits on the first-parent line, oldest first
+    first_parent: list[str]  # the whole first-parent line of `head`, oldest first
+    series: list[Series]
+    skipped: list[dict[str, str]]
+    runs: dict[str, int] = field(default_factory=dict)  # commit -> measurement run (run_ids)
+
+    def commits_between(self, parent: str, commit: str) -> int:
+        """How many first-parent commits lie in (parent, commit]: the range a bisect searches."""
+        index = {c: i for i, c in enumerate(self.first_parent)}
+        return index[commit] - index[parent]
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in `repo` and return its stdout; ValueError naming the command when it fails."""
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise ValueError(f"git {' '.join(args)} in {repo} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def repository_of(results_dir: Path) -> Path:
+    """The top of the git work tree that holds `results_dir` (where its commits are)."""
+    return Path(git(results_dir, "rev-parse", "--show-toplevel").strip())
+
+
+def first_parent_line(repo: Path, rev: str = "HEAD") -> list[str]:
+    """Full hashes of `rev`'s first-parent history, oldest first."""
+    return git(repo, "rev-list", "--first-parent", "--reverse", rev).split()
+
+
+def resolve(repo: Path, rev: str) -> str:
+    """The full hash `rev` names in `repo`; ValueError when it names no commit."""
+    try:
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+    except ValueError:
+        raise ValueError(f"{rev!r} names no commit in {repo} (give a hash, branch or tag)") from None
+
+
+def machines(results_dir: Path) -> list[str]:
+    """Machine folders under results_dir (those holding a machine.json)."""
+    return sorted(p.parent.name for p in Path(results_dir).glob("*/machine.json"))
+
+
+def load_units(results_dir: Path) -> dict[str, str]:
+    """benchmark name -> unit from results/benchmarks.json (empty when the file is absent)."""
+    path = Path(results_dir) / "benchmarks.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {name: info["unit"] for name, info in data.items()
+            if isinstance(info, dict) and info.get("unit")}
+
+
+def load_param_names(results_dir: Path) -> dict[str, tuple[str, ...]]:
+    """benchmark name -> parameter names from results/benchmarks.json."""
+    path = Path(results_dir) / "benchmarks.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {name: tuple(info.get("param_names") or ())
+            for name, info in data.items() if isinstance(info, dict)}
+
+
+def unit_of(benchmark: str, units: dict[str, str]) -> str | None:
+    """The benchmark's unit: benchmarks.json's, else by method name; None when unknown."""
+    if benchmark in units:
+        return units[benchmark]
+    method = benchmark.rsplit(".", 1)[-1]
+    if method.startswith("time_"):
+        return "seconds"
+    return UNIT_BY_METHOD.get(method)
+
+
+def _number(value) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+#: Commits whose measurements started more than this far apart belong to different runs.
+RUN_GAP_MS = 10 * 60 * 1000
+
+
+def run_ids(started: dict[str, tuple[tuple, float | None]]) -> dict[str, int]:
+    """Group commits into measurement runs: same machine record, starts within RUN_GAP_MS.
+
+    `started` maps a commit to (its result file's machine params, earliest `started_at`).
+    One asv invocation measures its commits back to back on one host, so they share the host's
+    state; two invocations may run on different hosts or GPUs of one machine name, which
+    shifts whole runs (noise.py models that). A commit without `started_at` is its own run."""
+    order = sorted(started, key=lambda c: (repr(started[c][0]), started[c][1] is None,
+                                           started[c][1] or 0.0))
+    ids: dict[str, int] = {}
+    run, previous = -1, None
+    for commit in order:
+        params, start = started[commit]
+        if previous is None or start is None or previous[1] is None or params != previous[0] \
+                or start - previous[1] > RUN_GAP_MS:
+            run += 1
+        ids[commit] = run
+        previous = (params, start)
+    return ids
+
+
+def _started_at(data: dict) -> float | None:
+    """The earliest `started_at` (ms) of a result file's benchmarks, None when none is stored."""
+    columns = data["result_columns"]
+    if "started_at" not in columns:
+        return None
+    i = columns.index("started_at")
+    times = [row[i] for row in data["results"].values()
+             if isinstance(row, list) and i < len(row) and isinstance(row[i], (int, float))]
+    return float(min(times)) if times else None
+
+
+def _read_result_file(path: Path) -> dict:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("version") != 2 or "result_columns" not in data:
+        raise ValueError(f"{path}: not an asv 0.6 result file (format version 2 expected, "
+                         f"got {data.get('version')!r})")
+    return data
+
+
+def _at(values, k: int) -> float | None:
+    """Element k of a flattened per-point column, None when the column or element is absent."""
+    return _number(values[k]) if isinstance(values, list) and k < len(values) else None
+
+
+def _points_of(data: dict, commit: str):
+    """Yield (benchmark, params combination, Point) for every point that has a value."""
+    col = {name: i for i, name in enumerate(data["result_columns"])}
+    for benchmark, row in data["results"].items():
+        if not isinstance(row, list):
+            continue
+        column = {name: row[i] if i < len(row) else None for name, i in col.items()}
+        results = column.get("result")
+        if results is None:
+            continue
+        params = column.get("params") or []
+        combos = list(itertools.product(*params)) if params else [()]
+        if not isinstance(results, list):
+            results = [results]
+        for k, combo in enumerate(combos[:len(results)]):
+            value = _number(results[k])
+            if value is None:
+                continue
+            yield benchmark, tuple(combo), Point(
+                commit=commit, value=value,
+                q25=_at(column.get("stats_q_25"), k), q75=_at(column.get("stats_q_75"), k),
+                ci99_low=_at(column.get("stats_ci_99_a"), k),
+                ci99_high=_at(column.get("stats_ci_99_b"), k))
+
+
+def load_history(results_dir: str | Path, machine: str, *, rev: str = "HEAD",
+                 repo: str | Path | None = None) -> History:
+    """Read results_dir/machine/*.json into series ordered by `rev`'s first-parent history.
+
+    ValueError when the machine folder does not exist (naming the machines that do) or holds
+    no result a commit of the history can place."""
+    results_dir = Path(results_dir)
+    machine_dir = results_dir / machine
+    if not machine_dir.is_dir():
+        known = ", ".join(machines(results_dir)) or "none"
+        raise ValueError(f"no results for machine {machine!r} in {results_dir} "
+                         f"(machines there: {known})")
+    repo = repository_of(results_dir) if repo is None else Path(repo)
+    head = resolve(repo, rev)
+    line = first_parent_line(repo, head)
+    position = {c: i for i, c in enumerate(line)}
+    units = load_units(results_dir)
+    names = load_param_names(results_dir)
+
+    skipped: list[dict[str, str]] = []
+    by_key: dict[tuple[str, tuple[str, ...], str], Series] = {}
+    measured: set[str] = set()
+    started: dict[str, tuple[tuple, float | None]] = {}
+    for path in sorted(machine_dir.glob("*.json")):
+        if path.name == "machine.json":
+            continue
+        try:
+            data = _read_result_file(path)
+        except (ValueError, json.JSONDecodeError) as exc:
+            skipped.append({"file": path.name, "reason": f"unreadable: {exc}"})
+            continue
+        commit = data.get("commit_hash", "")
+        if commit not in position:
+            skipped.append({"file": path.name,
+                            "reason": f"commit {commit[:8]} is not on {rev}'s first-parent line"})
+            continue
+        env = data.get("env_name", "")
+        measured.add(commit)
+        params = tuple(sorted((k, str(v)) for k, v in (data.get("params") or {}).items()))
+        start = _started_at(data)
+        if commit in started and started[commit][1] is not None and start is not None:
+            start = min(start, started[commit][1])
+        started[commit] = (params, start)
+        for benchmark, combo, point in _points_of(data, commit):
+            unit = unit_of(benchmark, units)
+            if unit is None:
+                continue
+            key = (benchmark, combo, env)
+            if key not in by_key:
+                param_names = names.get(benchmark, ())
+                if len(param_names) != len(combo):
+                    param_names = tuple(f"param{i + 1}" for i in range(len(combo)))
+                by_key[key] = Series(benchmark, combo, param_names, unit, env)
+            by_key[key].points.append(point)
+    if not measured:
+        raise ValueError(f"{machine_dir}: no result file of a commit on {rev}'s first-parent "
+                         f"line ({len(skipped)} skipped)")
+    for series in by_key.values():
+        series.points.sort(key=lambda p: position[p.commit])
+    commits = sorted(measured, key=position.__getitem__)
+    series = sorted(by_key.values(), key=lambda s: (s.benchmark, s.params, s.env))
+    return History(machine=machine, results_dir=results_dir, head=head, commits=commits,
+                   first_parent=line, series=series, skipped=skipped, runs=run_ids(started))

@@ -1,0 +1,355 @@
+"""Measure `kvbench regressions` on synthetic asv histories whose truth is known.
+
+Writes a git repository with N first-parent commits and, for one machine, asv 0.6.6 result
+files (results/<machine>/<hash>-<env>.json, results/benchmarks.json) holding many series:
+flat ones, and ones with a planted step of k x the series' noise (up or down), a step spread
+over two commits, a slow drift, and a GB/s drop. Then runs the verdict engine on the files
+(kvbench.history) and counts, per scenario, the series it reports correctly and the flat
+series it reports at all.
+
+Noise models (log scale, so multiplicative), per point:
+- gpu:  normal within a run (sigma_within) + a normal shift per run (sigma_runs): commits are
+        measured in runs of 3-8, as on the H200 where whole runs of one machine name differ
+        by 1-2% (docs/history.md).
+- host: Student t with 3 degrees of freedom, scaled to a robust sigma of 0.31 (a median
+        successive change of ~30%, as kv_alloc / dispatch_overhead on the H200), plus a
+        run shift: heavy-tailed, so a 2x value between identical commits is routine.
+The "noise" a planted step is measured in is the series' total per-point sigma,
+sqrt(sigma_within^2 + sigma_runs^2).
+
+    python scripts/regressions_simulation.py [--seed 20261201] [--series 200] [--json PATH]
+
+prints the rates (and writes them as JSON); docs/history.md quotes its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+MACHINE = "simbox"
+ENV = "sim-py3.11"
+LATENCY = "sim.Latency.track_us"
+THROUGHPUT = "sim.Throughput.track_gbps"
+
+#: (name, sigma_within, sigma_runs, heavy tails)
+NOISE = {
+    "gpu": (0.004, 0.010, False),
+    "gpu-small": (0.010, 0.005, False),
+    "host": (0.31, 0.10, True),
+}
+#: t(3) has a robust (MAD-based) sigma of 1.1340: divide by it to get a robust sigma of 1.
+T3_ROBUST_SIGMA = 1.1340
+
+
+@dataclass
+class Truth:
+    """What was planted in one series."""
+
+    name: str  # the param value naming the series
+    noise: str  # key of NOISE
+    scenario: str  # flat, step, spread, drift, gbps_drop
+    benchmark: str = LATENCY
+    size: float = 0.0  # in units of the series' total sigma (signed: + = value goes up)
+    start: int = 0  # first commit index that moved
+    stop: int = 0  # first commit index at the new level
+    values: np.ndarray = field(default=None, repr=False)
+
+
+def total_sigma(noise: str) -> float:
+    within, runs, _ = NOISE[noise]
+    return math.hypot(within, runs)
+
+
+def make_runs(rng: np.random.Generator, n_commits: int) -> list[int]:
+    """Run id per commit: consecutive runs of 3-8 commits."""
+    runs, run = [], 0
+    while len(runs) < n_commits:
+        runs += [run] * int(rng.integers(3, 9))
+        run += 1
+    return runs[:n_commits]
+
+
+def series_values(rng, truth: Truth, runs: list[int], n_commits: int) -> np.ndarray:
+    """Values (seconds or GB/s) of one series: level x planted change x noise."""
+    within, run_sigma, heavy = NOISE[truth.noise]
+    if heavy:
+        e = within * rng.standard_t(3, size=n_commits) / T3_ROBUST_SIGMA
+    else:
+        e = within * rng.standard_normal(n_commits)
+    shifts = run_sigma * rng.standard_normal(max(runs) + 1)
+    log_x = np.log(rng.uniform(10e-6, 500e-6)) + e + shifts[runs]
+    delta = truth.size * total_sigma(truth.noise)
+    if truth.scenario.startswith("step") or truth.scenario == "gbps_drop":
+        log_x[truth.start:] += delta
+    elif truth.scenario in ("spread", "drift"):
+        span = truth.stop - truth.start + 1
+        for k in range(truth.start, n_commits):
+            log_x[k] += delta * min(k - truth.start + 1, span) / span
+    if truth.benchmark == THROUGHPUT:
+        log_x = np.log(1e-9 * 1e6) - log_x  # GB/s of a fixed byte count: up when time goes down
+    return np.exp(log_x)
+
+
+def plant(rng, n_commits: int, counts: dict[str, int]) -> list[Truth]:
+    """The series of one simulation: `counts` per scenario and noise model."""
+    truths: list[Truth] = []
+
+    def position(after: int) -> int:
+        return int(rng.integers(3, n_commits - after + 1))
+
+    for noise in NOISE:
+        for _ in range(counts.get("flat", 0)):
+            truths.append(Truth(f"t{len(truths)}", noise, "flat"))
+        for k in (2, 3, 5):
+            for _ in range(counts.get("step", 0)):
+                start = position(2)
+                size = k * (1 if rng.random() < 0.5 else -1)
+                truths.append(Truth(f"t{len(truths)}", noise, f"step{k}", size=size,
+                                    start=start, stop=start))
+        for _ in range(counts.get("spread", 0)):
+            start = position(3)
+            truths.append(Truth(f"t{len(truths)}", noise, "spread", size=5.0, start=start,
+                                stop=start + 1))
+        for _ in range(counts.get("drift", 0)):
+            start = int(rng.integers(5, n_commits - 20))
+            truths.append(Truth(f"t{len(truths)}", noise, "drift", size=8.0, start=start,
+                                stop=start + 11))
+        for _ in range(counts.get("gbps_drop", 0)):
+            start = position(2)
+            # the time goes up by 5 sigma, so the GB/s series drops by 5 sigma
+            truths.append(Truth(f"t{len(truths)}", noise, "gbps_drop", THROUGHPUT, size=5.0,
+                                start=start, stop=start))
+    return truths
+
+
+def git_history(repo: Path, n_commits: int) -> list[str]:
+    """A fresh repository with n_commits first-parent commits; their hashes, oldest first."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    stream = []
+    for i in range(n_commits):
+        message = f"commit {i}\n"
+        content = f"{i}\n"
+        stream.append(f"commit refs/heads/main\nmark :{i + 1}\n"
+                      f"committer Sim <sim@example.invalid> {1_790_000_000 + 60 * i} +0000\n"
+                      f"data {len(message)}\n{message}")
+        if i:
+            stream.append(f"from :{i}\n")
+        stream.append(f"M 644 inline file.txt\ndata {len(content)}\n{content}\n")
+    subprocess.run(["git", "-C", str(repo), "fast-import", "--quiet"], input="".join(stream),
+                   text=True, check=True)
+    out = subprocess.run(["git", "-C", str(repo), "rev-list", "--reverse", "main"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()
+
+
+COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
+           "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
+           "samples", "profile"]
+
+
+def write_results(repo: Path, commits: list[str], runs: list[int], truths: list[Truth],
+                  rng: np.random.Generator) -> Path:
+    """asv result files of every commit under repo/results; returns the results dir."""
+    results = repo / "results"
+    machine_dir = results / MACHINE
+    machine_dir.mkdir(parents=True)
+    machine_params = {"machine": MACHINE, "arch": "x86_64", "cpu": "sim", "num_cpu": "2",
+                      "os": "Linux", "ram": "1"}
+    (machine_dir / "machine.json").write_text(json.dumps({**machine_params, "version": 1}))
+    by_benchmark: dict[str, list[Truth]] = {}
+    for t in truths:
+        by_benchmark.setdefault(t.benchmark, []).append(t)
+    benchmarks = {"version": 2}
+    for name, members in by_benchmark.items():
+        benchmarks[name] = {"name": name, "type": "track", "version": "1",
+                            "unit": "GB/s" if name == THROUGHPUT else "seconds",
+                            "param_names": ["series"],
+                            "params": [[repr(t.name) for t in members]]}
+    (results / "benchmarks.json").write_text(json.dumps(benchmarks))
+    # each series' process precision: its within-run noise / 4-12, as asv's 99% CI shows
+    precision = {t.name: NOISE[t.noise][0] / rng.uniform(4, 12) for t in truths}
+    for i, commit in enumerate(commits):
+        started = 1_790_000_000_000 + runs[i] * 86_400_000 + i * 60_000
+        rows = {}
+        for name, members in by_benchmark.items():
+            values = [float(t.values[i]) for t in members]
+            half = [v * 2.5758 * precision[t.name] for v, t in zip(values, members)]
+            rows[name] = [values, [[repr(t.name) for t in members]], "1", started, 1.0,
+                          [v - h for v, h in zip(values, half)],
+                          [v + h for v, h in zip(values, half)],
+                          None, None, None, None, None, None]
+        data = {"commit_hash": commit, "env_name": ENV, "date": started, "params": machine_params,
+                "python": "3.11", "requirements": {}, "env_vars": {},
+                "result_columns": COLUMNS, "results": rows, "durations": {}, "version": 2}
+        (machine_dir / f"{commit[:8]}-{ENV}.json").write_text(json.dumps(data))
+    return results
+
+
+def build(root: Path, *, seed: int, n_commits: int, counts: dict[str, int]):
+    """Repository + results of one simulation; returns (results dir, truths, commits, runs)."""
+    rng = np.random.default_rng(seed)
+    truths = plant(rng, n_commits, counts)
+    runs = make_runs(rng, n_commits)
+    for t in truths:
+        t.values = series_values(rng, t, runs, n_commits)
+    commits = git_history(root, n_commits)
+    return write_results(root, commits, runs, truths, rng), truths, commits, runs
+
+
+#: A finding of the right verdict this many commits from the planted range is "misplaced".
+NEAR = 3
+
+
+def score(report, truths: list[Truth], commits: list[str]) -> dict:
+    """Per scenario x noise: how many series have a finding at the planted commits with the
+    right verdict (correct), only one near them (misplaced: within NEAR commits), and any
+    other finding (spurious: on a flat series, far from the change, or the wrong verdict)."""
+    index = {c: i for i, c in enumerate(commits)}
+    found: dict[str, list] = {}
+    for f in report.findings:
+        found.setdefault(f.series.params[0].strip("'"), []).append(f)
+    table: dict[str, dict[str, int]] = {}
+    for t in truths:
+        row = table.setdefault(f"{t.scenario}/{t.noise}", {
+            "series": 0, "correct": 0, "misplaced": 0, "spurious": 0, "improvement_verdicts": 0})
+        row["series"] += 1
+        expected = "regression" if t.size > 0 else "improvement"
+        hit = near = spurious = False
+        for f in found.get(t.name, []):
+            lo, hi = index[f.parent], index[f.settled]
+            planted = t.scenario != "flat" and f.verdict == expected
+            if planted and lo < t.stop and hi >= t.start:
+                hit = True
+            elif planted and lo < t.stop + NEAR and hi >= t.start - NEAR:
+                near = True
+            else:
+                spurious = True
+            if t.scenario == "gbps_drop" and f.verdict == "improvement":
+                row["improvement_verdicts"] += 1
+        row["correct"] += hit
+        row["misplaced"] += near and not hit
+        row["spurious"] += spurious
+    return table
+
+
+def simulate(*, seed: int, n_commits: int = 45, per_scenario: int = 100,
+             flat: int | None = None) -> dict:
+    """Build, judge and score one simulation in a temporary directory; the rates as a dict."""
+    from kvbench.history.regressions import analyze
+    from kvbench.history.results import load_history
+
+    counts = {"flat": per_scenario if flat is None else flat, "step": per_scenario,
+              "spread": per_scenario, "drift": per_scenario, "gbps_drop": per_scenario}
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        results, truths, commits, _ = build(Path(tmp), seed=seed, n_commits=n_commits,
+                                            counts=counts)
+        history = load_history(results, MACHINE)
+        report = analyze(history)
+        elapsed = time.perf_counter() - t0
+    table = score(report, truths, commits)
+    return {"seed": seed, "commits": n_commits, "per_scenario": per_scenario,
+            "noise_models": {k: {"sigma_within": v[0], "sigma_runs": v[1],
+                                 "tails": "t3" if v[2] else "normal"} for k, v in NOISE.items()},
+            "seconds": round(elapsed, 1), "rates": table}
+
+
+#: The rows a plant on a real history slows (plant_on_history): single-pass fp16 decode.
+PLANT_BENCHMARK = "paged_decode.PagedDecode.track_us"
+PLANT_PARAMS = ("'triton/single_pass'", "'fp16'")
+
+
+def plant_on_history(history, *, size: float, seed: int, before: int = 2, after: int = 2,
+                     run_shift: float = 0.01, process_noise: float = 0.003) -> dict:
+    """Append a new measurement run to a real History and judge only it (`--since` its head).
+
+    The run holds `before` harmless commits, the plant and `after` harmless ones; every series
+    that reached the old head continues at its last level x a run shift (normal, `run_shift`)
+    x process noise (normal, `process_noise`); the PLANT_PARAMS rows of PLANT_BENCHMARK are
+    `size` slower from the plant on. Returns the planted series, the ones reported at the
+    plant, and every other finding."""
+    from kvbench.history.regressions import analyze
+    from kvbench.history.results import Point
+
+    rng = np.random.default_rng(seed)
+    new = [f"{seed:08x}{i:032x}" for i in range(1, before + after + 2)]
+    old_head = history.commits[-1]
+    history.first_parent = history.first_parent + new
+    history.commits = history.commits + new
+    run = max(history.runs.values()) + 1
+    history.runs.update({c: run for c in new})
+    planted = set()
+    for s in history.series:
+        if not s.points or s.points[-1].commit != old_head:
+            continue
+        level = float(np.median([p.value for p in s.points[-3:]]))
+        level *= math.exp(run_shift * rng.standard_normal())
+        hit = s.benchmark == PLANT_BENCHMARK and s.params[:2] == PLANT_PARAMS
+        if hit:
+            planted.add(s.name)
+        for i, commit in enumerate(new):
+            value = level * math.exp(process_noise * rng.standard_normal())
+            s.points.append(Point(commit, value * (1 + size if hit and i >= before else 1)))
+    report = analyze(history, since=old_head)
+    found = {f.series.name for f in report.findings
+             if f.series.name in planted and f.commit == new[before] and f.verdict == "regression"}
+    others = [f for f in report.findings if f.series.name not in found]
+    return {"planted": planted, "found": found, "others": others, "report": report,
+            "plant": new[before]}
+
+
+def format_table(result: dict) -> str:
+    lines = [(f"seed {result['seed']}, {result['commits']} commits, "
+              f"{result['per_scenario']} series per scenario and noise model "
+              f"({result['seconds']} s)"),
+             f"{'scenario/noise':<20}{'series':>7}{'correct':>9}{'misplaced':>11}{'spurious':>10}"]
+    for key, row in sorted(result["rates"].items()):
+        n = row["series"]
+        lines.append(f"{key:<20}{n:>7}{row['correct'] / n:>9.1%}{row['misplaced'] / n:>11.1%}"
+                     f"{row['spurious'] / n:>10.1%}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--commits", type=int, default=45)
+    parser.add_argument("--series", type=int, default=200,
+                        help="series per scenario and noise model (default %(default)s)")
+    parser.add_argument("--json", default=None, help="also write the rates here")
+    parser.add_argument("--plant-on", default=None, metavar="MACHINE",
+                        help="instead: plant a step in a new run on top of results/MACHINE")
+    parser.add_argument("--plant-size", type=float, default=0.04,
+                        help="relative slowdown of the plant (default %(default)s)")
+    parser.add_argument("--results", default="results", help="results dir for --plant-on")
+    args = parser.parse_args(argv)
+    if args.plant_on:
+        from kvbench.history.results import load_history
+
+        out = plant_on_history(load_history(args.results, args.plant_on),
+                               size=args.plant_size, seed=args.seed)
+        print(f"plant {args.plant_size:+.1%} (seed {args.seed}): reported in "
+              f"{len(out['found'])} of {len(out['planted'])} planted series; other findings "
+              f"after the old head: {len(out['others'])}")
+        for f in out["others"]:
+            print(f"  {f.verdict} {f.series.name} {f.effect_pct:+.1f}%")
+        return 0
+    result = simulate(seed=args.seed, n_commits=args.commits, per_scenario=args.series)
+    print(format_table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
