@@ -13,12 +13,15 @@ docs/history.md and versioned: a change that renames or removes a key bumps the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvbench import progress
 from kvbench.history import changepoints, noise
+from kvbench.history.context import Fact, SidecarCache
 from kvbench.history.results import History, Series
 
 SCHEMA = "kvbench.regressions/1"
@@ -66,6 +69,9 @@ class Finding:
     noise: noise.Noise
     mde_pct: float  # the MDE that applied: within-run or across runs (within_run)
     within_run: bool  # a measurement run has commits on both sides of the step
+    #: what the sidecars of parent and settled say differed (auto's row, kernel resources,
+    #: GPU clocks, measured error): kvbench/history/context.py; () without sidecars
+    context: tuple[Fact, ...] = ()
 
     @property
     def worse_pct(self) -> float:
@@ -102,6 +108,7 @@ class Finding:
             "noise_between_runs_pct": round(100 * math.expm1(self.noise.runs), 4),
             "mde_pct": round(self.mde_pct, 4),
             "within_run": self.within_run,
+            "context": [fact.to_json() for fact in self.context],
         }
 
 
@@ -141,6 +148,8 @@ class Report:
     history: History
     since: str | None
     verdicts: list[SeriesVerdict]
+    #: sidecars that exist but could not be read: [{commit, reason}] (their facts are left out)
+    sidecar_problems: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def findings(self) -> list[Finding]:
@@ -177,6 +186,7 @@ class Report:
             },
             "commits": h.commits,
             "skipped_results": h.skipped,
+            "skipped_sidecars": self.sidecar_problems,
             "summary": {
                 "series": len(self.verdicts),
                 "judged": sum(v.noise is not None for v in self.verdicts),
@@ -307,6 +317,21 @@ def analyze(history: History, *, since: str | None = None) -> Report:
     prepared = [(s, _prepare(s, history)) for s in judged]
     priors = noise.family_priors((p.own, p.family) for _, p in prepared
                                  if p is not None and p.own is not None)
-    verdicts = [SeriesVerdict(s, None, None) if p is None else _judge(p, history, priors)
-                for s, p in prepared]
-    return Report(history=history, since=since, verdicts=verdicts)
+    verdicts = []
+    for i, (s, p) in enumerate(prepared):
+        progress.report(f"judging series {i + 1}/{len(prepared)}")
+        verdicts.append(SeriesVerdict(s, None, None) if p is None
+                        else _judge(p, history, priors))
+    progress.report("reading the sidecars of the findings' commits")
+    sidecars = SidecarCache(history.results_dir, history.machine)
+    for verdict in verdicts:
+        verdict.findings = [with_context(f, sidecars) for f in verdict.findings]
+    return Report(history=history, since=since, verdicts=verdicts,
+                  sidecar_problems=sidecars.problems)
+
+
+def with_context(finding: Finding, sidecars: SidecarCache) -> Finding:
+    """The finding with the sidecar facts of its two sides (parent, settled) attached."""
+    s = finding.series
+    facts = sidecars.facts(finding.parent, finding.settled, s.benchmark, s.params)
+    return dataclasses.replace(finding, context=tuple(facts)) if facts else finding

@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from kvbench import progress
     from kvbench.history.regressions import analyze
     from kvbench.history.report import plot_findings, print_table, readable_by_all
     from kvbench.history.results import load_history, repository_of, resolve
@@ -61,9 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot and Path(args.plot).exists() and not Path(args.plot).is_dir():
             raise ValueError(f"--plot {args.plot}: exists and is not a directory")
         machine = args.machine or default_machine()
-        history = load_history(results, machine)
-        since = resolve(repository_of(results), args.since) if args.since else None
-        report = analyze(history, since=since)
+        # a live line on a terminal only (kvbench.progress); gone before the table is printed
+        with progress.status(f"kvbench regressions {machine}"):
+            progress.report(f"loading {results / machine}")
+            history = load_history(results, machine)
+            since = resolve(repository_of(results), args.since) if args.since else None
+            report = analyze(history, since=since)
     except ValueError as exc:
         parser.error(str(exc))
     # files first: a reader of the table that stops early (| head) must not cost the JSON

@@ -67,7 +67,9 @@ def _row(f, plot: str | None) -> str:
     lo, hi = f.ci95_pct
     cells = [
         f.verdict + ("" if f.kind == "step" else " (drift)"),
-        f"<code>{html.escape(f.series.name)}</code>",
+        f"<code>{html.escape(f.series.name)}</code>"
+        + "".join(f'<br><small class="context">{html.escape(fact.text)}</small>'
+                  for fact in f.context),
         f"<code>{f.parent[:8]}..{f.settled[:8]}</code> ({f.commits_in_range})",
         html.escape(f"{_value(f.before, f.series.unit)} -> {_value(f.after, f.series.unit)}"),
         f"{f.effect_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]",

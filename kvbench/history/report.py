@@ -5,7 +5,10 @@ improvements. Values are shown in the series' unit (seconds scaled to µs/ms, GB
 effects as after/before - 1 with their 95% interval, beside the series' noise (between
 processes of one run / between runs) and the minimum detectable effect the step was held to
 (3 x the within-run noise when a run has commits on both sides of it, else 3 x the total),
-so a reader sees at once how far above the noise a step is.
+so a reader sees at once how far above the noise a step is. Where the sidecars of the step's
+two sides say what else differed (kvbench/history/context.py: auto's row, kernel resources,
+GPU clocks, measured error), a "context" column (rich) or a line under the finding (plain)
+shows it; without sidecars the table is exactly as before.
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ def row(f: Finding) -> tuple[str, ...]:
             f"{_pct(f.noise.within)}/{_pct(f.noise.runs)}", f"{f.mde_pct:.2g}%")
 
 
+def context_text(f: Finding) -> str:
+    """The finding's sidecar facts in one line ("" when there are none)."""
+    return "; ".join(fact.text for fact in f.context)
+
+
 def _pct(log_sigma: float) -> str:
     return f"{100 * math.expm1(log_sigma):.2g}%"
 
@@ -68,29 +76,37 @@ def summary_line(report: Report) -> str:
             f"{len(report.findings) - len(report.regressions)} improvements")
 
 
-def print_table(report: Report, out: TextIO = sys.stdout, *, rich: bool | None = None) -> None:
-    """The findings, worst first; `rich` defaults to whether `out` is a terminal."""
+def print_table(report: Report, out: TextIO | None = None, *, rich: bool | None = None) -> None:
+    """The findings, worst first, on `out` (default: sys.stdout at the time of the call);
+    `rich` defaults to whether `out` is a terminal."""
+    out = sys.stdout if out is None else out
     rows = [row(f) for f in report.findings]
+    contexts = [context_text(f) for f in report.findings]
     use_rich = out.isatty() if rich is None else rich
     if use_rich:
         from rich.console import Console
         from rich.table import Table
 
         table = Table(title=summary_line(report), title_justify="left")
-        for header in HEADERS:
+        headers = HEADERS + (("context",) if any(contexts) else ())
+        for header in headers:
             table.add_column(header, overflow="fold")
-        for r in rows:
+        for r, context in zip(rows, contexts):
             style = "red" if r[0].startswith("regression") else "green"
-            table.add_row(*r, style=style)
+            table.add_row(*r, *((context,) if any(contexts) else ()), style=style)
         Console(file=out).print(table)
     else:
         print(summary_line(report), file=out)
         if rows:
             widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
-            for r in (HEADERS, *rows):
+            for r, context in zip((HEADERS, *rows), ("", *contexts)):
                 print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
+                if context:
+                    print(f"            context: {context}", file=out)
     for skipped in report.history.skipped:
         print(f"skipped {skipped['file']}: {skipped['reason']}", file=out)
+    for problem in report.sidecar_problems:
+        print(f"sidecar of {problem['commit'][:8]} not read: {problem['reason']}", file=out)
 
 
 def readable_by_all(path: str | Path) -> None:
@@ -139,12 +155,18 @@ def plot_findings(report: Report, out_dir: str | Path, *, verdict: str = "regres
             ax.hlines(f.after / scale, i_settled,
                       min(len(values) - 1, i_settled + f.points_after - 1), colors=color)
             ax.axvspan(i_parent, i_settled, color=color, alpha=0.15)
-            ax.annotate(f"{f.verdict} {f.effect_pct:+.1f}%\n{f.parent[:8]}..{f.settled[:8]}",
+            note = f"{f.verdict} {f.effect_pct:+.1f}%\n{f.parent[:8]}..{f.settled[:8]}"
+            note += "".join(f"\n{fact.text}" for fact in f.context)
+            ax.annotate(note,
                         (i_settled, f.after / scale), textcoords="offset points",
                         xytext=(4, 6), fontsize=7, color=color)
         ax.set_xticks(range(len(commits)), [c[:7] for c in commits], rotation=90, fontsize=6)
         ax.set_ylabel(label)
-        ax.set_title(f"{report.history.machine}: {name}", fontsize=8)
+        facts = [fact.text for f in findings for fact in f.context]
+        title = f"{report.history.machine}: {name}"
+        if facts:
+            title += "\n" + "; ".join(dict.fromkeys(facts))
+        ax.set_title(title, fontsize=8)
         ax.legend(fontsize=6, loc="best")
         fig.tight_layout()
         path = out_dir / plot_name(name)

@@ -1,0 +1,221 @@
+"""What else changed across a step: the sidecar facts of the commits on both sides of it.
+
+A finding of `kvbench regressions` (or bisect's confirmed pair) says a series moved between
+two commits. The suite's sidecars (benchmarks/_sidecar.py, read by kvbench/history/sidecar.py)
+say what else differed between those two measurements, which is often the explanation:
+
+- `auto_switch`: the registry row `auto` (or the selector) actually ran changed
+  ("auto switched cuda/cluster_decode -> triton/split_kv");
+- `resources`: a compiled Triton kernel of the row changed its registers, spills, shared
+  memory, warps or stages ("registers 128 -> 168");
+- `gpu_state`: the GPU's SM or memory clock during the case's measurement group differed, or
+  a clock-event (throttle) reason other than GpuIdle was present on one side
+  ("SM clock 1980 -> 1410 MHz during the run");
+- `error`: the measured error of the verified timed call moved (max_abs, scale, bias).
+
+Absent sidecars (older commits, other environments) give no facts and never an error.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass
+
+from kvbench.history.sidecar import CommitSidecar
+
+#: The resource keys that describe a compiled kernel; a record without any of them (the
+#: launch hook's bare {"function": <handle>} under some Triton versions) says nothing.
+RESOURCE_KEYS = ("registers", "spills", "shared_bytes", "num_warps", "num_stages", "maxnreg")
+RESOURCE_LABELS = {"registers": "registers", "spills": "spills", "shared_bytes": "shared bytes",
+                   "num_warps": "warps", "num_stages": "stages", "maxnreg": "maxnreg"}
+#: A clock differs when the two sides are this far apart (relative): NVML reads clocks in
+#: steps, and a boosted H200 reads the same 1980 MHz group after group.
+CLOCK_CHANGE = 0.05
+#: The reason NVML gives for a clock that is low because the GPU had nothing to do: the
+#: reading before a group's first launch, not a throttle.
+IDLE_REASON = "GpuIdle"
+#: max_abs moved when one side is at least this factor of the other (rounding errors of a
+#: kernel are a few units in the last place; a factor 2 is a changed computation).
+MAX_ABS_FACTOR = 2.0
+#: scale / bias moved when they differ by more than this (absolute). The systematic-error
+#: criterion's tightest tolerance (fp16 scale) is 2.4e-4; honest H200 rows move by < 1e-5.
+SCALE_CHANGE = 1e-4
+BIAS_CHANGE = 1e-4
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One difference between the two sides of a step, with a sentence to print."""
+
+    kind: str  # auto_switch | resources | gpu_state | error
+    text: str
+    before: object = None
+    after: object = None
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "text": self.text, "before": self.before,
+                "after": self.after}
+
+
+def case_key(benchmark: str, params: tuple[str, ...]) -> tuple[str, str]:
+    """The sidecar's key of an asv series: (class name, repr of the params tuple).
+
+    asv names a series `module.Class.method` with each param as a Python literal; the suite
+    keys its records by `repr(tuple(params))` ("('auto', 'fp16', 'b1_c4k')", "('s',)")."""
+    parts = benchmark.split(".")
+    cls = parts[-2] if len(parts) >= 2 else parts[0]
+    try:
+        values = tuple(ast.literal_eval(p) for p in params)
+    except (ValueError, SyntaxError):
+        return cls, "(" + ", ".join(params) + ")"
+    return cls, repr(values)
+
+
+def _measured(sidecar: CommitSidecar | None, key: tuple[str, str]) -> dict | None:
+    record = sidecar.cases.get(key) if sidecar is not None else None
+    if not isinstance(record, dict) or record.get("status") != "measured":
+        return None
+    return record
+
+
+def _state(sidecar: CommitSidecar, key: tuple[str, str]) -> list[dict]:
+    """The NVML readings (before, after) of the case's measurement group that are dicts."""
+    record = sidecar.cases.get(key) or {}
+    index, group = record.get("state"), sidecar.groups_of.get(key)
+    states = sidecar.states.get(group) or []
+    if not isinstance(index, int) or not 0 <= index < len(states):
+        return []
+    state = states[index] or {}
+    return [state[k] for k in ("before", "after") if isinstance(state.get(k), dict)]
+
+
+def _running_clock(readings: list[dict], field: str) -> float | None:
+    """The clock while the group ran: the lowest reading not taken at idle (a group starts
+    from the idle clock; NVML marks that reading GpuIdle)."""
+    busy = [r[field] for r in readings if isinstance(r.get(field), (int, float))
+            and IDLE_REASON not in (r.get("clock_event_reasons") or [])]
+    return min(busy) if busy else None
+
+
+def _throttle_reasons(readings: list[dict]) -> list[str]:
+    return sorted({reason for r in readings for reason in (r.get("clock_event_reasons") or [])
+                   if reason != IDLE_REASON})
+
+
+def gpu_state_facts(before: list[dict], after: list[dict]) -> list[Fact]:
+    if not before or not after:
+        return []
+    facts = []
+    for field, label in (("sm_mhz", "SM clock"), ("mem_mhz", "memory clock")):
+        a, b = _running_clock(before, field), _running_clock(after, field)
+        if a and b and abs(b / a - 1) > CLOCK_CHANGE:
+            facts.append(Fact("gpu_state", f"{label} {a:.0f} -> {b:.0f} MHz during the run",
+                              {field: a}, {field: b}))
+    a, b = _throttle_reasons(before), _throttle_reasons(after)
+    if a != b:
+        facts.append(Fact("gpu_state", f"clock-event reasons {','.join(a) or 'none'} -> "
+                          f"{','.join(b) or 'none'}",
+                          {"clock_event_reasons": a}, {"clock_event_reasons": b}))
+    return facts
+
+
+def _kernels(resources: object) -> dict[str, dict] | None:
+    """name -> meaningful resource keys of each compiled kernel; None when the record says
+    nothing (not a list, "n/a", or entries without any resource key)."""
+    if not isinstance(resources, list):
+        return None
+    out = {}
+    for i, entry in enumerate(resources):
+        if not isinstance(entry, dict):
+            continue
+        known = {k: entry[k] for k in RESOURCE_KEYS if entry.get(k) is not None}
+        if known:
+            out[str(entry.get("name") or f"kernel {i}")] = known
+    return out or None
+
+
+def resource_facts(before: object, after: object) -> list[Fact]:
+    a, b = _kernels(before), _kernels(after)
+    if a is None or b is None:
+        return []
+    facts = []
+    if set(a) != set(b):
+        facts.append(Fact("resources", f"Triton kernels {', '.join(sorted(a))} -> "
+                          f"{', '.join(sorted(b))}", sorted(a), sorted(b)))
+    shared = sorted(set(a) & set(b))
+    for name in shared:
+        for key in RESOURCE_KEYS:
+            va, vb = a[name].get(key), b[name].get(key)
+            if va is not None and vb is not None and va != vb:
+                where = f"{name}: " if len(shared) > 1 or set(a) != set(b) else ""
+                facts.append(Fact("resources", f"{where}{RESOURCE_LABELS[key]} {va} -> {vb}",
+                                  {"kernel": name, key: va}, {"kernel": name, key: vb}))
+    return facts
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def error_facts(before: object, after: object) -> list[Fact]:
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    facts = []
+    a, b = _number(before.get("max_abs")), _number(after.get("max_abs"))
+    if a is not None and b is not None and max(a, b) > 0 and \
+            (min(a, b) == 0 or max(a, b) / min(a, b) >= MAX_ABS_FACTOR):
+        facts.append(Fact("error", f"max_abs error {a:.2g} -> {b:.2g}",
+                          {"max_abs": a}, {"max_abs": b}))
+    for key, limit in (("scale", SCALE_CHANGE), ("bias", BIAS_CHANGE)):
+        a, b = _number(before.get(key)), _number(after.get(key))
+        if a is not None and b is not None and abs(b - a) > limit:
+            facts.append(Fact("error", f"error {key} {a:.6g} -> {b:.6g}", {key: a}, {key: b}))
+    return facts
+
+
+def step_facts(before: CommitSidecar | None, after: CommitSidecar | None,
+               benchmark: str, params: tuple[str, ...]) -> list[Fact]:
+    """What the sidecars of the two sides of a step say differed for this series' case;
+    [] when either side has no sidecar or did not measure the case."""
+    key = case_key(benchmark, params)
+    a, b = _measured(before, key), _measured(after, key)
+    if a is None or b is None:
+        return []
+    facts = []
+    if a.get("selected") and b.get("selected") and a["selected"] != b["selected"]:
+        facts.append(Fact("auto_switch", f"auto switched {a['selected']} -> {b['selected']}",
+                          a["selected"], b["selected"]))
+    facts += resource_facts(a.get("resources"), b.get("resources"))
+    facts += gpu_state_facts(_state(before, key), _state(after, key))
+    facts += error_facts(a.get("error"), b.get("error"))
+    return facts
+
+
+class SidecarCache:
+    """Reads each commit's sidecar once; a missing or unreadable one is None (the reason of
+    an unreadable one is kept in `problems`, never raised: context is optional)."""
+
+    def __init__(self, results_dir, machine: str) -> None:
+        self.results_dir, self.machine = results_dir, machine
+        self._read: dict[str, CommitSidecar | None] = {}
+        self.problems: list[dict[str, str]] = []
+
+    def get(self, commit: str) -> CommitSidecar | None:
+        if commit not in self._read:
+            from kvbench.history.sidecar import read_commit
+
+            try:
+                self._read[commit] = read_commit(self.results_dir, self.machine, commit)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                self._read[commit] = None
+                self.problems.append({"commit": commit, "reason": f"{type(exc).__name__}: {exc}"})
+        return self._read[commit]
+
+    def facts(self, before: str, after: str, benchmark: str,
+              params: tuple[str, ...]) -> list[Fact]:
+        try:
+            return step_facts(self.get(before), self.get(after), benchmark, params)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            self.problems.append({"commit": after, "reason": f"{type(exc).__name__}: {exc}"})
+            return []

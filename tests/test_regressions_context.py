@@ -1,0 +1,177 @@
+"""`kvbench regressions` shows what the sidecars say differed across a step (issue 21).
+
+Synthetic asv results (scripts/regressions_simulation.py) with a planted step, and sidecars
+written by the suite's own writer (benchmarks/_sidecar.write_sidecar, as a kvbench asv run
+writes them) where the step coincides with an auto switch, a register change, a low SM clock
+or an error drift. Without sidecars the report is what it was.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import _sidecar
+from kvbench.history import context
+from kvbench.history.regressions import analyze
+from kvbench.history.regressions_page import render_page
+from kvbench.history.report import plot_findings, print_table
+from tests.test_regressions import _history, _steady, sim
+
+N, STEP_AT = 24, 14
+BUSY = {"sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 40, "power_w": 300.0,
+        "clock_event_mask": 0, "clock_event_reasons": [], "at": "t"}
+IDLE = {**BUSY, "sm_mhz": 345, "clock_event_mask": 1, "clock_event_reasons": ["GpuIdle"]}
+KERNEL = {"name": "_split_kv_kernel", "registers": 128, "spills": 0, "shared_bytes": 16384,
+          "num_warps": 4, "num_stages": 2, "maxnreg": None}
+ERROR = {"max_abs": 6.1e-5, "max_rel": 6.7e-4, "scale": 0.9999927, "bias": -1.8e-7, "n": 4096}
+
+
+def _entry(selected="triton/split_kv", resources=None, error=None, state=0):
+    """One case entry as the suite's measured() hands it to write_sidecar."""
+    return {"samples_s": [1e-4] * 5, "median_us": 100.0, "selected": selected, "explain": "",
+            "timer": "bench/cold", "max_abs_diff": 6.1e-5, "measured_error": error or ERROR,
+            "resources": [KERNEL] if resources is None else resources, "state": state}
+
+
+def _write_sidecars(monkeypatch, results, commits, entry_of, state_of=lambda i: (IDLE, BUSY)):
+    """A sidecar per commit for sim.Latency's case ('s',), through the suite's writer."""
+    for i, commit in enumerate(commits):
+        before, after = state_of(i)
+        monkeypatch.setenv("ASV_COMMIT", commit)
+        monkeypatch.setenv("ASV_ENV_NAME", sim.ENV)
+        monkeypatch.setenv("ASV_KVBENCH_MACHINE", sim.MACHINE)
+        monkeypatch.setenv("ASV_KVBENCH_RESULTS_DIR", str(results))
+        monkeypatch.setattr(_sidecar, "STATES",
+                            [{"keys": ["('s',)"], "before": before, "after": after}])
+        assert _sidecar.write_sidecar("decode", {"Latency": {("s",): entry_of(i)}})
+
+
+@pytest.fixture
+def stepped(tmp_path):
+    """A latency series with a +20% step at commit STEP_AT, and its commits."""
+    rng = np.random.default_rng(3)
+    values = _steady(rng, N, 100e-6, 0.004)
+    values[STEP_AT:] *= 1.20
+    history, commits = _history(tmp_path, {"s": (sim.LATENCY, list(values))})
+    return history, commits
+
+
+def _finding(history):
+    report = analyze(history)
+    (finding,) = report.findings
+    assert finding.verdict == "regression" and finding.settled == history.commits[STEP_AT]
+    return report, finding
+
+
+def _texts(finding):
+    return [fact.text for fact in finding.context]
+
+
+def test_an_auto_switch_at_the_step_is_reported(stepped, monkeypatch):
+    history, commits = stepped
+    _write_sidecars(monkeypatch, history.results_dir, commits, lambda i: _entry(
+        "cuda/cluster_decode" if i < STEP_AT else "triton/split_kv"))
+    report, finding = _finding(history)
+    assert _texts(finding) == ["auto switched cuda/cluster_decode -> triton/split_kv"]
+    (fact,) = report.to_json()["findings"][0]["context"]
+    assert fact == {"kind": "auto_switch", "text": _texts(finding)[0],
+                    "before": "cuda/cluster_decode", "after": "triton/split_kv"}
+
+
+def test_a_register_change_is_reported_and_a_bare_function_handle_is_not(stepped, monkeypatch):
+    history, commits = stepped
+    _write_sidecars(monkeypatch, history.results_dir, commits, lambda i: _entry(
+        resources=[KERNEL] if i < STEP_AT else [{**KERNEL, "registers": 168}]))
+    _, finding = _finding(history)
+    assert _texts(finding) == ["registers 128 -> 168"]
+    # what triton 3.6's launch hook gives: a handle that differs per process, no resources
+    assert context.resource_facts([{"function": 867238800}], [{"function": 902900400}]) == []
+    assert context.resource_facts([{"function": 1}], [{**KERNEL, "registers": 168}]) == []
+
+
+def test_a_low_sm_clock_and_a_throttle_reason_are_reported(stepped, monkeypatch):
+    history, commits = stepped
+    throttled = {**BUSY, "sm_mhz": 1410, "clock_event_mask": 4,
+                 "clock_event_reasons": ["SwPowerCap"]}
+    _write_sidecars(monkeypatch, history.results_dir, commits, lambda i: _entry(),
+                    state_of=lambda i: (IDLE, BUSY if i < STEP_AT else throttled))
+    _, finding = _finding(history)
+    # the idle reading before a group's first launch is neither a clock nor a throttle
+    assert _texts(finding) == ["SM clock 1980 -> 1410 MHz during the run",
+                               "clock-event reasons none -> SwPowerCap"]
+
+
+def test_an_error_drift_is_reported(stepped, monkeypatch):
+    history, commits = stepped
+    drifted = {**ERROR, "max_abs": 2.4e-4, "scale": 1.005}
+    _write_sidecars(monkeypatch, history.results_dir, commits,
+                    lambda i: _entry(error=ERROR if i < STEP_AT else drifted))
+    _, finding = _finding(history)
+    assert _texts(finding) == ["max_abs error 6.1e-05 -> 0.00024",
+                               "error scale 0.999993 -> 1.005"]
+
+
+def test_the_facts_show_in_the_table_the_page_and_the_plot(stepped, monkeypatch, tmp_path):
+    history, commits = stepped
+    _write_sidecars(monkeypatch, history.results_dir, commits, lambda i: _entry(
+        "cuda/cluster_decode" if i < STEP_AT else "triton/split_kv"))
+    report, _ = _finding(history)
+    text = "auto switched cuda/cluster_decode -> triton/split_kv"
+    plain, fancy = io.StringIO(), io.StringIO()
+    monkeypatch.setenv("COLUMNS", "400")  # rich folds a wide table in 80 columns
+    print_table(report, plain, rich=False)
+    print_table(report, fancy, rich=True)
+    assert f"context: {text}" in plain.getvalue()
+    assert "context" in fancy.getvalue() and "cluster_decode" in fancy.getvalue()
+    assert html.escape(text) in render_page({sim.MACHINE: report}, {})
+    import matplotlib.axes
+
+    titles = []
+    real_set_title = matplotlib.axes.Axes.set_title
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_title",
+                        lambda ax, label, **kw: (titles.append(label),
+                                                 real_set_title(ax, label, **kw))[1])
+    (png,) = plot_findings(report, tmp_path / "plots")
+    assert png.stat().st_size > 0 and text in titles[0]
+
+
+def test_without_sidecars_the_report_is_unchanged(stepped, monkeypatch):
+    history, commits = stepped
+    bare_report, bare = _finding(history)
+    assert bare.context == ()
+    plain = io.StringIO()
+    print_table(bare_report, plain, rich=False)
+    assert "context" not in plain.getvalue()
+    data = bare_report.to_json()
+    assert data["findings"][0]["context"] == [] and data["skipped_sidecars"] == []
+    # sidecars that differ in nothing meaningful: the same report
+    _write_sidecars(monkeypatch, history.results_dir, commits, lambda i: _entry(
+        resources=[{"function": 1000 + i}]))
+    same = analyze(history).to_json()
+    assert json.dumps(same["findings"]) == json.dumps(data["findings"])
+
+
+def test_a_sidecar_of_another_schema_is_listed_not_fatal(stepped, monkeypatch):
+    history, commits = stepped
+    _write_sidecars(monkeypatch, history.results_dir, commits, lambda i: _entry())
+    bad = next((history.results_dir / sim.MACHINE / "kvbench").glob(f"{commits[STEP_AT][:8]}-*"))
+    bad.write_text(json.dumps({"schema": 99}))
+    report, finding = _finding(history)
+    assert finding.context == ()
+    (problem,) = report.sidecar_problems
+    assert problem["commit"] == commits[STEP_AT] and "schema 99" in problem["reason"]
+
+
+def test_case_key_matches_the_suites_repr():
+    assert context.case_key("paged_decode.PagedDecode.track_us",
+                            ("'auto'", "'fp16'", "'b1_c4k'")) == \
+        ("PagedDecode", "('auto', 'fp16', 'b1_c4k')")
+    assert context.case_key("kv_alloc.KVAlloc.track_us", ("'host/freelist'", "'fragmented'",
+                                                          "64")) == \
+        ("KVAlloc", "('host/freelist', 'fragmented', 64)")
+    assert context.case_key("sim.Latency.track_us", ("'s'",)) == ("Latency", "('s',)")
