@@ -224,3 +224,49 @@ def test_asv_output_is_split_per_commit_and_the_reason_found():
     assert am._reason(second).startswith("RuntimeError: case ('host/freelist'")
     assert am._segment(ASV_OUTPUT, "deadbeef" + "0" * 32) == ""
     assert am._reason("nothing useful") == ""
+
+
+# ---- the sidecar facts of the confirmed pair (issue 21) ----------------------------------------
+
+
+def _sidecar_of(monkeypatch, results, commit, selected, machine="h200"):
+    """The sidecar a kvbench asv run writes for SERIES's case, through the suite's writer."""
+    from benchmarks import _sidecar
+
+    series = am.parse_series(SERIES)
+    key = tuple(eval(p) for p in series.param_reprs)  # noqa: S307 - literals of the test
+    for var, value in (("ASV_COMMIT", commit), ("ASV_ENV_NAME", "env"),
+                       ("ASV_KVBENCH_MACHINE", machine), ("ASV_KVBENCH_RESULTS_DIR", str(results))):
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(_sidecar, "STATES", [])
+    entry = {"samples_s": [1e-3], "selected": selected, "measured_error": None,
+             "resources": [], "state": None}
+    assert _sidecar.write_sidecar("decode", {series.cls: {key: entry}})
+
+
+def test_the_confirmed_pair_gets_its_sidecar_facts(tmp_path, monkeypatch):
+    commits = _commits(8)
+    report = _bisect(commits, FakeMeasurer(commits, lambda i: 1e-3 * (1.2 if i >= 5 else 1.0)))
+    assert report.verdict == bs.REGRESSION and report.culprit == commits[5]
+    plain = bs.format_report(report)
+    bs.attach_context(report, tmp_path, am.parse_series(SERIES))  # no sidecars: nothing
+    assert report.context == [] and bs.format_report(report) == plain
+    _sidecar_of(monkeypatch, tmp_path, commits[4], "cuda/cluster_decode")
+    _sidecar_of(monkeypatch, tmp_path, commits[5], "triton/split_kv")
+    bs.attach_context(report, tmp_path, am.parse_series(SERIES))
+    text = "auto switched cuda/cluster_decode -> triton/split_kv"
+    assert [f["text"] for f in report.context] == [text]
+    assert f"  context: {text}" in bs.format_report(report)
+    assert json.loads(json.dumps(report.to_json()))["context"][0]["kind"] == "auto_switch"
+
+
+def test_bisect_log_keeps_its_lines_and_feeds_the_status(capsys):
+    from kvbench import progress
+
+    class Counting:
+        invocations = 7
+
+    with progress.status("kvbench bisect x") as st:
+        bs._log_with_status(Counting())("  search 0a1b2c3d: 1 us -> bad")
+        assert st.what == "search 0a1b2c3d; 7 asv runs so far"
+    assert capsys.readouterr().out == "  search 0a1b2c3d: 1 us -> bad\n"

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kvbench import progress
 from kvbench.history import abtest
 from kvbench.history.asv_measure import (
     OK,
@@ -112,6 +113,9 @@ class Report:
     confirmation: dict | None = None
     runs: list[Run] = field(default_factory=list)
     wall_s: float = 0.0
+    #: what the sidecars of parent and culprit say differed (kvbench/history/context.py):
+    #: [{kind, text, before, after}]; [] without sidecars or without a confirmed pair
+    context: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k != "runs"}
@@ -317,6 +321,21 @@ def check_machine(machine: str) -> None:
                          "`kvbench machine --name NAME`).") from None
 
 
+def attach_context(report: Report, results_dir: str | os.PathLike, series) -> None:
+    """Add the sidecar facts of the confirmed pair (parent, culprit) to the report.
+
+    bisect's asv runs write sidecars into its private results directory (kvbench's env
+    plugin passes that directory and --machine to the suite); each commit's file is that of
+    the last run there. No confirmed pair or no sidecars: nothing is added."""
+    from kvbench.history.context import SidecarCache
+
+    if not (report.culprit and report.parent):
+        return
+    sidecars = SidecarCache(results_dir, report.machine)
+    facts = sidecars.facts(report.parent, report.culprit, series.benchmark, series.param_reprs)
+    report.context = [fact.to_json() for fact in facts]
+
+
 def format_report(report: Report) -> str:
     """The evidence, as text: per-run values of both sides, effect, interval, p, rounds."""
     unit = report.unit
@@ -342,6 +361,8 @@ def format_report(report: Report) -> str:
                      f"{', '.join(format_value(v, unit) for v in step['runs'])} -> {step['side']}"
                      f" (position {step['position']:.2f})")
     ab_lines("confirmation", report.confirmation)
+    for fact in report.context:
+        lines.append(f"  context: {fact['text']}")
     if report.skipped:
         lines.append("skipped: commits where a run gave no value (asv skip or failure)")
         for commit, why in report.skipped.items():
@@ -356,6 +377,18 @@ def format_report(report: Report) -> str:
 def _subjects(repo: Path, commits: Sequence[str]) -> dict[str, str]:
     out = _git(repo, "log", "--no-walk=unsorted", "--format=%H %s", *commits)
     return dict(line.split(" ", 1) if " " in line else (line, "") for line in out.splitlines())
+
+
+def _log_with_status(measurer) -> object:
+    """bisect's log: the printed line as before, and on a terminal a live status line
+    (kvbench.progress) with the step and the asv runs done so far."""
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+        step = text.strip().split(":")[0]
+        progress.report(f"{step}; {measurer.invocations} asv runs so far")
+
+    return log
 
 
 EXIT = {REGRESSION: 0, NO_REGRESSION: 0, INCONCLUSIVE: 3}
@@ -389,13 +422,16 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
         measurer = AsvMeasurer(root, series, machine, workdir, log_path=log_path,
                                conf_path=Path(config) if config else None)
         print(f"asv discovery at {commits[-1][:8]} (private results in {workdir})", flush=True)
-        higher_is_better = check_series(series, measurer.discover(commits[-1]))
-        unit = "GB/s" if higher_is_better else "seconds"
-        report = run_bisect(measurer, commits, series=series.name, range_text=range_text,
-                            machine=machine, unit=unit, higher_is_better=higher_is_better,
-                            rounds=rounds, max_rounds=max_rounds, search_runs=search_runs,
-                            mde=mde, subjects=_subjects(root, commits),
-                            log=lambda text: print(text, flush=True))
+        with progress.status(f"kvbench bisect {range_text}"):
+            progress.report("asv discovery")
+            higher_is_better = check_series(series, measurer.discover(commits[-1]))
+            unit = "GB/s" if higher_is_better else "seconds"
+            report = run_bisect(measurer, commits, series=series.name, range_text=range_text,
+                                machine=machine, unit=unit, higher_is_better=higher_is_better,
+                                rounds=rounds, max_rounds=max_rounds, search_runs=search_runs,
+                                mde=mde, subjects=_subjects(root, commits),
+                                log=_log_with_status(measurer))
+        attach_context(report, measurer.results_dir, series)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(format_report(report))
