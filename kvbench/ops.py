@@ -46,7 +46,6 @@ from kvbench.dispatch.registry import (
     gather_bucket,
     write_bucket,
 )
-from kvbench.kernels._validate import raise_pending as _raise_pending
 
 #: Cache dtype -> dtype name. fp8 caches are e4m3 bytes in a uint8 container (or viewed as
 #: float8_e4m3fn), with caller-side fp32 scales.
@@ -76,7 +75,10 @@ _ENV = selector_source("paged_decode")[0]  # the raw environment mapping (see di
 def raise_pending() -> None:
     """Wait for the safe-mode checks of earlier calls and raise the ValueError of any that
     failed (KVBENCH_CHECK=1 on CUDA; a no-op otherwise)."""
-    _raise_pending(wait=True)
+    # Imported here: importing kvbench.ops must not import kernel code (tests/test_dispatch).
+    from kvbench.kernels._validate import raise_pending as wait_and_raise
+
+    wait_and_raise(wait=True)
 
 
 def last_selection(op: str) -> Selection | None:

@@ -23,7 +23,7 @@ from kvbench.history.regressions import SCHEMA, WORSE_SIGN, Report
 
 PAGE_DIR = "kvbench"
 ASV_NAV = '<li id="nav-li-regressions"><a href="#/regressions">Regressions</a></li>'
-KVBENCH_NAV = ('<li id="nav-li-kvbench-regressions"><a href="kvbench/regressions.html">'
+REGRESSIONS_NAV = ('<li id="nav-li-kvbench-regressions"><a href="kvbench/regressions.html">'
                'Regressions (kvbench)</a></li>')
 
 
@@ -153,10 +153,10 @@ def write_page(html_dir: str | Path, results_dir: str | Path) -> Path:
 
 def link_from_index(index_html: str) -> str:
     """asv's index.html with its Regressions tab pointing at kvbench's page."""
-    if KVBENCH_NAV in index_html:
+    if REGRESSIONS_NAV in index_html:
         return index_html
     if ASV_NAV not in index_html:
         raise RuntimeError("asv's index.html has no Regressions tab where kvbench expects it "
                            f"({ASV_NAV!r}): a new asv release; update kvbench.history."
                            "regressions_page.ASV_NAV")
-    return index_html.replace(ASV_NAV, KVBENCH_NAV)
+    return index_html.replace(ASV_NAV, REGRESSIONS_NAV)

@@ -34,7 +34,7 @@ fi
 # A real asv run of HEAD on a clone (the device copy has no .git: use the bundle like
 # scripts/gpu_asv.sh when present), then the sidecar and the result file's size.
 if [ -f .device/repo.bundle ]; then
-    REPO=/tmp/kvbench-proof && rm -rf $REPO && git clone -q --branch main .device/repo.bundle $REPO
+    REPO=$(mktemp -d -t kvbench-proof.XXXXXX)/repo && git clone -q --branch main .device/repo.bundle "$REPO"
     (cd $REPO && python3 -m kvbench.cli machine >/dev/null 2>&1
      timeout 540 python3 -m asv run --machine h200 --record-samples --launch-method forkserver HEAD^! \
         >"$OUT/asv_run.log" 2>&1; echo "asv exit $?" >>"$OUT/asv_run.log"
