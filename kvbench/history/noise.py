@@ -2,8 +2,8 @@
 
 Each point of an asv series is one process's median (kvbench's suite measures a commit's cases
 in one `setup_cache` process), so the spread between successive commits is the spread between
-processes; the samples inside one process are correlated and understate it (DESIGN.md,
-"Mann-Whitney on within-run samples is overconfident"). The history adds a second component:
+processes; the samples inside one process are correlated and understate it (docs/history.md,
+"What asv's own tools answer"). The history adds a second component:
 commits measured in one asv invocation (a *run*, results.run_ids) share a host, a GPU and its
 state, and two runs of one machine name may differ by a few percent as a whole (on the H200,
 `triton/split_kv` fp16 b64_c8k reads 504-506 µs in some runs and 495 µs in others, with the
