@@ -127,10 +127,10 @@ def prepare_process() -> str:
 
 
 #: Host-side series (bench_host: KVAlloc, DispatchOverhead): measurements per case, of which
-#: the one with the least median is stored, in a process pinned to one core. Between fresh
-#: processes on the 2-core CPU (scripts/host_noise.py, docs/harness.md "Host-side series
-#: noise") pinning took the successive change of the allocator series from 20-35% (median) to
-#: 2-4%, and the least of 5 pinned measurements to 1.7-3.8% (max 9%).
+#: the one with the least median is stored, in a process pinned to one core. Pinning is what
+#: steadies these series between processes; the least of a few measurements trims what is
+#: left (scripts/host_noise.py measures both; the figures are in docs/harness.md, "Host-side
+#: series noise").
 HOST_REPEATS = 5
 
 
@@ -172,7 +172,7 @@ def free_device_memory() -> None:
 
 
 #: CPU: bytes per buffer of the in-process calibration when no `kvbench calibrate` result is
-#: cached for this device (~1 s on a 2-core EPYC; larger than its last-level cache).
+#: cached for this device (about a second of copying; larger than a last-level cache).
 CPU_PLAUSIBILITY_CALIBRATION_BYTES = 64 << 20
 _CEILINGS: dict[str, Any] = {}
 
@@ -413,8 +413,8 @@ def entry(cache: dict, key: tuple[str, ...]) -> dict:
 
 #: Samples stored per case in asv's result files: that many quantiles of the run's samples,
 #: at probabilities (i + 0.5) / STORED_SAMPLES (odd, so the middle one IS the median asv
-#: reports), rounded to STORED_DIGITS significant digits. Raw samples (up to 1000 per case,
-#: ~250 cases) made an H200 result file ~1.7 MB per commit; asv needs from `samples` only a
+#: reports), rounded to STORED_DIGITS significant digits. Raw samples (up to 1000 per case)
+#: made result files megabytes per commit and machine; asv needs from `samples` only a
 #: median, quartiles, a 99% CI of the median and, in `compare`, a rank test, and a run's
 #: samples are correlated (the between-process noise is what decides: docs/history.md), so
 #: the distribution's shape at 31 points keeps what the statistics use. The run's true sample

@@ -39,10 +39,9 @@ EVENT_TIMERS = ("bench", "bench_stateful")
 
 #: A row whose samples' interquartile range exceeds this fraction of its median is flagged
 #: `noisy`: its middle half spans more than 10%, so it cannot rank rows or place a row against
-#: a peak at the ~10% resolution the table is read at. On the H200 (10 result files of
-#: results/h200) device rows' relative IQR has median 1.3% and 90th percentile 7.5%, so the
-#: flag marks the contended tail; host-side rows' median is 14%: the flag says what is true of
-#: them, that they hold only to tens of percent.
+#: a peak at the ~10% resolution the table is read at. Device rows rarely spread that much, so
+#: the flag marks their contended tail; host-side rows often do, and the flag says what is true
+#: of them, that they hold only to tens of percent (figures: docs/harness.md).
 NOISY_IQR = 0.10
 
 #: Which measured ceiling %ceil divides by. "copy" (read + write streams) is the default: it is
@@ -94,10 +93,10 @@ def _pct_exact(value: float, peak: float) -> str:
 
 
 #: A row above this multiple of the best ceiling calibrate() measured on its device (the
-#: largest of copy, read and write) is implausible: the ceilings vary ~1-2% between runs and
-#: machines (4516-4612 GB/s read on H200s in one session) and a page-read kernel reached 0.6%
-#: above its run's read ceiling, so 5% is beyond what a real kernel has shown, and far below
-#: what a memoizing or work-skipping row reads (40x on the CPU).
+#: largest of copy, read and write) is implausible: the ceilings vary by a percent or two
+#: between runs and machines and real kernels have been seen just above their run's ceiling,
+#: so 5% is beyond what a real kernel has shown, and far below what a memoizing or
+#: work-skipping row reads (docs/harness.md, "Plausibility").
 CEILING_TOLERANCE = 1.05
 
 
@@ -272,8 +271,8 @@ def report(
         )
     if above_ceiling:
         # Not a VIOLATION (the spec peak is the physical bound): the measured ceiling is a
-        # best-of kernel measurement that varies ~2% between machines and runs (4516-4612 GB/s
-        # read on H200s in one session), so a row just above it says the ceiling under-read.
+        # best-of kernel measurement that varies by a percent or two between machines and runs,
+        # so a row just above it says the ceiling under-read.
         lines.append(
             f">ceil: above the measured {ceiling} ceiling, which under-read this run (re-run "
             f"calibrate on this machine): {'; '.join(above_ceiling)}"

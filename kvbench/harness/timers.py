@@ -479,7 +479,7 @@ def host_floor(
 
 #: Rows whose event-timed median is within this factor of the event timer's floor also get a
 #: kernel-time row (bench_kernel): near the floor the events time the timer as much as the
-#: kernel (H200: batch 1 x 4k decode 13.1 us by events, 9.8 us of kernel time; floor 3.9 us).
+#: kernel (the H200's small decode and write cases: docs/harness.md, "Measured on the H200").
 KERNEL_TIMER_FLOOR_FACTOR = 4.0
 #: bench_kernel(): calls profiled when repeat is not given.
 KERNEL_TIMER_REPEAT = 30
