@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -40,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvbench import progress
-from kvbench.history import abtest
+from kvbench.history import abtest, results
 from kvbench.history.asv_measure import (
     OK,
     AsvMeasurer,
@@ -64,10 +63,8 @@ INCONCLUSIVE = "inconclusive"
 # ---- the git range ------------------------------------------------------------------------
 
 def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ValueError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
-    return proc.stdout.strip()
+    """results.git's stdout without its trailing newline (ValueError naming the command)."""
+    return results.git(repo, *args).strip()
 
 
 def resolve_range(repo: Path, text: str) -> list[str]:
