@@ -65,7 +65,7 @@ TRIMMED = "trimmed from the per-commit suite"
 #: commit under test says so, e.g. a per-dtype page layout): no kernel to time, on any machine.
 UNSERVED = "the registry row does not read this input"
 #: The selector variables (docs/architecture.md). Hardcoded because asv needs static params
-#: and old commits may lack kvbench.dispatch.selectors.
+#: and old commits may lack kvbench.core.env.
 SELECTOR_VARS = {
     "paged_decode": "KVBENCH_PAGED_DECODE",
     "kv_write": "KVBENCH_KV_WRITE",

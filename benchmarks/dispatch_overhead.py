@@ -50,7 +50,7 @@ def _measure_op(dev: str, op: str, results: dict) -> None:
     ops = c.need("kvbench.ops", op, "last_selection")
     dispatch = c.need("kvbench.dispatch", "dispatch").dispatch
     harness = c.need("kvbench.harness", "bench_host")
-    pool_mod = c.need("kvbench.pool", "paged_pool")
+    pool_mod = c.need("kvbench.fixtures.pool", "paged_pool")
     checks = c.need("kvbench.checks", "make_decode_query", "make_write_inputs")
     c.set_selector(op, c.AUTO)
     pool, args, kwargs = _CALLS[op](dev, pool_mod, checks)

@@ -31,7 +31,7 @@ MIN_POOL_TOKENS = 131072
 
 def _builders():
     """build_gather_pool / build_page_table_flat, wherever this commit keeps them."""
-    for module in ("kvbench.kernels.kv_gather_fp8", "kvbench.gather_pool"):
+    for module in ("kvbench.kernels.kv_gather_fp8", "kvbench.fixtures.gather_pool"):
         try:
             mod = c.need(module, "build_gather_pool", "build_page_table_flat")
         except c.Skip:

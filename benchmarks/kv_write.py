@@ -75,7 +75,7 @@ def measure() -> dict:
                 continue
 
             def build(num_seqs=num_seqs, seq_len=seq_len, dtype=dtype, storage=storage):
-                pool_mod = c.need("kvbench.pool", "paged_pool")
+                pool_mod = c.need("kvbench.fixtures.pool", "paged_pool")
                 return pool_mod.paged_pool(
                     num_seqs, seq_len, kv_heads=KV_HEADS, head_dim=HEAD_DIM,
                     page_size=PAGE_SIZE, dtype=dtype, storage=storage,

@@ -119,7 +119,7 @@ def _unserved(selector: str, problem) -> str | None:
 
 
 def _pool(dev: str, case: str, dtype: str, layout: str = "fragmented", storage: str = "combined"):
-    pool_mod = c.need("kvbench.pool", "paged_pool")
+    pool_mod = c.need("kvbench.fixtures.pool", "paged_pool")
     batch, context = CASES[case]
     return pool_mod.paged_pool(
         batch, context, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE, dtype=dtype,

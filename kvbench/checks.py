@@ -38,7 +38,7 @@ def _poison_next_alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch
 
 
 def _poison_value(dtype: torch.dtype) -> float | int:
-    """NaN for float dtypes; 0xFF for bytes (the e4m3 NaN code kvbench.quant never emits)."""
+    """NaN for float dtypes; 0xFF for bytes (the e4m3 NaN code kvbench.fixtures.quant never emits)."""
     return float("nan") if dtype.is_floating_point and dtype.itemsize > 1 else 0xFF
 
 
@@ -59,7 +59,7 @@ def make_decode_query(
         dtype = torch.bfloat16 if pool.kv_dtype_name == "bf16" else torch.float16
     if dtype not in _Q_DTYPE_NAMES:
         raise ValueError(f"dtype {dtype} is not accepted; accepted: torch.float16, torch.bfloat16")
-    from kvbench.pool import STREAM_QUERY, derive_seed
+    from kvbench.fixtures.pool import STREAM_QUERY, derive_seed
 
     # A stream of its own: with the pool's seed it would reproduce the cached keys.
     gen = torch.Generator(device=pool.device).manual_seed(derive_seed(seed, STREAM_QUERY))
@@ -201,7 +201,7 @@ def selfcheck_paged_decode(fn, dtype: str, device, *, head_dim: int = 64,
     Covers a one-token sequence, a partial last page, several pages and GQA in one call;
     fp8 runs through the real quantizer with fp16 q.
     """
-    from kvbench.pool import paged_pool
+    from kvbench.fixtures.pool import paged_pool
 
     if dtype not in _DECODE_DTYPES:
         raise ValueError(f"dtype={dtype!r} is not accepted; accepted: {_DECODE_DTYPES}")
@@ -419,7 +419,7 @@ def proof_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor,
 
 def selfcheck_kv_write(fn, dtype: str, device) -> float:
     """Tiny fragmented combined-buffer problem with two skipped tokens, for dispatch.golden."""
-    from kvbench.pool import paged_pool
+    from kvbench.fixtures.pool import paged_pool
 
     if dtype not in _KV_WRITE_DTYPES:
         raise ValueError(f"dtype={dtype!r} is not accepted; accepted: {_KV_WRITE_DTYPES}")
@@ -508,7 +508,7 @@ def proof_kv_gather_fp8(fn, kv_cache: torch.Tensor, page_table_flat: torch.Tenso
 
 def selfcheck_kv_gather_fp8(fn, dtype: str = "fp8", device=None) -> float:
     """Tiny ragged problem, then a smaller one on the same row (cached-buffer shrink reuse)."""
-    from kvbench.gather_pool import build_gather_pool, build_page_table_flat
+    from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
 
     if dtype != "fp8":
         raise ValueError(f"dtype={dtype!r} is not accepted; kv_gather_fp8 accepts 'fp8' only")

@@ -33,8 +33,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
     Exit 2 when a selector variable names no row: every dispatch of that op would raise, so
     say it here, before a run, with the values accepted. A KVBENCH_* variable kvbench does not
     read (a misspelt selector) is listed as a warning ("unknown_variables" in --json)."""
+    from kvbench.core.env import SELECTOR_VARS, unknown_setting_messages
     from kvbench.dispatch.core import selector_problem
-    from kvbench.dispatch.selectors import SELECTOR_VARS, unknown_setting_messages
     from kvbench.harness import device_peaks, metadata
     from kvbench.harness.calibrate import load_ceilings
     from kvbench.harness.meta import format_metadata
@@ -67,7 +67,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure copy / read / write bandwidth with the harness and store them per device name."""
-    from kvbench import progress
+    from kvbench.core import progress
     from kvbench.harness.calibrate import cache_dir, calibrate
 
     kwargs = {} if args.size_mib is None else {"size_bytes": args.size_mib * 2**20}
@@ -82,13 +82,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _run_machine(rest: list[str]) -> int:
-    from kvbench.machine import main as machine_main
+    from kvbench.history.machine import main as machine_main
 
     return machine_main(rest)
 
 
 def _run_publish(rest: list[str]) -> int:
-    from kvbench.publish import main as publish_main
+    from kvbench.history.publish import main as publish_main
 
     return publish_main(rest)
 
@@ -103,7 +103,7 @@ def _run_regressions(rest: list[str]) -> int:
 #: before `kvbench`'s parser runs: argparse.REMAINDER as a subparser's only positional does
 #: not capture options that come first (`kvbench machine --name x` was an error).
 def _run_preview(rest: list[str]) -> int:
-    from kvbench.publish import preview_main
+    from kvbench.history.publish import preview_main
 
     return preview_main(rest)
 
@@ -132,7 +132,7 @@ def _cmd_discover(args: argparse.Namespace) -> int:
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     """The roofline picture of a stored table (`kvbench table OP --json FILE`)."""
-    from kvbench.plots import plot_roofline
+    from kvbench.measure.plots import plot_roofline
 
     try:
         with open(args.table_json, encoding="utf-8") as fh:
@@ -146,22 +146,22 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from kvbench import progress
-    from kvbench.dispatch.tune import main as tune_main
+    from kvbench.core import progress
+    from kvbench.measure.tune import main as tune_main
 
     with progress.status(f"kvbench tune {args.op}: measuring every verified row"):
         return tune_main(args.argv)
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
-    from kvbench.table import main as table_main
+    from kvbench.measure.table import main as table_main
 
     return table_main(args.argv)
 
 
 def _add_table_arguments(p: argparse.ArgumentParser) -> None:
     """`kvbench table`'s options, declared here so `--help` answers without importing torch
-    or a kernel; kvbench.table.main parses the same arguments (tests/test_cli.py keeps the
+    or a kernel; kvbench.measure.table.main parses the same arguments (tests/test_cli.py keeps the
     two in step)."""
     p.add_argument("op", choices=OPS)
     p.add_argument("--json", dest="json_path", metavar="PATH", default=None,
@@ -176,7 +176,7 @@ def _add_table_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
-    """`kvbench tune`'s options (kvbench.dispatch.tune.main parses the same; see above)."""
+    """`kvbench tune`'s options (kvbench.measure.tune.main parses the same; see above)."""
     p.add_argument("op", choices=OPS)
     p.add_argument("--device", default=None, help="torch device (default: cuda if present)")
     p.add_argument("--dtype", default=None,
@@ -191,7 +191,7 @@ def _cmd_main(args: argparse.Namespace) -> int:
     print("== environment (kvbench env)", flush=True)
     env_status = _cmd_env(argparse.Namespace(json=False))
     print(flush=True)
-    from kvbench.table import run_all
+    from kvbench.measure.table import run_all
 
     return run_all(json_dir=args.json_dir) | (1 if env_status else 0)
 

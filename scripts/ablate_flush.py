@@ -31,11 +31,11 @@ from kvbench.harness import bench, timers
 from kvbench.harness.flush import CUDA_FLUSH_MODES, flusher
 from kvbench.harness.stream_read import page_read_fn
 from kvbench.harness.validate_gpu import SMALL_COPY_BYTES, copy_buffers
-from kvbench.jsonfile import write_json_atomic
+from kvbench.core.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
 from kvbench.kernels.kv_write import kv_write_triton
-from kvbench.pool import paged_pool
+from kvbench.fixtures.pool import paged_pool
 
 
 def decode_case(batch: int, ctx: int, dev: torch.device) -> tuple[Callable[[], object], object]:

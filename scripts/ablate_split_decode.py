@@ -31,10 +31,10 @@ from sweep_paged_decode import CASES
 from kvbench import checks
 from kvbench.harness import bench, event_floor
 from kvbench.harness.stream_read import page_read_fn
-from kvbench.jsonfile import write_json_atomic
+from kvbench.core.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
-from kvbench.pool import paged_pool
+from kvbench.fixtures.pool import paged_pool
 
 ROWS = ("decode", "split only", "reduce only", "decode PDL off", "page_read", "empty")
 

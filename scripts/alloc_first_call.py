@@ -27,7 +27,7 @@ import torch
 
 from kvbench.alloc import KVCacheManager, prepare_state
 from kvbench.harness import bench_host, metadata, timers
-from kvbench.jsonfile import output_path, write_json_atomic
+from kvbench.core.jsonfile import output_path, write_json_atomic
 
 NUM_ROWS = 32768
 #: Host memory a "cache-evicting" reset walks: above the per-core L2 of common server CPUs.

@@ -39,7 +39,7 @@ from kvbench.harness.stream_read import page_read_fn
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels import paged_decode_cluster as pdc
 from kvbench.kernels._device import sm_count
-from kvbench.pool import KV_DTYPES, STORAGES, paged_pool
+from kvbench.fixtures.pool import KV_DTYPES, STORAGES, paged_pool
 
 #: (label, batch, context, KV dtype, pool storage): fp8 runs on dim-major V pages, the layout
 #: the cluster kernel reads fp8 from (and the Triton kernel's fastest fp8 storage, exp. 16).

@@ -37,7 +37,7 @@ from kvbench import checks
 from kvbench.harness import bench
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels import paged_decode_cluster as pdc
-from kvbench.pool import paged_pool
+from kvbench.fixtures.pool import paged_pool
 
 #: (label, batch, context, KV dtype, pool storage). fp16 combined is the fp8 target's
 #: denominator; fp16 dim-major shows what the Triton load change does to 16-bit pages.

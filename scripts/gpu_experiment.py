@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from kvbench.harness import metadata
-from kvbench.jsonfile import output_path, write_json_atomic
+from kvbench.core.jsonfile import output_path, write_json_atomic
 
 
 def experiment_parser(doc: str | None, *, rounds: int) -> argparse.ArgumentParser:

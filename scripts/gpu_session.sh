@@ -34,7 +34,7 @@ for stage in "$@"; do
         ;;
     alloc)
         python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_alloc.py 2>&1 | tee "$OUT/pytest_alloc.log" | tail -8
-        python3 -m kvbench.alloc_report --json "$OUT/alloc_report.json" 2>&1 | tee "$OUT/alloc_report.log"
+        python3 -m kvbench.measure.alloc_report --json "$OUT/alloc_report.json" 2>&1 | tee "$OUT/alloc_report.log"
         ;;
     profile)
         python3 scripts/profile_suite.py 2>&1 | tee "$OUT/profile.log" | tail -9

@@ -31,9 +31,9 @@ import torch
 from kvbench import ops
 from kvbench.checks import make_decode_query, make_write_inputs
 from kvbench.kernels import paged_decode as pd
-from kvbench.pool import STORAGES, paged_pool
+from kvbench.fixtures.pool import STORAGES, paged_pool
 
-#: kv_write cases: (label, new tokens); the table's decode-size rows (kvbench.table).
+#: kv_write cases: (label, new tokens); the table's decode-size rows (kvbench.measure.table).
 WRITE_CASES = (("write_decode_64", 64), ("write_decode_1", 1))
 #: KV dtypes by the names paged_pool accepts.
 _DTYPES = ("fp16", "bf16", "fp8")

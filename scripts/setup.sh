@@ -108,7 +108,7 @@ if ! command -v npm >/dev/null 2>&1; then
     apt_install npm "fetches the dashboard's JavaScript assets"
 fi
 if command -v npm >/dev/null 2>&1; then
-    "$PY" -m kvbench.publish --prefetch || say "prefetching the dashboard assets failed"
+    "$PY" -m kvbench.history.publish --prefetch || say "prefetching the dashboard assets failed"
 fi
 
 "$PY" -c "import torch, triton, kvbench; print(f'kvbench {kvbench.__version__}: torch {torch.__version__}, triton {triton.__version__}, cuda={torch.cuda.is_available()}')"

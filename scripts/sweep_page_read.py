@@ -31,10 +31,10 @@ from kvbench import checks
 from kvbench.harness import bench, event_floor
 from kvbench.harness.stream_read import CONFIG as STREAM_READ_CONFIG
 from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn, stream_read_fn
-from kvbench.jsonfile import write_json_atomic
+from kvbench.core.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
-from kvbench.pool import paged_pool
+from kvbench.fixtures.pool import paged_pool
 from kvbench.theory import page_read_work
 
 #: page_read_fn points: CHUNK (int32 words per item) x warps x programs per SM. One stage:

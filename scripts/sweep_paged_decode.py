@@ -29,7 +29,7 @@ decision (docs/perf-notes.md).
   --points FILE  the points listed in a JSON file: a list of override dicts as above, each
             with an optional "splits" list (default: the auto split count)
   --case    only these cases (e.g. b64_c8k:fp8), any mode
-  --storage the pool's K/V storage (kvbench.pool.STORAGES; default combined, the engine's)
+  --storage the pool's K/V storage (kvbench.fixtures.pool.STORAGES; default combined, the engine's)
 
 The kernel-variant ablation of docs/perf-notes.md experiments 5-6 (MMA_ROWS, SPLIT_COMBINE:
 refuted, removed) ran as `--ablate` of this script at commit fd26675; experiment 11's
@@ -47,9 +47,9 @@ import torch
 
 from kvbench.checks import make_decode_query
 from kvbench.harness import bench, verify
-from kvbench.jsonfile import output_path, write_json_atomic
+from kvbench.core.jsonfile import output_path, write_json_atomic
 from kvbench.kernels import paged_decode as pd
-from kvbench.pool import STORAGES, paged_pool
+from kvbench.fixtures.pool import STORAGES, paged_pool
 from kvbench.reference import paged_decode_ref
 from kvbench.theory import paged_decode_work
 

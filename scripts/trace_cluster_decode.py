@@ -34,7 +34,7 @@ from kvbench import checks
 from kvbench.harness.flush import flusher
 from kvbench.kernels import cuda_build
 from kvbench.kernels import paged_decode_cluster as pdc
-from kvbench.pool import paged_pool
+from kvbench.fixtures.pool import paged_pool
 
 #: The marks' names, in the kernel's order (cluster_decode.cu, KVB_MARK).
 MARKS = ("entry", "issued", "first_tile", "last_tile", "warps_stored", "pushed", "received",

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from kvbench import alloc_report
+from kvbench.measure import alloc_report
 
 
 def test_report_keeps_every_round_and_reports_their_median(tmp_path, monkeypatch, capsys):

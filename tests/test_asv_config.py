@@ -46,10 +46,10 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def test_conf_uses_the_offline_plugin_and_offline_build():
-    from kvbench.asv_env import TOOL_NAME
+    from kvbench.history.asv_env import TOOL_NAME
 
     conf = _conf()
-    assert conf.plugins == [".kvbench.asv_env"]  # leading dot: imported from the repo root
+    assert conf.plugins == [".kvbench.history.asv_env"]  # leading dot: imported from the repo root
     assert conf.environment_type == TOOL_NAME
     assert conf.repo == "." and conf.branches == ["main"]
     assert (conf.benchmark_dir, conf.results_dir, conf.html_dir) == ("benchmarks", "results",
@@ -66,7 +66,7 @@ def test_conf_uses_the_offline_plugin_and_offline_build():
 
 
 def test_plugin_registers_through_asv_plugin_manager():
-    """asv imports ".kvbench.asv_env" from the config's folder and finds the env type."""
+    """asv imports ".kvbench.history.asv_env" from the config's folder and finds the env type."""
     code = (
         "from asv.config import Config; from asv.plugin_manager import plugin_manager;"
         "from asv import environment as e; c = Config.load('asv.conf.json');"
@@ -76,7 +76,7 @@ def test_plugin_registers_through_asv_plugin_manager():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_clean_env(),
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["kvbench.asv_env", "OfflineVirtualenv"]
+    assert out == ["kvbench.history.asv_env", "OfflineVirtualenv"]
 
 
 def test_asv_check_passes():
@@ -94,7 +94,7 @@ def test_asv_check_passes():
 def test_offline_env_reaches_parent_packages_and_keeps_its_own_first(tmp_path, monkeypatch):
     """A real env built with PIP_NO_INDEX=1: torch/asv_runner from the parent, own site first,
     and the parent's kvbench (editable or not) invisible until a wheel is installed."""
-    from kvbench.asv_env import PTH_NAME, OfflineVirtualenv
+    from kvbench.history.asv_env import PTH_NAME, OfflineVirtualenv
 
     monkeypatch.chdir(ROOT)  # asv reads [build-system].requires from ./pyproject.toml
     monkeypatch.setenv("PIP_NO_INDEX", "1")
@@ -126,7 +126,7 @@ def test_offline_env_reaches_parent_packages_and_keeps_its_own_first(tmp_path, m
 
 
 def test_default_machine_names():
-    from kvbench.machine import default_name
+    from kvbench.history.machine import default_name
 
     assert default_name("NVIDIA H200", "x") == "h200"
     assert default_name("NVIDIA H100 80GB HBM3", "x") == "h100-80gb-hbm3"
@@ -138,7 +138,7 @@ def test_default_machine_names():
 def test_write_machine_record_is_what_asv_reads(tmp_path):
     from asv.machine import MachineCollection
 
-    from kvbench.machine import EXTRA_KEYS, write_machine_record
+    from kvbench.history.machine import EXTRA_KEYS, write_machine_record
 
     path = tmp_path / ".asv-machine.json"
     MachineCollection.save("other", {"machine": "other", "cpu": "z"}, _path=str(path))
@@ -157,7 +157,7 @@ def test_write_machine_record_is_what_asv_reads(tmp_path):
 
 
 def test_machine_cli_defaults_to_home(tmp_path, monkeypatch):
-    from kvbench.machine import main
+    from kvbench.history.machine import main
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert main([]) == 0
@@ -167,7 +167,7 @@ def test_machine_cli_defaults_to_home(tmp_path, monkeypatch):
 
 
 def test_machine_name_is_validated():
-    from kvbench.machine import write_machine_record
+    from kvbench.history.machine import write_machine_record
 
     with pytest.raises(ValueError, match="name must be"):
         write_machine_record("bad/name", "/nonexistent/never-written.json")
@@ -186,7 +186,7 @@ def test_suite_selectors_are_the_registry_rows(op):
 
 
 def test_suite_selector_vars_match_dispatch():
-    from kvbench.dispatch.selectors import SELECTOR_VARS
+    from kvbench.core.env import SELECTOR_VARS
 
     assert SELECTOR_VARS == _common.SELECTOR_VARS
 
@@ -377,8 +377,8 @@ def test_decode_suite_skips_what_the_registry_row_does_not_read(storage, dtype, 
     layout requirement), not from a rule of the suite's own; auto and the Triton rows read
     every pool."""
     from kvbench.checks import make_decode_query
+    from kvbench.fixtures.pool import paged_pool
     from kvbench.ops import describe_paged_decode
-    from kvbench.pool import paged_pool
 
     pool = paged_pool(2, 64, kv_heads=2, head_dim=128, page_size=16, dtype=dtype,
                       storage=storage, min_l2_multiple=0, device="cpu", seed=0)

@@ -262,7 +262,7 @@ def test_the_confirmed_pair_gets_its_sidecar_facts(tmp_path, monkeypatch):
 
 
 def test_bisect_log_keeps_its_lines_and_feeds_the_status(capsys):
-    from kvbench import progress
+    from kvbench.core import progress
 
     class Counting:
         invocations = 7

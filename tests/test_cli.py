@@ -121,8 +121,8 @@ def test_help_lists_the_real_options_fast_and_in_step(sub, capsys):
     fast = proc.stdout
     assert "rest" not in fast
     assert "'torch'" not in fast and "triton" not in fast, "help imported torch/triton"
-    from kvbench.dispatch.tune import main as tune_main
-    from kvbench.table import main as table_main
+    from kvbench.measure.table import main as table_main
+    from kvbench.measure.tune import main as tune_main
 
     with pytest.raises(SystemExit):
         {"table": table_main, "tune": tune_main}[sub](["--help"])
@@ -133,11 +133,11 @@ def test_help_lists_the_real_options_fast_and_in_step(sub, capsys):
 
 def test_main_prints_the_environment_before_measuring(monkeypatch, capsys):
     """README promises the environment report first: it is out before any table starts."""
-    import kvbench.table
+    import kvbench.measure.table
 
     def tables(json_dir=None):
         assert "# gpu " in capsys.readouterr().out, "no environment report before the tables"
         return 0
 
-    monkeypatch.setattr(kvbench.table, "run_all", tables)
+    monkeypatch.setattr(kvbench.measure.table, "run_all", tables)
     assert main(["main"]) == 0

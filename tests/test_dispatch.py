@@ -29,15 +29,16 @@ from kvbench.dispatch import (
     core,
     dispatch,
     golden,
+    perf_tables,
     record_golden,
     registry,
     reset_perf_provider,
     set_perf_provider,
     spec_names,
-    tune,
     using_registry,
 )
 from kvbench.dispatch.spec import any_device, triton_device
+from kvbench.measure import tune
 
 OP = "paged_decode"  # fake rows use a real op name so its selector variable applies
 VAR = "KVBENCH_PAGED_DECODE"
@@ -102,11 +103,11 @@ def clean_dispatch(monkeypatch, tmp_path):
     ):
         monkeypatch.delenv(var, raising=False)
     clear_golden()
-    tune.clear_table_cache()
+    core.reload_perf_tables()
     set_perf_provider(None)
     yield
     reset_perf_provider()
-    tune.clear_table_cache()
+    core.reload_perf_tables()
     clear_golden()
 
 
@@ -654,11 +655,11 @@ def test_preference_rules_see_the_problem_dtype():
 
 
 def _write_table(device_name: str, op: str, entries: list[dict], file_device: str | None = None):
-    path = tune.table_path(file_device or device_name, op)
+    path = perf_tables.table_path(file_device or device_name, op)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         json.dumps(
-            {"schema": tune.SCHEMA, "device_name": device_name, "op": op, "entries": entries}
+            {"schema": perf_tables.SCHEMA, "device_name": device_name, "op": op, "entries": entries}
         )
     )
     return path
@@ -666,14 +667,14 @@ def _write_table(device_name: str, op: str, entries: list[dict], file_device: st
 
 def test_perf_table_for_another_device_is_ignored():
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 250.0}])
-    table_a = tune.load_perf_table("GPU A")
+    table_a = perf_tables.load_perf_table("GPU A")
     assert table_a(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
     assert table_a(OP, "any", "a/x", "GPU B", "fp16", PAGED_TAGS) is None
-    assert tune.load_perf_table("GPU B")(OP, "any", "a/x", "GPU B", "fp16", PAGED_TAGS) is None
+    assert perf_tables.load_perf_table("GPU B")(OP, "any", "a/x", "GPU B", "fp16", PAGED_TAGS) is None
     # Same file name (slug) but a different recorded device name: not used, and said so.
     _write_table("GPU_A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0}], file_device="GPU A")
     with pytest.warns(UserWarning, match="measured on 'GPU_A', not 'GPU A'"):
-        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
+        assert perf_tables.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
 
 
 def test_a_perf_table_ranks_only_the_dtype_it_was_measured_at():
@@ -683,14 +684,14 @@ def test_a_perf_table_ranks_only_the_dtype_it_was_measured_at():
     (fp16 for decode)."""
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 250.0},
                                {"bucket": "any", "spec": "a/y", "us": 100.0, "dtype": "fp8"}])
-    provider = tune.load_perf_table("GPU A")
+    provider = perf_tables.load_perf_table("GPU A")
     assert provider(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
     assert provider(OP, "any", "a/x", "GPU A", "fp8", PAGED_TAGS) is None
     assert provider(OP, "any", "a/y", "GPU A", "fp8", PAGED_TAGS) == pytest.approx(0.1)
     assert provider(OP, "any", "a/y", "GPU A", "fp16", PAGED_TAGS) is None
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0, "dtype": "fp4"}])
     with pytest.warns(UserWarning, match="dtype 'fp4'; accepted"):
-        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
+        assert perf_tables.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
 
 
 def test_measured_rows_rank_the_problems_of_their_dtype_only(checks):
@@ -701,7 +702,7 @@ def test_measured_rows_rank_the_problems_of_their_dtype_only(checks):
     name = core.device_name("cpu")
     _write_table(name, OP, [{"bucket": bucket(OP, SHAPE), "spec": "a/measured", "us": 5.0,
                              "dtype": "fp16"}])
-    tune.clear_table_cache()
+    core.reload_perf_tables()
     reset_perf_provider()
     assert pick(*rows, dtype="fp16").spec.name == "a/measured"
     assert pick(*rows, dtype="fp8").spec.name == "a/favoured"
@@ -727,10 +728,10 @@ def test_a_malformed_perf_table_is_skipped_with_a_warning_not_a_crash(content, w
     """One bad file must not break dispatch of every op; the warning names the file, the
     problem and the command that rewrites it. The other ops' tables still load."""
     _write_table("GPU A", "kv_write", [{"bucket": "decode", "spec": "w/x", "us": 5.0}])
-    bad = tune.table_path("GPU A", OP)
+    bad = perf_tables.table_path("GPU A", OP)
     bad.write_text(content)
     with pytest.warns(UserWarning, match=why) as record:
-        provider = tune.load_perf_table("GPU A")
+        provider = perf_tables.load_perf_table("GPU A")
     assert str(bad) in str(record[0].message) and f"kvbench tune {OP}" in str(record[0].message)
     assert provider(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
     assert provider("kv_write", "decode", "w/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.005)
@@ -748,14 +749,14 @@ def test_a_perf_table_from_another_torch_or_triton_is_used_with_a_warning():
     data["metadata"] = {"torch": "1.0.0", "triton": triton_version()}
     path.write_text(json.dumps(data))
     with pytest.warns(UserWarning, match=rf"torch 1\.0\.0 \(now {re.escape(torch.__version__)}\)") as rec:
-        provider = tune.load_perf_table("GPU A")
+        provider = perf_tables.load_perf_table("GPU A")
     assert "triton" not in str(rec[0].message) and f"kvbench tune {OP}" in str(rec[0].message)
     assert provider(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
     data["metadata"] = {"torch": torch.__version__, "triton": triton_version()}
     path.write_text(json.dumps(data))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # same versions: silent
-        table_a = tune.load_perf_table("GPU A")
+        table_a = perf_tables.load_perf_table("GPU A")
         assert table_a(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
 
 
@@ -782,7 +783,7 @@ def test_tune_kv_alloc_writes_table_and_installs_it(tmp_path):
         tune.TuneCase("kv_alloc", "n=64", "int64", {"n": 64, "num_rows": 512}),
     ]
     table = tune.tune("kv_alloc", device="cpu", cases=cases)
-    path = tune.table_path(table["device_name"], "kv_alloc")
+    path = perf_tables.table_path(table["device_name"], "kv_alloc")
     stored = json.loads(path.read_text())
     assert stored["device_name"] == core.device_name("cpu") and stored["op"] == "kv_alloc"
     assert stored["kvbench_commit"] and stored["date"] and stored["metadata"]["command"]
@@ -854,7 +855,7 @@ def test_a_perf_table_entry_answers_its_layout_tags_only():
         {"bucket": "any", "spec": "a/x", "us": 500.0, "dtype": "fp8"},
         {"bucket": "any", "spec": "a/y", "us": 200.0, "dtype": "fp8", "tags": dim_major},
     ])
-    provider = tune.load_perf_table("GPU A")
+    provider = perf_tables.load_perf_table("GPU A")
     token_major = frozenset({"kv:fp8-scaled", "kv:paged"})
     assert provider(OP, "any", "a/x", "GPU A", "fp8", frozenset(dim_major)) == pytest.approx(0.3)
     assert provider(OP, "any", "a/x", "GPU A", "fp8", token_major) == pytest.approx(0.5)
@@ -862,14 +863,14 @@ def test_a_perf_table_entry_answers_its_layout_tags_only():
     assert provider(OP, "any", "a/y", "GPU A", "fp8", token_major) is None
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0, "tags": "kv:paged"}])
     with pytest.warns(UserWarning, match="tags 'kv:paged'; a list of strings"):
-        assert tune.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
+        assert perf_tables.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
 
 
 def test_tune_at_another_dtype_keeps_the_other_dtypes_entries():
     """One file per (device, op) holds every tuned dtype: a run replaces the entries of its
     own (dtype, tags), and the tagless ones of its dtype, and keeps the rest."""
     name = core.device_name("cpu")
-    path = tune.table_path(name, "kv_write")
+    path = perf_tables.table_path(name, "kv_write")
     _write_table(name, "kv_write", [{"bucket": "decode", "spec": "torch/index_copy", "us": 9.0,
                                      "dtype": "fp16"},
                                     {"bucket": "decode", "spec": "torch/index_copy", "us": 7.0,
@@ -893,7 +894,7 @@ def test_tune_at_another_dtype_keeps_the_other_dtypes_entries():
     fp16 = [e for e in third if e["dtype"] == "fp16"]
     assert fp16 and all(e["tags"] == write_tags for e in fp16)  # the tagless one replaced
     assert {e["dtype"] for e in third} == {"fp16", "bf16", "fp8"}
-    provider = tune.load_perf_table(name)
+    provider = perf_tables.load_perf_table(name)
     bucket_name = fp16[0]["bucket"]
     for dtype in ("fp16", "bf16"):
         assert provider("kv_write", bucket_name, "triton/scatter", name, dtype,
@@ -937,7 +938,7 @@ def test_tune_over_an_unreadable_table_moves_it_aside_before_measuring(content, 
     """A file tune cannot read at all is renamed <name>.corrupt-<time> (bytes unchanged)
     before any measurement, with a warning naming both paths; the new table starts empty."""
     name = core.device_name("cpu")
-    path = tune.table_path(name, "kv_alloc")
+    path = perf_tables.table_path(name, "kv_alloc")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content)
 
@@ -957,7 +958,7 @@ def test_tune_over_an_unreadable_table_moves_it_aside_before_measuring(content, 
 def test_tune_refuses_to_measure_when_a_corrupt_table_cannot_be_moved_aside(monkeypatch):
     """Rather than overwrite what it could not keep, tune stops before measuring."""
     name = core.device_name("cpu")
-    path = tune.table_path(name, "kv_alloc")
+    path = perf_tables.table_path(name, "kv_alloc")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{broken")
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from kvbench.core import env as selectors
 from kvbench.core.env import PREFIX, SETTINGS, unknown_settings
-from kvbench.dispatch import core, selectors
+from kvbench.dispatch import core
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The misspelling of issue 22, the example the docs and these tests give (the tree scan

@@ -137,7 +137,7 @@ def test_stream_read_rejects_what_it_cannot_read_as_words():
 
 def test_every_table_op_names_its_ceiling():
     from kvbench.harness.report import CEILING_KINDS
-    from kvbench.table import BUILDERS, CEILING_FOR_OP
+    from kvbench.measure.table import BUILDERS, CEILING_FOR_OP
 
     assert set(CEILING_FOR_OP) == set(BUILDERS)
     assert set(CEILING_FOR_OP.values()) <= set(CEILING_KINDS)

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from kvbench.core.device import resolve_device
 from kvbench.harness import device_peaks
-from kvbench.harness.peaks import mem_gbps_from_clock, resolve_device, tensor_core_tflops
+from kvbench.harness.peaks import mem_gbps_from_clock, tensor_core_tflops
 
 
 def test_h200_memory_peak_from_clock_and_bus():

@@ -1,4 +1,4 @@
-"""kvbench.jsonfile: output paths checked before a run, results written atomically."""
+"""kvbench.core.jsonfile: output paths checked before a run, results written atomically."""
 
 import argparse
 import json
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kvbench import jsonfile
-from kvbench.jsonfile import check_writable, move_aside, write_json_atomic
+from kvbench.core import jsonfile
+from kvbench.core.jsonfile import check_writable, move_aside, write_json_atomic
 
 
 def test_check_writable_names_what_is_wrong(tmp_path):
@@ -92,9 +92,9 @@ def _script(name: str):
 def _commands_with_json(monkeypatch):
     """(name, call(argv)) of every command that takes --json PATH, its measuring replaced by a
     failure: the path must be refused before it is reached."""
-    from kvbench import alloc_report
-    from kvbench import table as table_mod
     from kvbench.harness import validate_gpu
+    from kvbench.measure import alloc_report
+    from kvbench.measure import table as table_mod
 
     def measured(*args, **kwargs):
         raise AssertionError("measured although the --json path was unusable")
@@ -130,7 +130,7 @@ def test_every_json_option_refuses_an_unwritable_path_before_measuring(
 
 
 def test_main_json_dir_is_probed_before_measuring(monkeypatch, unwritable_dir):
-    from kvbench import table as table_mod
+    from kvbench.measure import table as table_mod
 
     monkeypatch.setattr(table_mod, "main", lambda argv: pytest.fail("measured"))
     with pytest.raises(SystemExit, match="is not writable"):

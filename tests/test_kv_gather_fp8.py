@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kvbench.checks import check_kv_gather_fp8, selfcheck_kv_gather_fp8
-from kvbench.gather_pool import (
+from kvbench.fixtures.gather_pool import (
     OUT_DIM,
     ROW_BYTES,
     TOPK_PAD_ROWS,

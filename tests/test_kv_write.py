@@ -13,10 +13,10 @@ import triton
 import triton.language as tl
 
 from kvbench.checks import check_kv_write, make_write_inputs, selfcheck_kv_write
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness.verify import VerificationError
 from kvbench.kernels import kv_write as kw
 from kvbench.kernels._fp8 import encode_e4m3
-from kvbench.pool import paged_pool
 from kvbench.reference import _e4m3_encode_ref, kv_write_ref
 
 IMPLS = {"triton": kw.kv_write_triton, "torch": kw.kv_write_torch}

@@ -19,9 +19,10 @@ from kvbench.dispatch import (
     clear_golden,
     reset_perf_provider,
     set_perf_provider,
-    tune,
     using_registry,
 )
+from kvbench.dispatch import core
+from kvbench.measure import tune
 
 SELECTORS = ("KVBENCH_PAGED_DECODE", "KVBENCH_KV_WRITE", "KVBENCH_KV_GATHER", "KVBENCH_KV_ALLOC")
 
@@ -35,7 +36,7 @@ def _isolated(monkeypatch, tmp_path):
     clear_golden()
     yield
     reset_perf_provider()
-    tune.clear_table_cache()
+    core.reload_perf_tables()
     clear_golden()
 
 
@@ -293,7 +294,7 @@ def test_cached_dispatch_overhead_is_a_few_us():
 
 def test_paged_decode_auto_is_correct(device):
     from kvbench.checks import check_paged_decode, make_decode_query
-    from kvbench.pool import paged_pool
+    from kvbench.fixtures.pool import paged_pool
 
     pool = paged_pool(
         3,
@@ -315,7 +316,7 @@ def test_paged_decode_auto_is_correct(device):
 @pytest.mark.parametrize("name", ["torch/gather_sdpa", "triton/split_kv"])
 def test_paged_decode_forced_rows_are_correct(device, monkeypatch, name):
     from kvbench.checks import check_paged_decode, make_decode_query
-    from kvbench.pool import paged_pool
+    from kvbench.fixtures.pool import paged_pool
 
     monkeypatch.setenv("KVBENCH_PAGED_DECODE", name)
     pool = paged_pool(
@@ -335,7 +336,7 @@ def test_paged_decode_forced_rows_are_correct(device, monkeypatch, name):
 
 def test_kv_write_auto_is_correct(device):
     from kvbench.checks import check_kv_write, make_write_inputs
-    from kvbench.pool import paged_pool
+    from kvbench.fixtures.pool import paged_pool
 
     pool = paged_pool(
         2,
@@ -354,7 +355,7 @@ def test_kv_write_auto_is_correct(device):
 
 def test_kv_gather_auto_is_correct(device):
     from kvbench.checks import check_kv_gather_fp8
-    from kvbench.gather_pool import build_gather_pool, build_page_table_flat
+    from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
 
     cache = build_gather_pool(512, device=device)
     pt = build_page_table_flat([70], 512, device=device)
@@ -384,7 +385,7 @@ def test_decode_preference_follows_occupancy_on_cuda(batch, seq_len, dtype, expe
     row is correct at that size."""
     from kvbench.checks import check_paged_decode, make_decode_query
     from kvbench.dispatch import registry
-    from kvbench.pool import paged_pool
+    from kvbench.fixtures.pool import paged_pool
 
     cluster = registry.REGISTRY.get("paged_decode", "cuda/cluster_decode")
     if cluster.available(torch.device("cuda")) is not None:  # a reason: unavailable here
@@ -419,7 +420,7 @@ def test_dim_major_v_pages_carry_their_tag_on_every_path():
     in describe_paged_decode and in the inlined hot-path key alike, so a row that reads one
     layout only is filtered per decision: a token-major call's cached decision must not serve a
     dim-major call of the same bucket (the hot path once left the tag out and reused it)."""
-    from kvbench.pool import paged_pool
+    from kvbench.fixtures.pool import paged_pool
 
     token_only, any_layout = Recorder(torch.zeros(1)), Recorder(torch.zeros(1))
     reg = Registry([
@@ -447,7 +448,7 @@ def test_geometry_is_part_of_the_hot_path_key():
     head_dim-64 call of the same bucket (it would launch a kernel that refuses it), and the
     key ops builds from tensors equals the one dispatch() stores."""
     from kvbench.dispatch import core
-    from kvbench.pool import paged_pool
+    from kvbench.fixtures.pool import paged_pool
 
     d32, anyd = Recorder(torch.zeros(1)), Recorder(torch.zeros(1))
     reg = Registry([

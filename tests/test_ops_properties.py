@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from kvbench import ops
 from kvbench.alloc import AllocError, KVCacheManager
+from kvbench.fixtures.quant import quantize_fp8
 from kvbench.kernels import kv_gather_fp8 as kg
 from kvbench.kernels import kv_write as kw
 from kvbench.kernels import paged_decode as pd
-from kvbench.quant import quantize_fp8
 from kvbench.reference import kv_gather_fp8_ref, kv_write_ref, paged_decode_ref
 
 # Interpreted Triton is slow: few examples per property, no per-example deadline, and the
@@ -216,7 +216,7 @@ def test_kv_write_matches_reference_or_refuses(problem, row):
 
 @st.composite
 def gather_problems(draw):
-    from kvbench.gather_pool import build_gather_pool, build_page_table_flat
+    from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
 
     pool_tokens = draw(st.sampled_from([64, 128]))
     lens = draw(st.lists(st.integers(0, 40), min_size=0, max_size=3))

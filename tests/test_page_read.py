@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from kvbench import checks, theory
+from kvbench.fixtures.pool import STORAGES, paged_pool
 from kvbench.harness.stream_read import page_read_fn, page_words
 from kvbench.harness.verify import VerificationError
-from kvbench.pool import STORAGES, paged_pool
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 SMALL = {"kv_heads": 2, "head_dim": 16, "page_size": 4, "min_l2_multiple": 0, "device": DEV}
@@ -98,7 +98,7 @@ def test_table_bound_row_is_checked_and_below_the_decode_it_bounds():
     """On the GPU every decode case of the table carries bound:page_read, checked first. A
     load-only read of the pages slower than the decode that reads them and does the math
     would mean its launch config is wrong (PAGE_READ_CONFIG, experiment 15)."""
-    from kvbench.table import Table, bound_ratios, decode_case
+    from kvbench.measure.table import Table, bound_ratios, decode_case
 
     table = Table("paged_decode")
     decode_case(table, "b1_c4k", 1, 4096, rows=["triton/split_kv"], with_peers=False)

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from kvbench.checks import check_paged_decode, make_decode_query, selfcheck_paged_decode
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness.verify import VerificationError
 from kvbench.kernels import paged_decode as pd
-from kvbench.pool import paged_pool
 from kvbench.reference import paged_decode_ref
 
 SINGLE, SPLIT, SDPA = (
@@ -201,7 +201,7 @@ def test_fp8_bits_mapping_exact_on_every_finite_code(q_dtype):
     assert finite.sum() == 254
     assert torch.equal(widened[finite], ref[finite])
     assert torch.equal(widened[finite].view(torch.int32), ref[finite].view(torch.int32))  # +-0
-    # NaN codes are never produced by kvbench.quant; this path maps them to finite +-480.
+    # NaN codes are never produced by kvbench.fixtures.quant; this path maps them to finite +-480.
     assert widened[~finite].tolist() == [480.0, -480.0]
     assert ref[~finite].isnan().all()
 
@@ -434,7 +434,7 @@ def test_choose_num_splits_bad_args(args, match):
 @pytest.mark.parametrize("dtype", ["fp16", "fp8"])
 def test_query_is_independent_of_pool_data(device, dtype):
     """Same seed for pool and query must not reproduce cached keys (it once did: 12 sigma)."""
-    from kvbench.quant import dequantize_fp8
+    from kvbench.fixtures.quant import dequantize_fp8
 
     for seed in range(3):
         pool = _pool(device, 2, 256, head_dim=64, dtype=dtype, seed=seed)

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from kvbench.checks import check_paged_decode, make_decode_query
+from kvbench.fixtures.pool import paged_pool
 from kvbench.kernels import cuda_build
 from kvbench.kernels import paged_decode_cluster as pdc
-from kvbench.pool import paged_pool
 
 needs_nvcc = pytest.mark.skipif(cuda_build.find_nvcc() is None, reason="no nvcc on this machine")
 

@@ -41,12 +41,12 @@ def test_every_cache_lives_under_the_root(root, monkeypatch):
     """Perf tables, ceilings, the built CUDA libraries, FlashInfer's workspace and the npm
     tarballs: all moved by KVBENCH_CACHE_DIR (the CUDA library and FlashInfer's workspace
     were not)."""
-    from kvbench import publish
-    from kvbench.dispatch import tune
+    from kvbench.dispatch import perf_tables
+    from kvbench.history import publish
     calibrate = importlib.import_module("kvbench.harness.calibrate")  # the module
 
     monkeypatch.delenv("KVBENCH_NPM_CACHE", raising=False)
-    assert tune.table_path("GPU A", "kv_write").parent == root / "perf"
+    assert perf_tables.table_path("GPU A", "kv_write").parent == root / "perf"
     assert calibrate._cache_file() == root / "ceilings.json"
     assert paths.cuda_build_dir() == root / "cuda"
     assert paths.flashinfer_workspace_dir() == root / "flashinfer"
@@ -92,12 +92,12 @@ def test_a_root_that_is_a_file_is_refused(root):
 
 def test_readers_create_nothing(root):
     """Looking a table or a ceiling up must not create folders (a read-only home)."""
-    from kvbench.dispatch import tune
+    from kvbench.dispatch import perf_tables
     calibrate = importlib.import_module("kvbench.harness.calibrate")  # the module
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert tune.load_perf_table("GPU A")("kv_write", "any", "x/y", "GPU A", "fp16",
+        assert perf_tables.load_perf_table("GPU A")("kv_write", "any", "x/y", "GPU A", "fp16",
                                              frozenset()) is None
         assert calibrate.load_ceilings("GPU A") is None
     assert not root.exists()
@@ -105,13 +105,13 @@ def test_readers_create_nothing(root):
 
 def test_readers_warn_and_go_on_over_an_unsafe_root(root, monkeypatch):
     """Dispatch keeps working (preference rules) when the root cannot be trusted."""
-    from kvbench.dispatch import tune
+    from kvbench.dispatch import perf_tables
     calibrate = importlib.import_module("kvbench.harness.calibrate")  # the module
 
     root.mkdir(mode=0o700)
     monkeypatch.setattr(os, "geteuid", lambda: root.stat().st_uid + 1)
     with pytest.warns(UserWarning, match="ignoring perf tables: .*owned by uid"):
-        tune.load_perf_table("GPU A")
+        perf_tables.load_perf_table("GPU A")
     with pytest.warns(UserWarning, match="ignoring cached ceilings: .*owned by uid"):
         assert calibrate.load_ceilings("GPU A") is None
 

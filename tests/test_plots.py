@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvbench.cli import main as cli_main
-from kvbench.plots import plot_roofline
+from kvbench.measure.plots import plot_roofline
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
 

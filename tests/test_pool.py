@@ -1,12 +1,12 @@
-"""kvbench.pool: the paged KV fixture has the properties its docstring claims."""
+"""kvbench.fixtures.pool: the paged KV fixture has the properties its docstring claims."""
 
 import itertools
 
 import pytest
 import torch
 
-from kvbench import pool as pool_mod
-from kvbench.pool import paged_pool
+from kvbench.fixtures import pool as pool_mod
+from kvbench.fixtures.pool import paged_pool
 
 SMALL = {"kv_heads": 2, "head_dim": 16, "page_size": 4, "min_l2_multiple": 0, "device": "cpu"}
 

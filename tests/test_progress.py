@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from kvbench import progress
-from kvbench.table import skipped_summary
+from kvbench.core import progress
+from kvbench.measure.table import skipped_summary
 
 
 class _Tty(io.StringIO):

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from kvbench import checks
-from kvbench.gather_pool import build_gather_pool, build_page_table_flat
+from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench
 from kvbench.harness.proof import TimedProof, poison_
 from kvbench.harness.verify import (
@@ -23,7 +24,6 @@ from kvbench.harness.verify import (
 from kvbench.kernels.kv_gather_fp8 import gather_fp8_torch
 from kvbench.kernels.kv_write import kv_write_torch
 from kvbench.kernels.paged_decode import paged_decode_gather_sdpa
-from kvbench.pool import paged_pool
 
 DTYPES = ("fp16", "bf16", "fp8")
 
@@ -215,7 +215,7 @@ def test_proof_arguments_are_checked_and_poison_fills_what_no_kernel_writes():
 
 
 def test_tune_times_with_the_proof(strict):
-    from kvbench.dispatch.tune import TuneCase, _build
+    from kvbench.measure.tune import TuneCase, _build
 
     case = TuneCase("kv_gather_fp8", "t", "fp8", {"kv_len": 128, "pool_tokens": 512,
                                                  "extra_rows": 4})
@@ -228,7 +228,7 @@ def test_tune_times_with_the_proof(strict):
 
 
 def test_table_rows_record_the_error_of_the_timed_call(strict):
-    from kvbench import table as tbl
+    from kvbench.measure import table as tbl
     from kvbench.theory import kv_gather_fp8_work
 
     kv, pt = _gather_problem()

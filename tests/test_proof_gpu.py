@@ -8,9 +8,9 @@ import torch
 
 from kvbench import checks
 from kvbench.dispatch.registry import REGISTRY
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench
 from kvbench.harness.verify import VerificationError
-from kvbench.pool import paged_pool
 
 pytestmark = pytest.mark.gpu
 

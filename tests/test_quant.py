@@ -1,4 +1,4 @@
-"""kvbench.quant: the per-tensor e4m3 quantizer every fp8 row is built from.
+"""kvbench.fixtures.quant: the per-tensor e4m3 quantizer every fp8 row is built from.
 
 The round-to-nearest check compares against a brute-force search over all finite e4m3 values
 (not against torch's cast, which is what the quantizer itself uses).
@@ -7,8 +7,8 @@ The round-to-nearest check compares against a brute-force search over all finite
 import pytest
 import torch
 
-from kvbench import quant
-from kvbench.quant import FP8_MAX, dequantize_fp8, quantize_fp8
+from kvbench.fixtures import quant
+from kvbench.fixtures.quant import FP8_MAX, dequantize_fp8, quantize_fp8
 
 
 def _finite_e4m3_values() -> torch.Tensor:

@@ -385,10 +385,10 @@ def test_prefix_sum_cost_segments_like_ruptures_l2():
 
 
 def test_default_machine_is_kvbench_machines_name(tmp_path, capsys, monkeypatch):
-    import kvbench.machine
+    import kvbench.history.machine
 
     res, _ = _cli_history(tmp_path)
-    monkeypatch.setattr(kvbench.machine, "machine_record", lambda name=None: {"machine": sim.MACHINE})
+    monkeypatch.setattr(kvbench.history.machine, "machine_record", lambda name=None: {"machine": sim.MACHINE})
     proc = _run_cli("--results", str(res), capsys=capsys)
     assert proc.returncode == 0 and proc.stdout.startswith(f"{sim.MACHINE}: 24 measured commits")
 

@@ -19,8 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kvbench import publish
-from kvbench.history import regressions_page
+from kvbench.history import publish, regressions_page
 
 ROOT = Path(__file__).resolve().parents[1]
 GBPS = {"name": "m.C.track_gbps", "unit": "GB/s", "params": [["'a'", "'b'"], ["'x'"]]}

@@ -12,12 +12,12 @@ import torch
 
 from kvbench import ops
 from kvbench.checks import make_decode_query, make_write_inputs
-from kvbench.gather_pool import build_gather_pool, build_page_table_flat
+from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
+from kvbench.fixtures.pool import paged_pool
 from kvbench.kernels import kv_gather_fp8 as kg
 from kvbench.kernels import kv_write as kw
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._validate import SAFE_MODE_VAR, check_no_overlap, raise_pending, safe_mode
-from kvbench.pool import paged_pool
 from kvbench.reference import paged_decode_ref
 
 WRITE_ROWS = {"triton": kw.kv_write_triton, "torch": kw.kv_write_torch}

@@ -105,8 +105,8 @@ def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
     device run it was part of); one point per chunk size also runs and is checked in the
     interpreter, which ignores warps and stages."""
     from kvbench import checks
+    from kvbench.fixtures.pool import paged_pool
     from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn
-    from kvbench.pool import paged_pool
 
     monkeypatch.syspath_prepend(str(SCRIPTS))  # it imports sweep_paged_decode's CASES
     mod = _load("sweep_page_read")

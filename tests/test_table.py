@@ -5,8 +5,8 @@ import json
 import pytest
 
 from kvbench.dispatch.core import clear_decisions
-from kvbench.gather_pool import gather_pool_tokens
-from kvbench.table import main
+from kvbench.fixtures.gather_pool import gather_pool_tokens
+from kvbench.measure.table import main
 
 
 def test_kv_alloc_table_checks_every_state_and_writes_json(tmp_path, capsys):
@@ -82,8 +82,8 @@ def _filled(impl: str, case: str, us: float, moved: float, *, then: BaseExceptio
 
 def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, monkeypatch, capsys):
     """A number above a spec peak is a measurement bug: printed, written, and the run fails."""
-    from kvbench import table as table_mod
     from kvbench.harness.peaks import DevicePeaks
+    from kvbench.measure import table as table_mod
 
     peaks = DevicePeaks("NVIDIA H200", 4800.0, 989.5, 60 << 20, 132, True)
     monkeypatch.setattr(table_mod, "device_peaks", lambda *a, **k: peaks)
@@ -100,7 +100,7 @@ def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, 
 def test_a_bad_json_path_is_refused_before_anything_is_measured(
     tmp_path, monkeypatch, capsys, unwritable_dir
 ):
-    from kvbench import table as table_mod
+    from kvbench.measure import table as table_mod
 
     def never(**_):
         raise AssertionError("measured although the output path was unusable")
@@ -118,8 +118,8 @@ def test_a_bad_json_path_is_refused_before_anything_is_measured(
 
 
 def test_main_job_reports_a_failing_op_and_runs_the_others(tmp_path, monkeypatch, capsys):
-    from kvbench import table as table_mod
     from kvbench.harness import Row, Work
+    from kvbench.measure import table as table_mod
 
     ran = []
 
@@ -148,7 +148,7 @@ def test_main_job_reports_a_failing_op_and_runs_the_others(tmp_path, monkeypatch
 def test_an_interrupted_table_keeps_and_marks_what_it_measured(tmp_path, monkeypatch, capsys):
     """Ctrl-C in the middle of a table: the rows measured so far are printed and written
     (marked interrupted), the status is 130, and the main job stops there."""
-    from kvbench import table as table_mod
+    from kvbench.measure import table as table_mod
 
     interrupted = _filled("torch/gather", "kv2k", 50.0, 1e6, then=KeyboardInterrupt())
     monkeypatch.setitem(table_mod.BUILDERS, "kv_gather_fp8", interrupted)
@@ -175,7 +175,7 @@ def test_a_row_that_syncs_the_host_gets_a_bench_host_row_beside_it():
     import torch
 
     from kvbench.harness import Work
-    from kvbench.table import _device_rows
+    from kvbench.measure.table import _device_rows
 
     x = torch.ones(1 << 10, device="cuda")
     clean = _device_rows("k", "c", lambda: x.mul_(1.0), Work(moved=4096))
@@ -197,7 +197,7 @@ def test_decode_only_flags_are_refused_for_other_ops(flag, capsys):
 
 def test_each_row_is_scored_against_its_case_bytes_only_bound_like_with_like():
     from kvbench.harness import Row, Work
-    from kvbench.table import PAGE_READ_BOUND, bound_ratios
+    from kvbench.measure.table import PAGE_READ_BOUND, bound_ratios
 
     w = Work(moved=1e6)
     rows = [

@@ -10,6 +10,7 @@ set_perf_provider(fn) installs measured latencies (fn returns milliseconds); `kv
 stores per-device tables that the default provider reads.
 """
 
+from kvbench.core.env import read_selector
 from kvbench.dispatch.core import (
     DispatchError,
     Selection,
@@ -26,7 +27,6 @@ from kvbench.dispatch.core import (
 )
 from kvbench.dispatch.golden import clear_golden, record_golden
 from kvbench.dispatch.registry import BUCKETS, REGISTRY, Registry, bucket
-from kvbench.dispatch.selectors import read_selector
 from kvbench.dispatch.spec import GoldenRecord, KernelSpec, LayoutRequirement, Preference
 
 __all__ = [

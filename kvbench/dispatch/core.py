@@ -37,17 +37,19 @@ from typing import Any
 
 import torch
 
-from kvbench.dispatch import golden
+from kvbench.core.device import device_name, resolve_device, sm_count
+from kvbench.core.dtypes import ROW_DTYPES
+from kvbench.core.env import AUTO, SELECTOR_VARS, read_selector, warn_unknown_settings
+from kvbench.dispatch import golden, perf_tables
+from kvbench.dispatch.perf_tables import PerfProvider
 from kvbench.dispatch.registry import REGISTRY, Registry, bucket, check_op
-from kvbench.dispatch.selectors import AUTO, SELECTOR_VARS, read_selector, warn_unknown_settings
-from kvbench.dispatch.spec import DTYPE_NAMES, GoldenRecord, KernelSpec
+from kvbench.dispatch.spec import GoldenRecord, KernelSpec
 
 #: fn(op, bucket, spec_name, device_name, dtype, tags) -> milliseconds, or None when not
 #: measured. The dtype and the layout tags are the problem's: a row's rank can differ between
 #: dtypes (cuda/cluster_decode leads Triton at fp16 and trails it at fp8) and between layouts
 #: (the Triton fp8 decode is 30% faster from dim-major V pages, docs/perf-notes.md exp. 16),
 #: so a number measured at one must not rank rows for another.
-PerfProvider = Callable[[str, str, str, str, str, frozenset], "float | None"]
 
 
 class DispatchError(ValueError):
@@ -72,9 +74,7 @@ def _default_provider(
     tags: frozenset[str],
 ) -> float | None:
     """Perf tables stored by `kvbench tune` for this device name (loaded lazily, per name)."""
-    from kvbench.dispatch import tune  # lazy: tune imports the harness
-
-    return tune.stored_tables_provider(op, bucket_name, spec_name, device_name, dtype, tags)
+    return perf_tables.stored_tables_provider(op, bucket_name, spec_name, device_name, dtype, tags)
 
 
 _provider: PerfProvider | None = _default_provider
@@ -114,6 +114,12 @@ def set_perf_provider(fn: PerfProvider | None) -> None:
     if fn is not None and not callable(fn):
         raise ValueError(f"set_perf_provider: expected a callable or None, got {fn!r}")
     _provider = fn
+    clear_decisions()
+
+
+def reload_perf_tables() -> None:
+    """Forget loaded perf tables and the decisions made with them (after a tune wrote one)."""
+    perf_tables.clear_table_cache()
     clear_decisions()
 
 
@@ -189,40 +195,10 @@ def selector_problem(op: str) -> str | None:
 
 # ---- devices ---------------------------------------------------------------------------------
 
-_DEVICE_INFO: dict[torch.device, tuple[str, int | None]] = {}
-
-
-def resolve_device(device: torch.device | str | None) -> torch.device:
-    """None -> the current CUDA device when there is one, else cpu."""
-    if device is None:
-        if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
-    if isinstance(device, torch.device):
-        return device
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(
-            f"device {device!r}: expected a torch.device or a name like 'cuda:0'"
-        ) from None
-
-
 def _device_info(device: torch.device) -> tuple[str, int | None]:
-    """(device name, SM count) from the harness, cached: the names perf tables are keyed on."""
-    info = _DEVICE_INFO.get(device)
-    if info is None:
-        from kvbench.harness.peaks import device_peaks  # lazy: the harness is not needed to import
-
-        peaks = device_peaks(device)
-        info = (peaks.name, peaks.sm_count)
-        _DEVICE_INFO[device] = info
-    return info
-
-
-def device_name(device: torch.device | str | None = None) -> str:
-    """The name perf tables and the perf provider use for `device` (harness.device_peaks)."""
-    return _device_info(resolve_device(device))[0]
+    """(device name, SM count): the names perf tables are keyed on, and the SMs the
+    preference rules compare a problem's parallelism with."""
+    return device_name(device), sm_count(device)
 
 
 # ---- decisions -------------------------------------------------------------------------------
@@ -428,8 +404,8 @@ def _unloaded(*args: Any, **kwargs: Any) -> Any:
 
 
 def _check_dtype(dtype: str) -> None:
-    if dtype not in DTYPE_NAMES:
-        raise ValueError(f"dtype {dtype!r}: accepted dtype names are {', '.join(DTYPE_NAMES)}")
+    if dtype not in ROW_DTYPES:
+        raise ValueError(f"dtype {dtype!r}: accepted dtype names are {', '.join(ROW_DTYPES)}")
 
 
 def _as_tags(tags: Iterable[str]) -> frozenset[str]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvbench.dispatch.selectors import SELECTOR_VARS
+from kvbench.core.env import SELECTOR_VARS
 from kvbench.dispatch.spec import (
     KernelSpec,
     LayoutRequirement,

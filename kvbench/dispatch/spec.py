@@ -15,9 +15,7 @@ from typing import Any
 
 import torch
 
-#: Dtype names accepted anywhere in kvbench (docs/architecture.md, "Dtype names"), plus the
-#: index dtype of the allocator op, whose rows have no KV dtype.
-DTYPE_NAMES: tuple[str, ...] = ("fp16", "bf16", "fp8", "int64")
+from kvbench.core.dtypes import ROW_DTYPES
 
 #: A shape-preference rule: shape dict -> score (higher = more preferred). Rules must be
 #: cheap and pure; they run once per cached decision, never per call.
@@ -182,10 +180,10 @@ class KernelSpec:
             raise ValueError(f"KernelSpec.name {self.name!r}: expected '<backend>/<impl>'")
         if isinstance(self.dtypes, str) or not self.dtypes:
             raise ValueError(f"KernelSpec {self.name}: dtypes must be a non-empty tuple of names")
-        bad = [d for d in self.dtypes if d not in DTYPE_NAMES]
+        bad = [d for d in self.dtypes if d not in ROW_DTYPES]
         if bad:
             raise ValueError(
-                f"KernelSpec {self.name}: unknown dtype names {bad}; accepted: {DTYPE_NAMES}"
+                f"KernelSpec {self.name}: unknown dtype names {bad}; accepted: {ROW_DTYPES}"
             )
         object.__setattr__(self, "dtypes", tuple(self.dtypes))
         object.__setattr__(self, "preferences", tuple(self.preferences))

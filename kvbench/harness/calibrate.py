@@ -28,10 +28,11 @@ from pathlib import Path
 
 import torch
 
+from kvbench.core.device import resolve_device
+from kvbench.core.jsonfile import move_aside, write_json_atomic
 from kvbench.core.paths import CacheRootError, cache_root, ceilings_file
-from kvbench.harness.peaks import device_peaks, resolve_device
+from kvbench.harness.peaks import device_peaks
 from kvbench.harness.timers import bench
-from kvbench.jsonfile import move_aside, write_json_atomic
 
 CUDA_SIZE_BYTES = 2 << 30  # 2 GiB: >30x the H200's 60 MiB L2, long enough to amortise launch
 CPU_SIZE_BYTES = 256 << 20

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from kvbench.harness.peaks import resolve_device
+from kvbench.core.device import resolve_device
 
 #: Multiple of the last-level cache the flush buffer covers: streaming twice the cache through
 #: it evicts every line of a (pseudo-)LRU cache whatever its replacement details.

@@ -2,7 +2,7 @@
 
 A latency without its GPU, driver, torch/triton versions, commit and the env vars that chose
 the kernel cannot be compared with anything. The env-var list comes from
-kvbench.dispatch.selectors.kernel_env_vars(), which the dispatch side owns, so a new selector
+kvbench.core.env.kernel_env_vars(), which the dispatch side owns, so a new selector
 appears here without a second list to keep in sync.
 """
 
@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from kvbench.core.device import cpu_name
 from kvbench.harness.calibrate import load_ceilings
-from kvbench.harness.peaks import cpu_name, device_peaks
+from kvbench.harness.peaks import device_peaks
 
 _SUBPROCESS_TIMEOUT_S = 5
 
@@ -104,7 +105,7 @@ def metadata(command: str | None = None) -> dict:
     # Imported here, not at module top: importing kvbench.dispatch runs its package __init__
     # (registry, golden -> checks -> harness.verify), and the harness must stay importable
     # from those modules without an import cycle.
-    from kvbench.dispatch.selectors import kernel_env_vars
+    from kvbench.core.env import kernel_env_vars
 
     if command is not None and not isinstance(command, str):
         raise ValueError(f"command must be None or a string, got {type(command).__name__}")

@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import platform
 import re
 from dataclasses import dataclass
 
 import torch
+
+from kvbench.core.device import cpu_name, resolve_device
 
 # Dense (no 2:4 sparsity) fp16/bf16 tensor-core peak with fp32 accumulate, in 1e12 FLOP/s.
 # Source: the vendor datasheets, which print the sparse figure with an asterisk; the dense
@@ -71,41 +72,6 @@ class DevicePeaks:
     is_cuda: bool
 
 
-def resolve_device(device: object = None) -> torch.device:
-    """Normalise a device argument to torch.device("cpu") or torch.device("cuda", index).
-
-    None means the current CUDA device when CUDA is available, else the CPU. Every harness
-    function takes `device=None` and goes through here, so they all agree on what it means.
-    """
-    if device is None:
-        if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
-    accepted = "None, 'cpu', 'cuda', 'cuda:N', an int CUDA index or a torch.device"
-    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
-        raise ValueError(f"device must be {accepted}, got {device!r}")  # noqa: TRY004
-    if isinstance(device, int):
-        # torch.device(int) means "the current accelerator", which is an error on a CPU-only
-        # build; kvbench's meaning of an int is always a CUDA index.
-        device = f"cuda:{device}"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be {accepted}, got {device!r}") from None
-    if dev.type == "cpu":
-        return torch.device("cpu")
-    if dev.type != "cuda":
-        raise ValueError(f"device must be a CPU or CUDA device, got {device!r} ({dev.type})")
-    if not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} needs CUDA, which is not available on this machine")
-    index = torch.cuda.current_device() if dev.index is None else dev.index
-    if not 0 <= index < torch.cuda.device_count():
-        raise ValueError(
-            f"device {device!r}: CUDA index {index} is out of range "
-            f"(this machine has {torch.cuda.device_count()} CUDA devices)"
-        )
-    return torch.device("cuda", index)
-
 
 def tensor_core_tflops(name: str) -> float | None:
     """Dense fp16/bf16 tensor-core peak of a CUDA device name from the datasheet table, or None."""
@@ -127,17 +93,6 @@ def mem_gbps_from_clock(memory_clock_khz: float, bus_width_bits: float) -> float
         )
     return memory_clock_khz * 1e3 * bus_width_bits * 2 / 8 / 1e9
 
-
-def cpu_name() -> str:
-    """The CPU model name (from /proc/cpuinfo on Linux, else platform), for labels only."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def _nvml_memory_clock_and_bus(index: int, props: object) -> tuple[float, float] | None:

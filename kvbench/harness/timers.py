@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kvbench.core.device import resolve_device
 from kvbench.harness.flush import DEFAULT_CUDA_FLUSH, flusher
-from kvbench.harness.peaks import resolve_device
 from kvbench.harness.proof import TimedProof, run_proof
 
 #: bench(): timed work per measurement (seconds) and the repeat clamp.

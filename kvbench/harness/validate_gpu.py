@@ -25,14 +25,15 @@ from dataclasses import asdict
 
 import torch
 
+from kvbench.core.device import resolve_device
+from kvbench.core.jsonfile import output_path, write_json_atomic
 from kvbench.harness.calibrate import calibrate
 from kvbench.harness.flush import DEFAULT_CUDA_FLUSH, flush_bytes
 from kvbench.harness.meta import format_metadata, metadata
-from kvbench.harness.peaks import device_peaks, resolve_device
+from kvbench.harness.peaks import device_peaks
 from kvbench.harness.report import report
 from kvbench.harness.timers import bench, bench_host, bench_stateful, host_floor
 from kvbench.harness.work import Row, Work
-from kvbench.jsonfile import output_path, write_json_atomic
 
 #: Bytes per buffer of the L2-resident ablation: src + dst = 16 MiB, a quarter of an H200's
 #: 60 MiB L2. Kept well under half of L2 because Hopper splits L2 into two partitions and a

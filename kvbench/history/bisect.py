@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvbench import progress
+from kvbench.core import progress
 from kvbench.history import abtest, results
 from kvbench.history.asv_measure import (
     OK,
@@ -301,7 +301,7 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
 # ---- the command ----------------------------------------------------------------------------
 
 def default_machine() -> str:
-    from kvbench.machine import machine_record
+    from kvbench.history.machine import machine_record
 
     return machine_record()["machine"]
 
@@ -378,7 +378,7 @@ def _subjects(repo: Path, commits: Sequence[str]) -> dict[str, str]:
 
 def _log_with_status(measurer) -> object:
     """bisect's log: the printed line as before, and on a terminal a live status line
-    (kvbench.progress) with the step and the asv runs done so far."""
+    (kvbench.core.progress) with the step and the asv runs done so far."""
 
     def log(text: str) -> None:
         print(text, flush=True)
@@ -398,7 +398,7 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
                 repo: str | os.PathLike = ".", config: str | None = None) -> int:
     """`kvbench bisect`: validate, measure, print the evidence; the exit status says the
     verdict (0 regression named or no regression, 3 inconclusive). ValueError on bad input."""
-    from kvbench.jsonfile import check_writable
+    from kvbench.core.jsonfile import check_writable
 
     series = parse_series(series_text)
     abtest.check_rounds(rounds, max_rounds)
@@ -433,7 +433,7 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
         shutil.rmtree(workdir, ignore_errors=True)
     print(format_report(report))
     if json_path:
-        from kvbench.jsonfile import write_json_atomic
+        from kvbench.core.jsonfile import write_json_atomic
 
         data = report.to_json()
         data["asv_invocations"] = measurer.invocations

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvbench import progress
+from kvbench.core import progress
 from kvbench.history import changepoints, noise
 from kvbench.history.context import Fact, SidecarCache
 from kvbench.history.results import History, Series

@@ -20,7 +20,7 @@ FAIL_ON = ("regression", "never")
 
 def default_machine() -> str:
     """The machine name `kvbench machine` would write for this host (h200, cpu-...)."""
-    from kvbench.machine import machine_record
+    from kvbench.history.machine import machine_record
 
     return machine_record()["machine"]
 
@@ -48,11 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from kvbench import progress
+    from kvbench.core import progress
+    from kvbench.core.jsonfile import check_writable, write_json_atomic
     from kvbench.history.regressions import analyze
     from kvbench.history.report import plot_findings, print_table, readable_by_all
     from kvbench.history.results import load_history, repository_of, resolve
-    from kvbench.jsonfile import check_writable, write_json_atomic
 
     try:
         results = Path(args.results)
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot and Path(args.plot).exists() and not Path(args.plot).is_dir():
             raise ValueError(f"--plot {args.plot}: exists and is not a directory")
         machine = args.machine or default_machine()
-        # a live line on a terminal only (kvbench.progress); gone before the table is printed
+        # a live line on a terminal only (kvbench.core.progress); gone before the table is printed
         with progress.status(f"kvbench regressions {machine}"):
             progress.report(f"loading {results / machine}")
             history = load_history(results, machine)

@@ -119,10 +119,10 @@ def render_page(reports: dict[str, Report | str], plots: dict[str, dict[str, str
 
 def write_page(html_dir: str | Path, results_dir: str | Path) -> Path:
     """html_dir/kvbench/regressions.{html,json} (+ plots) for every machine in results_dir."""
+    from kvbench.core.jsonfile import write_json_atomic
     from kvbench.history.regressions import analyze
     from kvbench.history.report import plot_findings, plot_name, readable_by_all
     from kvbench.history.results import load_history, machines
-    from kvbench.jsonfile import write_json_atomic
 
     out = Path(html_dir) / PAGE_DIR
     out.mkdir(parents=True, exist_ok=True)

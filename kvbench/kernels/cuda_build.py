@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 
 from kvbench.core import paths
-from kvbench.jsonfile import write_json_atomic
+from kvbench.core.jsonfile import write_json_atomic
 
 SOURCE_DIR = Path(__file__).resolve().parent / "cuda"
 

@@ -5,7 +5,7 @@ Op: ``kv_gather_fp8(kv_cache, page_table_flat, *, extra_rows, out=None) -> [L + 
 - ``kv_cache``: [pool_tokens, 1, 656] float8_e4m3fn (or the same bytes as uint8), contiguous;
   each 656-byte row holds 512
   e4m3 "nope" bytes, 4 fp32 group scales (one per 128 nope values) and 64 bf16 "rope" values
-  (kvbench.gather_pool documents the layout and builds realistic pools).
+  (kvbench.fixtures.gather_pool documents the layout and builds realistic pools).
 - ``page_table_flat``: int32 [L] contiguous, pool rows to gather, in output order. Values must
   lie in [0, pool_tokens); checked on the host for CPU tensors, and on CUDA on the device in
   safe mode (``KVBENCH_CHECK=1``, docs/safety.md: an out-of-range id reads row 0, its output

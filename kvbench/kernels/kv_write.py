@@ -4,7 +4,7 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
 
 - ``k``, ``v``: [N, Hkv, D] fp16/bf16 new rows (strided views are fine; last dim stride 1).
 - ``k_cache``, ``v_cache``: [num_pages, page_size, Hkv, D], usually the two strided halves of
-  one combined per-layer buffer [num_pages, 2, page_size, Hkv, D] (kvbench.pool). The kernels
+  one combined per-layer buffer [num_pages, 2, page_size, Hkv, D] (kvbench.fixtures.pool). The kernels
   take the views' strides and never ``.contiguous()`` a cache: that copy would write into a
   temporary and lose the update (and is the measurement mistake seed 000 warns about).
   ``k_cache`` is token-major (stride 1 in head_dim); ``v_cache`` token-major or dim-major

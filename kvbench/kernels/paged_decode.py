@@ -135,7 +135,7 @@ SPLIT_POLICY: dict[str, float] = {
 #           computes P x 2^112 (folded into the exp2 row maximum, a [GROUP] vector op) and
 #           scales the row sums back, leaving the accumulator at the fp16 path's x 2^-8.
 #           Codes 0x7f / 0xff (NaN in e4m3fn) map to finite values (+-480 x 2^-8 in fp16) in
-#           this path; kvbench.quant never produces them (it clamps to +-448).
+#           this path; kvbench.fixtures.quant never produces them (it clamps to +-448).
 # Both are exact for all 254 finite codes (tests/test_paged_decode.py checks every code).
 # A third mode, "words" (bytes loaded as int32 words and widened in an inline-asm block so the
 # tile reaches the MMA as fp16 through ldmatrix, no element-wise byte reads), cut the executed

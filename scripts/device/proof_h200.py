@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks import _sidecar
 from kvbench import checks, ops
 from kvbench.harness import bench, bench_kernel, event_floor
-from kvbench.pool import paged_pool
+from kvbench.fixtures.pool import paged_pool
 
 
 def main(out_path: str) -> None:

@@ -19,7 +19,7 @@ its entries replace only those of the same (dtype, tags) in the file, so one tab
 dtype and layout tuned on the device. A stored table that cannot be read whole (a torn file,
 another schema, one malformed entry) is moved aside as ``<name>.corrupt-<UTC time>`` with a
 warning naming both paths before the tune measures anything, and its valid entries are kept:
-no tune loses what an earlier one stored. Writes are atomic (kvbench.jsonfile).
+no tune loses what an earlier one stored. Writes are atomic (kvbench.core.jsonfile).
 
 Units: entries store MICROSECONDS ("us"); the perf provider built from them returns
 milliseconds (the provider convention), and dispatch converts back in core._provider_us.
@@ -41,9 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -52,14 +49,17 @@ from typing import Any
 
 import torch
 
-from kvbench.core import paths
+from kvbench.core.dtypes import ROW_DTYPES
 from kvbench.dispatch import core
 from kvbench.dispatch.golden import record_golden
+from kvbench.dispatch.perf_tables import (
+    SCHEMA,
+    repair_stored_table,
+    table_entries,
+    table_path,
+    write_table,
+)
 from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, check_op
-from kvbench.dispatch.spec import DTYPE_NAMES
-from kvbench.jsonfile import move_aside, write_json_atomic
-
-SCHEMA = 1
 
 
 @dataclass(frozen=True)
@@ -139,9 +139,9 @@ CPU_CASES: dict[str, tuple[TuneCase, ...]] = {
 
 def tune_dtypes(op: str) -> tuple[str, ...]:
     """The dtypes `op` can be tuned at (`--dtype`): those some registered row of it serves,
-    in DTYPE_NAMES order (the fixtures build every one of them)."""
+    in ROW_DTYPES order (the fixtures build every one of them)."""
     rows = core.active_registry().specs(check_op(op))
-    return tuple(d for d in DTYPE_NAMES if any(d in spec.dtypes for spec in rows))
+    return tuple(d for d in ROW_DTYPES if any(d in spec.dtypes for spec in rows))
 
 
 #: The ops whose cases build a paged pool, so `--storage` applies.
@@ -154,7 +154,7 @@ def default_cases(
 ) -> tuple[TuneCase, ...]:
     """The op's cases for the device, at `dtype` and pool `storage` when given (ValueError
     naming what is accepted otherwise)."""
-    from kvbench.pool import STORAGES
+    from kvbench.fixtures.pool import STORAGES
 
     dev = core.resolve_device(device)
     cases = (CASES if dev.type == "cuda" else CPU_CASES)[check_op(op)]
@@ -191,7 +191,7 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
     def case_pool(num_seqs: int):
         """The case's fragmented pool at its dtype and storage (>= 8x L2 on a GPU), as the asv
         suite builds it."""
-        from kvbench.pool import paged_pool
+        from kvbench.fixtures.pool import paged_pool
 
         return paged_pool(
             num_seqs,
@@ -235,7 +235,7 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         )
     if case.op == "kv_gather_fp8":
         from kvbench.checks import check_kv_gather_fp8, proof_kv_gather_fp8
-        from kvbench.gather_pool import (
+        from kvbench.fixtures.gather_pool import (
             build_gather_pool,
             build_page_table_flat,
             gather_pool_tokens,
@@ -283,211 +283,6 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
 
 
 # ---- storage and the provider ------------------------------------------------------------------
-
-
-def tables_dir(*, create: bool = True) -> Path:
-    """The perf tables' folder under the cache root (kvbench.core.paths); create=False for
-    readers, which must not create folders."""
-    return paths.perf_tables_dir(create=create)
-
-
-def _slug(device_name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", device_name).strip("_") or "device"
-
-
-def table_path(device_name: str, op: str, *, create: bool = True) -> Path:
-    return tables_dir(create=create) / f"{_slug(device_name)}__{check_op(op)}.json"
-
-
-def _write_json(path: Path, data: dict) -> None:
-    write_json_atomic(path, data, indent=2, default=str)  # a reader sees old or new, never torn
-
-
-def _table_entries(
-    data: object, device_name: str, op: str
-) -> list[tuple[str, str, str, frozenset[str] | None, float]]:
-    """(bucket, spec, dtype, tags, us) of a stored table of `op`, or ValueError saying what is
-    wrong (the file, or its first unusable entry).
-
-    An entry's dtype is its own "dtype", else the table's, else the dtype `kvbench tune`
-    measures the op at (CASES): tables written before entries carried one. Its tags are its
-    "tags" (a list of layout tags), or None for an entry written before tags were recorded."""
-    entries = _table_header(data, device_name, op)
-    return [_table_entry(i, e, data, op) for i, e in enumerate(entries)]
-
-
-def _table_header(data: object, device_name: str, op: str) -> list:
-    """The entries list of a stored table whose schema, op and device match; ValueError
-    otherwise."""
-    if not isinstance(data, dict):
-        # ValueError, like json's own: the caller handles every unusable file the same way.
-        raise ValueError(f"a JSON object was expected, got {type(data).__name__}")  # noqa: TRY004
-    if data.get("op", op) != op:
-        raise ValueError(f"it holds op {data.get('op')!r}, its file name says {op!r}")
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"schema {data.get('schema')!r}, this kvbench reads schema {SCHEMA}")
-    if data.get("device_name") != device_name:
-        raise ValueError(f"it was measured on {data.get('device_name')!r}, not {device_name!r}")
-    entries = data.get("entries")
-    if not isinstance(entries, list):
-        raise ValueError(f"'entries' must be a list, got {type(entries).__name__}")  # noqa: TRY004
-    return entries
-
-
-def _table_entry(
-    i: int, e: object, data: dict, op: str
-) -> tuple[str, str, str, frozenset[str] | None, float]:
-    """(bucket, spec, dtype, tags, us) of entries[i] of a table, or ValueError naming it."""
-    value = e.get("us") if isinstance(e, dict) else None
-    if not (isinstance(e, dict) and isinstance(e.get("bucket"), str)
-            and isinstance(e.get("spec"), str) and isinstance(value, (int, float))
-            and not isinstance(value, bool) and math.isfinite(value) and value > 0):
-        raise ValueError(
-            f"entries[{i}] must be an object with string 'bucket' and 'spec' and a positive "
-            f"finite number 'us', got {e!r}"
-        )
-    dtype = e.get("dtype", data.get("dtype") or CASES[op][0].dtype)
-    if dtype not in DTYPE_NAMES:
-        raise ValueError(f"entries[{i}] has dtype {dtype!r}; accepted: {DTYPE_NAMES}")
-    tags = e.get("tags")
-    if tags is not None and not (isinstance(tags, list)
-                                 and all(isinstance(t, str) for t in tags)):
-        raise ValueError(f"entries[{i}] has tags {tags!r}; a list of strings was expected")
-    return e["bucket"], e["spec"], dtype, None if tags is None else frozenset(tags), float(value)
-
-
-def repair_stored_table(device_name: str, op: str) -> Path | None:
-    """Before a tune writes `op`'s table: if the stored one cannot be read whole, move it
-    aside and keep what can still be used. Returns the aside path, or None when the file is
-    absent or sound.
-
-    The file is renamed ``<name>.corrupt-<UTC time>`` (its bytes unchanged: nothing the user
-    stored is lost) and a UserWarning names both paths. When its header is sound, its valid
-    entries are written back (atomically) as the table the tune then merges into, so one bad
-    entry costs that entry only, never the other dtypes' and layouts' measurements. A file
-    that cannot be moved aside stops the tune with a RuntimeError, before any measurement,
-    rather than be overwritten."""
-    path = table_path(device_name, op)
-    if not path.exists():
-        return None
-    kept: list[dict] = []
-    try:
-        data = json.loads(path.read_text())
-        entries = _table_header(data, device_name, op)
-    except (OSError, ValueError) as exc:
-        problem = f"it cannot be read ({exc}); none of its entries could be kept"
-    else:
-        errors = []
-        for i, e in enumerate(entries):
-            try:
-                _table_entry(i, e, data, op)
-                kept.append(e)
-            except ValueError as exc:
-                errors.append(str(exc))
-        if not errors:
-            return None
-        problem = (f"{len(errors)} of its {len(entries)} entries are unusable ({'; '.join(errors)});"
-                   f" its {len(kept)} valid entries stay in the table")
-    try:
-        aside = move_aside(path)
-    except OSError as exc:
-        raise RuntimeError(
-            f"perf table {path} is unusable and could not be moved aside ({exc}); "
-            "move or fix it by hand, then run `kvbench tune` again"
-        ) from exc
-    if kept:
-        _write_json(path, {**data, "entries": kept})
-    warnings.warn(f"perf table {path}: {problem}; moved it to {aside}", stacklevel=2)
-    return aside
-
-
-#: The versions a perf table's timings depend on besides the device: a table measured under
-#: another torch or triton may rank rows by kernels that have since been recompiled.
-_VERSION_KEYS = ("torch", "triton")
-
-
-def _stale_versions(data: dict) -> str | None:
-    """'torch X (now Y), ...' for each version in the table's metadata that differs from this
-    process's, or None. A table without metadata (hand-written, tests) is not judged."""
-    from kvbench.harness.meta import triton_version
-
-    recorded = data.get("metadata")
-    if not isinstance(recorded, dict):
-        return None
-    now = {"torch": str(torch.__version__), "triton": triton_version()}  # as metadata() writes them
-    changed = [f"{key} {recorded[key]} (now {now[key]})" for key in _VERSION_KEYS
-               if recorded.get(key) is not None and recorded.get(key) != now.get(key)]
-    return ", ".join(changed) or None
-
-
-def load_perf_table(device_name: str) -> core.PerfProvider:
-    """A perf provider over the tables stored for `device_name` (ms, or None if unmeasured).
-
-    A file that cannot be used (unreadable, another schema or device, a malformed entry) is
-    skipped with a warning that names it, what is wrong, and the command that rewrites it:
-    one bad file must not break dispatch of every op. A table measured under another torch
-    or triton version is used, with a warning naming the versions: its ranking is likely
-    still right, but its numbers are not this software's. The provider answers None for any
-    other device name.
-    """
-    us: dict[tuple[str, str, frozenset[str] | None, str, str], float] = {}
-    try:
-        directory = tables_dir(create=False)
-    except paths.CacheRootError as exc:  # dispatch goes on, ranked by the preference rules
-        warnings.warn(f"ignoring perf tables: {exc}", stacklevel=2)
-        directory = None
-    for op in BUCKETS if directory is not None else ():
-        path = directory / f"{_slug(device_name)}__{op}.json"
-        if not path.exists():
-            continue
-        try:
-            data = json.loads(path.read_text())
-            entries = _table_entries(data, device_name, op)
-        except (OSError, ValueError) as exc:
-            warnings.warn(f"ignoring perf table {path}: {exc}; re-run `kvbench tune {op}` (it "
-                          "moves the file aside and keeps its valid entries)", stacklevel=2)
-            continue
-        stale = _stale_versions(data)
-        if stale:
-            warnings.warn(f"perf table {path} was measured under {stale}; dispatch still ranks "
-                          f"by it: re-run `kvbench tune {op}`", stacklevel=2)
-        for bucket_name, spec_name, dtype, tags, value in entries:
-            us[(op, dtype, tags, bucket_name, spec_name)] = value
-
-    def provider(
-        op: str, bucket_name: str, spec_name: str, dev_name: str, dtype: str,
-        tags: frozenset[str],
-    ) -> float | None:
-        """The entry measured at exactly these tags, else one recorded without tags."""
-        if dev_name != device_name:
-            return None
-        value = us.get((op, dtype, frozenset(tags), bucket_name, spec_name))
-        if value is None:
-            value = us.get((op, dtype, None, bucket_name, spec_name))
-        return None if value is None else value / 1000.0  # table µs -> provider ms
-
-    provider.device_name = device_name  # type: ignore[attr-defined]
-    provider.entries = len(us)  # type: ignore[attr-defined]
-    return provider
-
-
-_LOADED: dict[str, core.PerfProvider] = {}
-
-
-def stored_tables_provider(
-    op: str, bucket_name: str, spec_name: str, dev_name: str, dtype: str, tags: frozenset[str]
-) -> float | None:
-    """The default provider: stored tables for `dev_name`, loaded once per process and name."""
-    provider = _LOADED.get(dev_name)
-    if provider is None:
-        provider = _LOADED[dev_name] = load_perf_table(dev_name)
-    return provider(op, bucket_name, spec_name, dev_name, dtype, tags)
-
-
-def clear_table_cache() -> None:
-    """Forget loaded tables (after writing one, or when KVBENCH_CACHE_DIR changes)."""
-    _LOADED.clear()
-    core.clear_decisions()
 
 
 # ---- tune --------------------------------------------------------------------------------------
@@ -566,8 +361,8 @@ def tune(
         "entries": _kept_entries(path, name, op, entries) + entries,
     }
     table["kvbench_commit"] = table["metadata"].get("commit")
-    _write_json(path, table)
-    clear_table_cache()
+    write_table(path, table)
+    core.reload_perf_tables()
     core.reset_perf_provider()
     for pick in picks:
         pick["after"] = _auto_pick(op, pick.pop("problem"), dev)
@@ -584,13 +379,13 @@ def _kept_entries(path: Path, device_name: str, op: str, new: list[dict]) -> lis
         return []
     try:
         data = json.loads(path.read_text())
-        parsed = _table_entries(data, device_name, op)
+        parsed = table_entries(data, device_name, op)
     except (OSError, ValueError):
         repair_stored_table(device_name, op)
         if not path.exists():
             return []
         data = json.loads(path.read_text())
-        parsed = _table_entries(data, device_name, op)
+        parsed = table_entries(data, device_name, op)
     measured = {(e["dtype"], frozenset(e["tags"])) for e in new}
     dtypes = {dtype for dtype, _ in measured}
     kept = []

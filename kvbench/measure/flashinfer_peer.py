@@ -35,7 +35,7 @@ from types import ModuleType
 import torch
 
 from kvbench.core import paths
-from kvbench.pool import attended_pages
+from kvbench.fixtures.pool import attended_pages
 
 #: The carried FlashInfer's import root, unless $KVBENCH_FLASHINFER_SITE names another.
 DEFAULT_SITE: Path = Path(__file__).resolve().parents[1] / ".flashinfer" / "site"
@@ -148,7 +148,7 @@ def plan_inputs(
     """kvbench's (block_table, seq_lens) -> FlashInfer's (kv_indptr, kv_indices, last_page_len).
 
     Sequence b owns pages ``block_table[b, :ceil(seq_lens[b] / page_size)]`` in order
-    (``kvbench.pool.attended_pages``); its last page holds ``seq_lens[b] - (pages - 1) *
+    (``kvbench.fixtures.pool.attended_pages``); its last page holds ``seq_lens[b] - (pages - 1) *
     page_size`` tokens.
     """
     indices = attended_pages(block_table, seq_lens, page_size)

@@ -43,7 +43,7 @@ def plot_roofline(table: dict[str, Any], path: str | os.PathLike, *,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvbench.table import CEILING_FOR_OP
+    from kvbench.measure.table import CEILING_FOR_OP
 
     op = table.get("op", "?")
     rows = [r for r in table.get("rows", []) if r.get("work", {}).get("moved", 0) > 0]

@@ -188,7 +188,7 @@ def rewrite_html(text: str) -> str:
             if tag.lower().startswith("<link") and "stylesheet" not in tag.lower():
                 return tag  # e.g. rel="alternate" feeds: not loaded by the page
             raise RuntimeError(
-                f"asv's HTML loads {url}, which kvbench.publish does not vendor: add it to ASSETS")
+                f"asv's HTML loads {url}, which kvbench.history.publish does not vendor: add it to ASSETS")
         tag = tag.replace(url_match.group(0), f'{url_match.group(1)}="{by_url[url]}"')
         return _DROP_ATTRS.sub("", tag)
 
@@ -264,7 +264,7 @@ def fold_host_keys(result: dict, record: dict) -> bool:
     when anything changed. The 1-GPU and 2-GPU H200 hosts' records differ in num_cpu and
     ram, and every boot in its kernel build: asv draws one line per distinct params, so
     unfolded they split one machine kind into several lines."""
-    from kvbench.machine import HOST_KEYS
+    from kvbench.history.machine import HOST_KEYS
 
     params = result.get("params")
     if not isinstance(params, dict):
@@ -338,7 +338,7 @@ def set_default_machines(html_dir: Path, machines: list[str]) -> None:
         return
     if _ALL_MACHINES_JS not in text:
         raise RuntimeError(f"{script}: asv's default-selection code changed; update "
-                           "kvbench.publish._ALL_MACHINES_JS")
+                           "kvbench.history.publish._ALL_MACHINES_JS")
     script.write_text(text.replace(_ALL_MACHINES_JS, _DEFAULT_MACHINES_JS), encoding="utf-8")
 
 

@@ -27,13 +27,13 @@ import tempfile
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
-from kvbench.jsonfile import check_writable
+from kvbench.core.jsonfile import check_writable
 
 #: asv's own keys, then kvbench's. All values are strings, as asv's own are.
 EXTRA_KEYS = ("gpu", "sm_count", "l2_bytes", "mem_peak_gbps", "driver", "cuda", "torch", "triton")
 #: asv's keys that describe the host a run happened to get (its share of cores and memory,
 #: its kernel build), not the machine kind: `kvbench publish` folds them onto the machine's
-#: stored record so the dashboard draws one line per machine kind (kvbench.publish).
+#: stored record so the dashboard draws one line per machine kind (kvbench.history.publish).
 HOST_KEYS = ("num_cpu", "ram", "os")
 UNKNOWN = "unknown"
 NOT_APPLICABLE = "n/a"

@@ -35,9 +35,12 @@ from typing import Any
 
 import torch
 
-from kvbench import checks, ops, progress, theory
+from kvbench import checks, ops, theory
+from kvbench.core import progress
+from kvbench.core.env import selector_var
+from kvbench.core.jsonfile import check_writable, output_path, write_json_atomic
 from kvbench.dispatch.core import dispatch, spec_names
-from kvbench.dispatch.selectors import selector_var
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import (
     Row,
     Work,
@@ -55,8 +58,6 @@ from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
 from kvbench.harness.report import EVENT_TIMERS
 from kvbench.harness.timers import KERNEL_TIMER_FLOOR_FACTOR
-from kvbench.jsonfile import check_writable, output_path, write_json_atomic
-from kvbench.pool import paged_pool
 
 #: Llama-3-8B decode geometry (issue 6): 32 query heads over 8 KV heads, head_dim 128.
 Q_HEADS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
@@ -253,7 +254,7 @@ def _decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Te
     - torch/flex_attention: torch.compile'd flex_attention on that contiguous copy (GPU only).
     - flashinfer/decode, flashinfer/decode_tc: FlashInfer's paged decode (CUDA-core and
       tensor-core kernels) on the pool's own combined buffer (GPU, fp16/bf16; see
-      kvbench.flashinfer_peer for where FlashInfer comes from). Planned here, untimed.
+      kvbench.measure.flashinfer_peer for where FlashInfer comes from). Planned here, untimed.
     """
     peers: dict[str, Callable[[], torch.Tensor]] = {}
     if q.is_cuda and pool.kv_dtype_name != "fp8":
@@ -295,7 +296,7 @@ def _decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Te
 
 def _flashinfer_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[..., torch.Tensor]]:
     """FlashInfer's two decode kernels as peers; a row that cannot run carries its reason."""
-    from kvbench.flashinfer_peer import make_flashinfer_decode
+    from kvbench.measure.flashinfer_peer import make_flashinfer_decode
 
     peers: dict[str, Callable[..., torch.Tensor]] = {}
     for name, tensor_cores in (("decode", False), ("decode_tc", True)):
@@ -513,7 +514,7 @@ def table_kv_write(*, table: Table | None = None) -> Table:
 
 
 def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
-    from kvbench.gather_pool import (
+    from kvbench.fixtures.gather_pool import (
         TOPK_PAD_ROWS,
         build_gather_pool,
         build_page_table_flat,
@@ -722,7 +723,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json_path:  # atomically: a failed write leaves the previous file as it was
         write_json_atomic(args.json_path, table.as_json(meta), indent=2, default=str)
     if args.plot and any(r.work.moved > 0 for r in table.rows):
-        from kvbench.plots import plot_roofline
+        from kvbench.measure.plots import plot_roofline
 
         print(f"roofline plot: {plot_roofline(table.as_json(meta), args.plot)}")
     if table.interrupted:
