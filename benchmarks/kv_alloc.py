@@ -59,7 +59,7 @@ def _measure(manager, keys: list, results: dict) -> None:
         alloc.prepare_state(manager, state, n=n)
         checked = getattr(alloc, "checked_alloc", None)
         if checked is None:
-            raise c.Skip("this commit has no kvbench.alloc.checked_alloc (the invariant gate)")
+            raise c.Skip("this commit has no kvbench.ops.kv_alloc.checked_alloc (the invariant gate)")
         checked(manager, n)  # n distinct rows, all free before: else no number
         timing = c.least_of(lambda: harness.bench_host(
             lambda: manager.alloc(n), lambda: alloc.prepare_state(manager, state, n=n),

@@ -1,6 +1,40 @@
 """kvbench: per-commit performance history for the KV-cache kernels of an LLM engine.
 
-See docs/architecture.md for the module map and the units at each boundary.
+The engine-facing entry points are attributes of this package, loaded on first use so that
+`import kvbench` (the asv plugin, the CLI's help) stays light:
+
+    kvbench.paged_decode, kvbench.kv_write, kvbench.kv_gather_fp8, kvbench.KVCacheManager,
+    kvbench.last_selection, kvbench.raise_pending
+
+Each lives in its op module (kvbench.ops.<op>); docs/architecture.md has the module map and
+the units at each boundary.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+#: Public name -> the module that defines it.
+_ENTRY_POINTS = {
+    "paged_decode": "kvbench.ops.paged_decode",
+    "kv_write": "kvbench.ops.kv_write",
+    "kv_gather_fp8": "kvbench.ops.kv_gather_fp8",
+    "KVCacheManager": "kvbench.ops.kv_alloc",
+    "last_selection": "kvbench.ops.common",
+    "raise_pending": "kvbench.ops.common",
+}
+
+__all__ = ["__version__", *_ENTRY_POINTS]
+
+
+def __getattr__(name: str) -> Any:
+    """Load an entry point on first access and keep it as a plain attribute afterwards."""
+    module = _ENTRY_POINTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kvbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -26,23 +26,24 @@ from functools import partial
 import torch
 from gpu_experiment import experiment_parser, start_experiment
 
-from kvbench import checks
+from kvbench.core.jsonfile import write_json_atomic
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench, timers
 from kvbench.harness.flush import CUDA_FLUSH_MODES, flusher
 from kvbench.harness.stream_read import page_read_fn
 from kvbench.harness.validate_gpu import SMALL_COPY_BYTES, copy_buffers
-from kvbench.core.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
 from kvbench.kernels.kv_write import kv_write_triton
-from kvbench.fixtures.pool import paged_pool
+from kvbench.ops.kv_write import check_kv_write, make_write_inputs
+from kvbench.ops.paged_decode import check_page_read, check_paged_decode, make_decode_query
 
 
 def decode_case(batch: int, ctx: int, dev: torch.device) -> tuple[Callable[[], object], object]:
     """The shipped split-KV decode on a fragmented >= 8x L2 fp16 pool, verified first."""
     pool = paged_pool(batch, ctx, dtype=torch.float16, device=dev)
-    q = checks.make_decode_query(pool, 32)
-    checks.check_paged_decode(pd.paged_decode_split_kv, pool, q)
+    q = make_decode_query(pool, 32)
+    check_paged_decode(pd.paged_decode_split_kv, pool, q)
     return partial(pd.paged_decode_split_kv, q, pool.k_cache, pool.v_cache, pool.block_table,
                    pool.seq_lens), pool
 
@@ -57,12 +58,12 @@ def build_cases(dev: torch.device) -> tuple[dict[str, Callable[[], object]], lis
     cases["copy 8 MiB"] = partial(dst.copy_, src)
     cases["decode b1x4k"], small = decode_case(1, 4096, dev)
     read = page_read_fn(small.k_cache, small.v_cache, small.attended_page_ids(), sm_count(dev))
-    checks.check_page_read(read, small)
+    check_page_read(read, small)
     cases["page_read b1x4k"] = read
     cases["decode b64x8k"], big = decode_case(64, 8192, dev)
     wpool = paged_pool(1, 4096, dtype=torch.float16, device=dev)
-    k, v, slots = checks.make_write_inputs(wpool, 64)
-    checks.check_kv_write(kv_write_triton, wpool, k, v, slots)  # it passes the pool's arguments
+    k, v, slots = make_write_inputs(wpool, 64)
+    check_kv_write(kv_write_triton, wpool, k, v, slots)  # it passes the pool's arguments
     cases["kv_write 64 tok"] = partial(kv_write_triton, k, v, wpool.k_cache, wpool.v_cache, slots)
     keep += [small, big, wpool, src, dst, one]
     return cases, keep

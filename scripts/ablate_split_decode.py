@@ -28,13 +28,13 @@ import torch
 from gpu_experiment import experiment_parser, start_experiment
 from sweep_paged_decode import CASES
 
-from kvbench import checks
+from kvbench.core.jsonfile import write_json_atomic
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench, event_floor
 from kvbench.harness.stream_read import page_read_fn
-from kvbench.core.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
-from kvbench.fixtures.pool import paged_pool
+from kvbench.ops.paged_decode import check_page_read, check_paged_decode, make_decode_query
 
 ROWS = ("decode", "split only", "reduce only", "decode PDL off", "page_read", "empty")
 
@@ -81,14 +81,14 @@ def ablate_case(batch: int, ctx: int, dtype: str, dev: torch.device) -> dict[str
     """One case, one round: every row checked where it has a result, then timed (us)."""
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
-    q = checks.make_decode_query(pool, 32)
+    q = make_decode_query(pool, 32)
     decode_fn = pd.paged_decode_split_kv
-    checks.check_paged_decode(decode_fn, pool, q)
-    checks.check_paged_decode(_pdl_off(decode_fn), pool, q)
+    check_paged_decode(decode_fn, pool, q)
+    check_paged_decode(_pdl_off(decode_fn), pool, q)
     real = pd._reduce_kernel
     recorder = _ReduceRecorder(real, skip=False)
     with _reduce_replaced(recorder):
-        checks.check_paged_decode(decode_fn, pool, q)
+        check_paged_decode(decode_fn, pool, q)
     if recorder.launch is None:
         raise RuntimeError(f"b{batch}x{ctx} {dtype} ran without a reduce: not a split case")
     grid, r_args, r_kwargs = recorder.launch
@@ -101,7 +101,7 @@ def ablate_case(batch: int, ctx: int, dtype: str, dev: torch.device) -> dict[str
             return decode()
 
     read = page_read_fn(pool.k_cache, pool.v_cache, pool.attended_page_ids(), sm_count(dev))
-    checks.check_page_read(read, pool)
+    check_page_read(read, pool)
     out = {
         "decode": bench(decode).median_us,
         "split only": bench(split_only).median_us,

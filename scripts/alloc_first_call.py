@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-from kvbench.alloc import KVCacheManager, prepare_state
-from kvbench.harness import bench_host, metadata, timers
 from kvbench.core.jsonfile import output_path, write_json_atomic
+from kvbench.harness import bench_host, metadata, timers
+from kvbench.ops.kv_alloc import KVCacheManager, prepare_state
 
 NUM_ROWS = 32768
 #: Host memory a "cache-evicting" reset walks: above the per-core L2 of common server CPUs.

@@ -33,13 +33,13 @@ from gpu_experiment import (
     start_experiment,
 )
 
-from kvbench import checks
+from kvbench.fixtures.pool import KV_DTYPES, STORAGES, paged_pool
 from kvbench.harness import bench, event_floor
 from kvbench.harness.stream_read import page_read_fn
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels import paged_decode_cluster as pdc
 from kvbench.kernels._device import sm_count
-from kvbench.fixtures.pool import KV_DTYPES, STORAGES, paged_pool
+from kvbench.ops.paged_decode import check_page_read, check_paged_decode, make_decode_query
 
 #: (label, batch, context, KV dtype, pool storage): fp8 runs on dim-major V pages, the layout
 #: the cluster kernel reads fp8 from (and the Triton kernel's fastest fp8 storage, exp. 16).
@@ -76,7 +76,7 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
              splits: list[int], libs: dict[str, str]) -> dict:
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, storage=storage, device=dev)
-    q = checks.make_decode_query(pool, 32)
+    q = make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     rows = {"triton/split_kv": pd.paged_decode_split_kv, "cluster auto": pdc.paged_decode_cluster}
     for s in splits:
@@ -86,9 +86,9 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
                                                 pdc.paged_decode_cluster)
     out: dict[str, float] = {}
     for name, fn in rows.items():
-        out[f"{name} max_abs_diff"] = checks.check_paged_decode(fn, pool, q)
+        out[f"{name} max_abs_diff"] = check_paged_decode(fn, pool, q)
     read = page_read_fn(pool.k_cache, pool.v_cache, pool.attended_page_ids(), sm_count(dev))
-    checks.check_page_read(read, pool)
+    check_page_read(read, pool)
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     for name, fn in rows.items():
         out[name] = bench(partial(fn, *args, **kw)).median_us

@@ -33,11 +33,11 @@ from gpu_experiment import (
     start_experiment,
 )
 
-from kvbench import checks
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels import paged_decode_cluster as pdc
-from kvbench.fixtures.pool import paged_pool
+from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
 
 #: (label, batch, context, KV dtype, pool storage). fp16 combined is the fp8 target's
 #: denominator; fp16 dim-major shows what the Triton load change does to 16-bit pages.
@@ -67,7 +67,7 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
              libs: dict[str, str]) -> dict:
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, storage=storage, device=dev)
-    q = checks.make_decode_query(pool, 32)
+    q = make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     rows = {
         f"triton v_page_rows {name}": called_under(
@@ -81,7 +81,7 @@ def run_case(batch: int, ctx: int, dtype: str, storage: str, dev: torch.device,
                 partial(cluster_library, path), pdc.paged_decode_cluster)
     out: dict[str, float] = {}
     for name, fn in rows.items():
-        out[f"{name} max_abs_diff"] = checks.check_paged_decode(fn, pool, q)
+        out[f"{name} max_abs_diff"] = check_paged_decode(fn, pool, q)
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     for name, fn in rows.items():
         out[name] = bench(partial(fn, *args, **kw)).median_us

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from kvbench.harness import metadata
 from kvbench.core.jsonfile import output_path, write_json_atomic
+from kvbench.harness import metadata
 
 
 def experiment_parser(doc: str | None, *, rounds: int) -> argparse.ArgumentParser:

@@ -31,9 +31,9 @@ def worker(repeats: int, pin: bool) -> dict:
         os.sched_setaffinity(0, {cores[-1]})
     import torch
 
-    from kvbench.alloc import KVCacheManager, prepare_state
     from kvbench.dispatch import dispatch
     from kvbench.harness import bench_host
+    from kvbench.ops.kv_alloc import KVCacheManager, prepare_state
 
     torch.set_num_threads(1)
     dev = "cuda" if torch.cuda.is_available() else "cpu"

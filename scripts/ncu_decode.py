@@ -28,10 +28,10 @@ import sys
 
 import torch
 
-from kvbench import ops
-from kvbench.checks import make_decode_query, make_write_inputs
-from kvbench.kernels import paged_decode as pd
 from kvbench.fixtures.pool import STORAGES, paged_pool
+from kvbench.kernels import paged_decode as pd
+from kvbench.ops.kv_write import kv_write, make_write_inputs
+from kvbench.ops.paged_decode import make_decode_query
 
 #: kv_write cases: (label, new tokens); the table's decode-size rows (kvbench.measure.table).
 WRITE_CASES = (("write_decode_64", 64), ("write_decode_1", 1))
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             k, v, slots = make_write_inputs(pool, n)
             args = (k, v, pool.k_cache, pool.v_cache, slots)
             kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-            profile_once(f"{label}_{dtype}", lambda: ops.kv_write(*args, **kwargs))  # noqa: B023
+            profile_once(f"{label}_{dtype}", lambda: kv_write(*args, **kwargs))  # noqa: B023
             pool.free()
     return 0
 

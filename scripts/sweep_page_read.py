@@ -27,15 +27,20 @@ import torch
 from gpu_experiment import experiment_parser, start_experiment
 from sweep_paged_decode import CASES
 
-from kvbench import checks
+from kvbench.core.jsonfile import write_json_atomic
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench, event_floor
 from kvbench.harness.stream_read import CONFIG as STREAM_READ_CONFIG
 from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn, stream_read_fn
-from kvbench.core.jsonfile import write_json_atomic
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._device import sm_count
-from kvbench.fixtures.pool import paged_pool
-from kvbench.theory import page_read_work
+from kvbench.ops.paged_decode import (
+    check_page_read,
+    check_paged_decode,
+    make_decode_query,
+    page_read_work,
+    page_read_xor,
+)
 
 #: page_read_fn points: CHUNK (int32 words per item) x warps x programs per SM. One stage:
 #: the loop's sm_90 code does not change with num_stages (stream_read.PAGE_READ_CONFIG).
@@ -51,20 +56,20 @@ def sweep_case(label: str, batch: int, ctx: int, dtype: str, sms: int) -> dict:
     dev = torch.device("cuda")
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, device=dev)
-    q = checks.make_decode_query(pool, 32)
-    checks.check_paged_decode(pd.paged_decode_split_kv, pool, q)
+    q = make_decode_query(pool, 32)
+    check_paged_decode(pd.paged_decode_split_kv, pool, q)
     decode = partial(pd.paged_decode_split_kv, q, pool.k_cache, pool.v_cache, pool.block_table,
                      pool.seq_lens, k_scale=pool.k_scale, v_scale=pool.v_scale)
     out = {"decode": bench(decode).median_us}
     ids = pool.attended_page_ids()
-    want = checks.page_read_xor(pool)
+    want = page_read_xor(pool)
     out["page_read"] = []
     for cfg in GRID:
         read = page_read_fn(pool.k_cache, pool.v_cache, ids, sms, cfg)
-        checks.check_page_read(read, pool, want)
+        check_page_read(read, pool, want)
         out["page_read"].append({"cfg": cfg, "us": bench(read).median_us})
     shipped = page_read_fn(pool.k_cache, pool.v_cache, ids, sms)
-    checks.check_page_read(shipped, pool, want)
+    check_page_read(shipped, pool, want)
     out["shipped"] = bench(shipped).median_us
     nbytes = int(page_read_work(pool.seq_lens_list, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
                                 kv_dtype=dtype, page_size=pool.page_size).moved)

@@ -45,13 +45,11 @@ import sys
 
 import torch
 
-from kvbench.checks import make_decode_query
-from kvbench.harness import bench, verify
 from kvbench.core.jsonfile import output_path, write_json_atomic
-from kvbench.kernels import paged_decode as pd
 from kvbench.fixtures.pool import STORAGES, paged_pool
-from kvbench.reference import paged_decode_ref
-from kvbench.theory import paged_decode_work
+from kvbench.harness import bench, verify
+from kvbench.kernels import paged_decode as pd
+from kvbench.ops.paged_decode import make_decode_query, paged_decode_ref, paged_decode_work
 
 CASES = (
     ("b1_c4k", 1, 4096, "fp16"),

@@ -30,11 +30,11 @@ import torch
 from bench_cluster_decode import parse_case
 from gpu_experiment import cluster_library, experiment_parser, run_rounds, start_experiment
 
-from kvbench import checks
+from kvbench.fixtures.pool import paged_pool
 from kvbench.harness.flush import flusher
 from kvbench.kernels import cuda_build
 from kvbench.kernels import paged_decode_cluster as pdc
-from kvbench.fixtures.pool import paged_pool
+from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
 
 #: The marks' names, in the kernel's order (cluster_decode.cu, KVB_MARK).
 MARKS = ("entry", "issued", "first_tile", "last_tile", "warps_stored", "pushed", "received",
@@ -87,7 +87,7 @@ def run_case(case: tuple, settings: list[int | None], reps: int, dev: torch.devi
     _, batch, ctx, dtype, storage = case
     torch.cuda.empty_cache()
     pool = paged_pool(batch, ctx, dtype=dtype, storage=storage, device=dev)
-    q = checks.make_decode_query(pool, 32)
+    q = make_decode_query(pool, 32)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     flush = flusher(dev)
@@ -97,7 +97,7 @@ def run_case(case: tuple, settings: list[int | None], reps: int, dev: torch.devi
             n = pdc.auto_splits(dev, pool.k_cache.dtype, 32 // pool.kv_heads,
                                 batch * pool.kv_heads, ctx)
         fn = partial(pdc.paged_decode_cluster, num_splits=n)
-        checks.check_paged_decode(fn, pool, q)
+        check_paged_decode(fn, pool, q)
         ctas = n * pool.kv_heads * batch
         for l2 in ("cold", "warm"):
             launches = []

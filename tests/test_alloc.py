@@ -1,7 +1,7 @@
 """KV block allocator: both implementations against a set model, states, errors, timing.
 
 The model is a plain Python set of free rows, written here and sharing nothing with
-kvbench.alloc, so a bug in the allocator cannot also be in the oracle.
+kvbench.kernels.kv_alloc, so a bug in the allocator cannot also be in the oracle.
 """
 
 from __future__ import annotations
@@ -14,19 +14,22 @@ import numpy as np
 import pytest
 import torch
 
-from kvbench.alloc import (
+from kvbench.dispatch import clear_golden, reset_perf_provider, set_perf_provider, spec_names
+from kvbench.kernels.kv_alloc import (
     COMPACT_FACTOR,
-    STATES,
     AllocError,
     HostFreeListAllocator,
-    KVCacheManager,
     LegacyBitmapAllocator,
     _PinnedStaging,
+)
+from kvbench.ops import kv_alloc as kv_alloc_op
+from kvbench.ops.kv_alloc import (
+    STATES,
+    KVCacheManager,
     checked_alloc,
     prepare_state,
     selfcheck_kv_alloc,
 )
-from kvbench.dispatch import clear_golden, reset_perf_provider, set_perf_provider, spec_names
 
 IMPLS = ("torch/legacy", "host/freelist")
 #: host/freelist with the paths a CUDA device takes (table and chunk views), on CPU
@@ -435,10 +438,9 @@ def test_prepare_state_ends_every_state_with_the_same_view_call(monkeypatch):
     """The timed alloc after a reset must not inherit a warm or cold torch view path from
     the reset's own composition (bump's reset slices, the others did not): every state's
     reset ends with the one probe slice."""
-    import kvbench.alloc as alloc_mod
 
     calls = []
-    monkeypatch.setattr(alloc_mod, "_warm_view_path", lambda dev: calls.append(dev))
+    monkeypatch.setattr(kv_alloc_op, "_warm_view_path", lambda dev: calls.append(dev))
     m = KVCacheManager(256, device="cpu", impl="host/freelist")
     for state in STATES:
         prepare_state(m, state, n=4)

@@ -376,9 +376,8 @@ def test_decode_suite_skips_what_the_registry_row_does_not_read(storage, dtype, 
     """The suite's layout skips come from the registry of the commit under test (its per-dtype
     layout requirement), not from a rule of the suite's own; auto and the Triton rows read
     every pool."""
-    from kvbench.checks import make_decode_query
     from kvbench.fixtures.pool import paged_pool
-    from kvbench.ops import describe_paged_decode
+    from kvbench.ops.paged_decode import describe_paged_decode, make_decode_query
 
     pool = paged_pool(2, 64, kv_heads=2, head_dim=128, page_size=16, dtype=dtype,
                       storage=storage, min_l2_multiple=0, device="cpu", seed=0)

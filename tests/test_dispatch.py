@@ -453,7 +453,7 @@ def test_selfcheck_import_error_leaves_row_unverified():
         op=OP,
         dtypes=("fp16",),
         target="kvbench.kernels.no_such_module:fn",
-        selfcheck="kvbench.checks:selfcheck_paged_decode",
+        selfcheck="kvbench.ops.paged_decode:selfcheck_paged_decode",
         layout=LayoutRequirement(required=("kv:paged",)),
     )
     with pytest.raises(DispatchError, match="ModuleNotFoundError"):
@@ -550,8 +550,11 @@ def test_real_rows_match_architecture_table():
 
 def test_importing_dispatch_imports_no_kernel_code():
     code = (
-        "import sys, kvbench.dispatch, kvbench.ops, kvbench.alloc\n"
-        "bad = [m for m in sys.modules if m.startswith(('kvbench.kernels', 'triton'))]\n"
+        "import sys, kvbench.dispatch, kvbench.ops.common, kvbench.ops.kv_alloc,"
+        " kvbench.ops.paged_decode, kvbench.ops.kv_write, kvbench.ops.kv_gather_fp8\n"
+        "kernels = ('paged_decode', 'paged_decode_cluster', 'kv_write', 'kv_gather_fp8')\n"
+        "bad = [m for m in sys.modules if m.startswith('triton')"
+        " or m in {f'kvbench.kernels.{k}' for k in kernels}]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

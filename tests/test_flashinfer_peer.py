@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
-from kvbench.checks import check_paged_decode, make_decode_query
 from kvbench.fixtures.pool import paged_pool
 from kvbench.measure import flashinfer_peer as fp
 from kvbench.measure.table import _flashinfer_peers
+from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
 
 
 def test_plan_inputs_match_a_naive_walk_of_the_block_table():

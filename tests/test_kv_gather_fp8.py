@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvbench.checks import check_kv_gather_fp8, selfcheck_kv_gather_fp8
 from kvbench.fixtures.gather_pool import (
     OUT_DIM,
     ROW_BYTES,
@@ -21,7 +20,11 @@ from kvbench.fixtures.gather_pool import (
 )
 from kvbench.harness.verify import VerificationError
 from kvbench.kernels import kv_gather_fp8 as kg
-from kvbench.reference import kv_gather_fp8_ref
+from kvbench.ops.kv_gather_fp8 import (
+    check_kv_gather_fp8,
+    kv_gather_fp8_ref,
+    selfcheck_kv_gather_fp8,
+)
 
 VARIANTS = {
     "legacy": kg.gather_fp8_legacy,

@@ -1,4 +1,4 @@
-"""kv_write rows (Triton scatter, torch index_copy_) against kvbench.reference, bit for bit.
+"""kv_write rows (Triton scatter, torch index_copy_) against the op's reference (kvbench.ops.kv_write.kv_write_ref), bit for bit.
 
 CPU: the Triton kernel runs through the interpreter at small shapes. GPU (`-m gpu`): the
 seed-000 shapes (prefill 16k tokens, decode 64 tokens) on a full-size pool, plus proof that
@@ -12,12 +12,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kvbench.checks import check_kv_write, make_write_inputs, selfcheck_kv_write
 from kvbench.fixtures.pool import paged_pool
 from kvbench.harness.verify import VerificationError
 from kvbench.kernels import kv_write as kw
 from kvbench.kernels._fp8 import encode_e4m3
-from kvbench.reference import _e4m3_encode_ref, kv_write_ref
+from kvbench.ops.common import e4m3_encode_ref
+from kvbench.ops.kv_write import check_kv_write, kv_write_ref, make_write_inputs, selfcheck_kv_write
 
 IMPLS = {"triton": kw.kv_write_triton, "torch": kw.kv_write_torch}
 DTYPES = ("fp16", "bf16", "fp8")
@@ -248,7 +248,7 @@ def _encode(x: torch.Tensor, soft: bool) -> torch.Tensor:
 def test_soft_encoder_and_reference_match_torch_cast(device):
     x = _hard_fp32_values(device)
     torch_bytes = x.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
-    assert torch.equal(_e4m3_encode_ref(x), torch_bytes)
+    assert torch.equal(e4m3_encode_ref(x), torch_bytes)
     assert torch.equal(_encode(x, soft=True), torch_bytes)
 
 
@@ -354,7 +354,7 @@ def test_gpu_hardware_cast_equals_soft_encoder_and_torch():
     torch_bytes = x.clamp(-448, 448).to(torch.float8_e4m3fn).view(torch.uint8)
     assert torch.equal(_encode(x, soft=False), torch_bytes)
     assert torch.equal(_encode(x, soft=True), torch_bytes)
-    assert torch.equal(_e4m3_encode_ref(x), torch_bytes)
+    assert torch.equal(e4m3_encode_ref(x), torch_bytes)
 
 
 @pytest.mark.gpu

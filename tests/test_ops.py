@@ -2,7 +2,7 @@
 
 Derivation and forwarding run against fake registry rows (the op's real name, a recording
 target), so they test kvbench.ops and not a kernel. The integration tests at the end run the
-real rows through kvbench.checks against the torch references at tiny shapes.
+real rows through the op modules' checks against the torch references at tiny shapes.
 """
 
 from __future__ import annotations
@@ -10,19 +10,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvbench import ops
 from kvbench.dispatch import (
     DispatchError,
     KernelSpec,
     LayoutRequirement,
     Registry,
     clear_golden,
+    core,
     reset_perf_provider,
     set_perf_provider,
     using_registry,
 )
-from kvbench.dispatch import core
 from kvbench.measure import tune
+from kvbench.ops.common import last_selection
+from kvbench.ops.kv_gather_fp8 import describe_kv_gather_fp8, kv_gather_fp8
+from kvbench.ops.kv_write import describe_kv_write, kv_write
+from kvbench.ops.paged_decode import _decode_fields, describe_paged_decode, paged_decode
 
 SELECTORS = ("KVBENCH_PAGED_DECODE", "KVBENCH_KV_WRITE", "KVBENCH_KV_GATHER", "KVBENCH_KV_ALLOC")
 
@@ -91,7 +94,7 @@ def test_decode_problem_from_inputs():
     k, v = combined_caches()
     q = torch.zeros(3, 8, 32, dtype=torch.float16)
     bt = torch.zeros(3, 70, dtype=torch.int32)  # 70 pages x 16 = 1120 tokens of capacity
-    p = ops.describe_paged_decode(q, k, v, bt)
+    p = describe_paged_decode(q, k, v, bt)
     assert p.dtype == "fp16" and p.tags == {"kv:paged", "kv:strided"}
     assert p.shape == {
         "batch": 3,
@@ -104,26 +107,26 @@ def test_decode_problem_from_inputs():
     assert p.bucket == "batch=2-8,ctx<=4k" and p.device == torch.device("cpu")
     k, v = split_caches(dtype=torch.uint8)
     one = torch.tensor(1.0)
-    p = ops.describe_paged_decode(q, k, v, bt[:1], k_scale=one, v_scale=one)
+    p = describe_paged_decode(q, k, v, bt[:1], k_scale=one, v_scale=one)
     assert p.dtype == "fp8" and p.tags == {"kv:paged", "kv:fp8-scaled"}
     assert p.bucket == "batch=1,ctx<=4k"
-    p = ops.describe_paged_decode(q, k.view(torch.float8_e4m3fn), v, bt)
+    p = describe_paged_decode(q, k.view(torch.float8_e4m3fn), v, bt)
     assert p.dtype == "fp8" and p.tags == {"kv:paged"}
     flat = torch.zeros(128, 2, 32, dtype=torch.bfloat16)
-    p = ops.describe_paged_decode(q, flat, flat, bt)
+    p = describe_paged_decode(q, flat, flat, bt)
     assert p.dtype == "bf16" and "kv:paged" not in p.tags
 
 
 def test_write_and_gather_problems_from_inputs():
     k_cache, v_cache = combined_caches()
     k = torch.zeros(65, 2, 32, dtype=torch.float16)
-    p = ops.describe_kv_write(k, k, k_cache, v_cache)
+    p = describe_kv_write(k, k, k_cache, v_cache)
     assert (p.dtype, p.tags, p.bucket) == ("fp16", {"kv:paged", "kv:strided"}, "prefill")
-    p = ops.describe_kv_write(k[:64], k[:64], *split_caches())
+    p = describe_kv_write(k[:64], k[:64], *split_caches())
     assert (p.tags, p.bucket) == ({"kv:paged"}, "decode")
     cache = torch.zeros(1024, 1, 656, dtype=torch.uint8)
     pt = torch.zeros(9000, dtype=torch.int32)
-    p = ops.describe_kv_gather_fp8(cache, pt)
+    p = describe_kv_gather_fp8(cache, pt)
     assert (p.dtype, p.tags, p.bucket) == ("fp8", {"kv:paged"}, "kv_len<=32k")
 
 
@@ -132,13 +135,13 @@ def test_bad_inputs_raise_value_error_naming_the_argument():
     q = torch.zeros(1, 2, 32, dtype=torch.float16)
     bt = torch.zeros(1, 4, dtype=torch.int32)
     with pytest.raises(ValueError, match="k_cache must be a torch.Tensor"):
-        ops.paged_decode(q, [1, 2], v, bt, bt[0])
+        paged_decode(q, [1, 2], v, bt, bt[0])
     with pytest.raises(ValueError, match=r"k_cache has dtype torch.float32; accepted"):
-        ops.paged_decode(q, k.float(), v, bt, bt[0])
+        paged_decode(q, k.float(), v, bt, bt[0])
     with pytest.raises(ValueError, match="kv_cache must be a torch.Tensor"):
-        ops.kv_gather_fp8(None, bt[0], extra_rows=0)
+        kv_gather_fp8(None, bt[0], extra_rows=0)
     with pytest.raises(ValueError, match="unknown op"):
-        ops.last_selection("attention")
+        last_selection("attention")
 
 
 # ---- forwarding, selectors, missing tags --------------------------------------------------------
@@ -159,20 +162,20 @@ def test_ops_forward_every_argument_to_the_selected_row():
     bt = torch.zeros(2, 3, dtype=torch.int32)
     sl = torch.ones(2, dtype=torch.int32)
     with using_registry(reg):
-        assert ops.paged_decode(q, k, v, bt, sl, sm_scale=0.5) is out
+        assert paged_decode(q, k, v, bt, sl, sm_scale=0.5) is out
         assert rec_d.calls == [
             ((q, k, v, bt, sl), {"sm_scale": 0.5, "k_scale": None, "v_scale": None})
         ]
-        assert ops.last_selection("paged_decode").spec.name == "fake/decode"
+        assert last_selection("paged_decode").spec.name == "fake/decode"
         kn = torch.zeros(3, 2, 32, dtype=torch.float16)
         slots = torch.arange(3)
-        assert ops.kv_write(kn, kn, k, v, slots) is None
+        assert kv_write(kn, kn, k, v, slots) is None
         assert rec_w.calls == [((kn, kn, k, v, slots), {"k_scale": None, "v_scale": None})]
         cache = torch.zeros(64, 1, 656, dtype=torch.uint8)
         pt = torch.arange(10, dtype=torch.int32)
-        assert ops.kv_gather_fp8(cache, pt, extra_rows=4, out=out) is out
+        assert kv_gather_fp8(cache, pt, extra_rows=4, out=out) is out
         assert rec_g.calls == [((cache, pt), {"extra_rows": 4, "out": out})]
-        assert ops.last_selection("kv_gather_fp8").spec.name == "fake/gather"
+        assert last_selection("kv_gather_fp8").spec.name == "fake/gather"
 
 
 class Boom:
@@ -189,8 +192,8 @@ def test_decode_never_reads_seq_lens():
     bt = torch.zeros(1, 2, dtype=torch.int32)
     seq_lens = Boom()
     with using_registry(Registry([row("paged_decode", "fake/decode", rec)])):
-        ops.paged_decode(q, k, v, bt, seq_lens)
-        ops.paged_decode(q, k, v, bt, seq_lens)  # cached path too
+        paged_decode(q, k, v, bt, seq_lens)
+        paged_decode(q, k, v, bt, seq_lens)  # cached path too
     assert rec.calls[0][0][4] is seq_lens
 
 
@@ -201,10 +204,10 @@ def test_selector_forces_row_through_ops(monkeypatch):
     q = torch.zeros(1, 2, 32, dtype=torch.float16)
     bt = torch.zeros(1, 2, dtype=torch.int32)
     with using_registry(reg):
-        ops.paged_decode(q, k, v, bt, None)
+        paged_decode(q, k, v, bt, None)
         monkeypatch.setenv("KVBENCH_PAGED_DECODE", "fake/b")
-        ops.paged_decode(q, k, v, bt, None)
-        assert ops.last_selection("paged_decode").forced
+        paged_decode(q, k, v, bt, None)
+        assert last_selection("paged_decode").forced
     assert len(a.calls) == 1 and len(b.calls) == 1
 
 
@@ -222,11 +225,11 @@ def test_missing_tag_is_visible_not_silently_rerouted(monkeypatch):
     with using_registry(reg):
         monkeypatch.setenv("KVBENCH_PAGED_DECODE", "fake/contig_only")
         with pytest.raises(DispatchError, match="layout tag forbidden: kv:strided"):
-            ops.paged_decode(q, k, v, bt, None)
+            paged_decode(q, k, v, bt, None)
         assert rec.calls == []
         monkeypatch.delenv("KVBENCH_PAGED_DECODE")
-        ops.paged_decode(q, k, v, bt, None)
-        assert ops.last_selection("paged_decode").spec.name == "fake/paged"
+        paged_decode(q, k, v, bt, None)
+        assert last_selection("paged_decode").spec.name == "fake/paged"
 
 
 # ---- per-call overhead of a cached decision -----------------------------------------------------
@@ -243,7 +246,7 @@ CACHED_DISPATCH_GUARD_US = 6.0
 
 
 def test_cached_dispatch_overhead_is_a_few_us():
-    """ops.paged_decode with a cached decision costs <= 2 µs more than calling the row.
+    """paged_decode with a cached decision costs <= 2 µs more than calling the row.
 
     bench_host over LOOP calls per sample (the harness evicts CPU caches before each sample
     on CPU; amortized over the loop that is a fraction of a ns per call), the fastest sample
@@ -262,11 +265,11 @@ def test_cached_dispatch_overhead_is_a_few_us():
     bt = torch.zeros(8, 64, dtype=torch.int32)
     sl = torch.ones(8, dtype=torch.int32)
     with using_registry(Registry([row("paged_decode", "fake/trivial", trivial)])):
-        ops.paged_decode(q, k, v, bt, sl)  # decide once
+        paged_decode(q, k, v, bt, sl)  # decide once
 
         def via_ops():
             for _ in range(LOOP):
-                ops.paged_decode(q, k, v, bt, sl)
+                paged_decode(q, k, v, bt, sl)
 
         def direct():
             for _ in range(LOOP):
@@ -293,8 +296,8 @@ def test_cached_dispatch_overhead_is_a_few_us():
 
 
 def test_paged_decode_auto_is_correct(device):
-    from kvbench.checks import check_paged_decode, make_decode_query
     from kvbench.fixtures.pool import paged_pool
+    from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
 
     pool = paged_pool(
         3,
@@ -306,8 +309,8 @@ def test_paged_decode_auto_is_correct(device):
         device=device,
     )
     q = make_decode_query(pool, 4)
-    assert check_paged_decode(ops.paged_decode, pool, q) >= 0.0
-    sel = ops.last_selection("paged_decode")
+    assert check_paged_decode(paged_decode, pool, q) >= 0.0
+    sel = last_selection("paged_decode")
     assert sel.spec.name in ("triton/single_pass", "triton/split_kv")
     assert "kv:strided" in sel.tags  # the pool's combined per-layer buffer
     pool.free()
@@ -315,8 +318,8 @@ def test_paged_decode_auto_is_correct(device):
 
 @pytest.mark.parametrize("name", ["torch/gather_sdpa", "triton/split_kv"])
 def test_paged_decode_forced_rows_are_correct(device, monkeypatch, name):
-    from kvbench.checks import check_paged_decode, make_decode_query
     from kvbench.fixtures.pool import paged_pool
+    from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
 
     monkeypatch.setenv("KVBENCH_PAGED_DECODE", name)
     pool = paged_pool(
@@ -329,14 +332,14 @@ def test_paged_decode_forced_rows_are_correct(device, monkeypatch, name):
         device=device,
     )
     q = make_decode_query(pool, 4)
-    check_paged_decode(ops.paged_decode, pool, q)
-    assert ops.last_selection("paged_decode").spec.name == name
+    check_paged_decode(paged_decode, pool, q)
+    assert last_selection("paged_decode").spec.name == name
     pool.free()
 
 
 def test_kv_write_auto_is_correct(device):
-    from kvbench.checks import check_kv_write, make_write_inputs
     from kvbench.fixtures.pool import paged_pool
+    from kvbench.ops.kv_write import check_kv_write, make_write_inputs
 
     pool = paged_pool(
         2,
@@ -348,19 +351,19 @@ def test_kv_write_auto_is_correct(device):
         device=device,
     )
     k, v, slots = make_write_inputs(pool, 7)
-    assert check_kv_write(ops.kv_write, pool, k, v, slots) == 0.0
-    assert ops.last_selection("kv_write").bucket == "decode"
+    assert check_kv_write(kv_write, pool, k, v, slots) == 0.0
+    assert last_selection("kv_write").bucket == "decode"
     pool.free()
 
 
 def test_kv_gather_auto_is_correct(device):
-    from kvbench.checks import check_kv_gather_fp8
     from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
+    from kvbench.ops.kv_gather_fp8 import check_kv_gather_fp8
 
     cache = build_gather_pool(512, device=device)
     pt = build_page_table_flat([70], 512, device=device)
-    assert check_kv_gather_fp8(ops.kv_gather_fp8, cache, pt, 5) == 0.0
-    assert ops.last_selection("kv_gather_fp8").spec.name == "triton/cached"
+    assert check_kv_gather_fp8(kv_gather_fp8, cache, pt, 5) == 0.0
+    assert last_selection("kv_gather_fp8").spec.name == "triton/cached"
 
 
 # ---- GPU: occupancy preferences and full-size correctness through ops ---------------------------
@@ -383,17 +386,17 @@ def test_decode_preference_follows_occupancy_on_cuda(batch, seq_len, dtype, expe
     single-pass for fp8 at 64 x 8k (32 q / 8 kv heads, d 128); where the cluster row is
     unavailable (not sm_90 or no nvcc), the Triton row the occupancy rules pick. The chosen
     row is correct at that size."""
-    from kvbench.checks import check_paged_decode, make_decode_query
     from kvbench.dispatch import registry
     from kvbench.fixtures.pool import paged_pool
+    from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
 
     cluster = registry.REGISTRY.get("paged_decode", "cuda/cluster_decode")
     if cluster.available(torch.device("cuda")) is not None:  # a reason: unavailable here
         expected = without_cluster_row
     pool = paged_pool(batch, seq_len, dtype=dtype, device="cuda")
     q = make_decode_query(pool, 32)
-    check_paged_decode(ops.paged_decode, pool, q)
-    sel = ops.last_selection("paged_decode")
+    check_paged_decode(paged_decode, pool, q)
+    sel = last_selection("paged_decode")
     assert sel.spec.name == expected, sel.explain()
     pool.free()
 
@@ -436,9 +439,9 @@ def test_dim_major_v_pages_carry_their_tag_on_every_path():
             pool = paged_pool(1, 40, kv_heads=2, head_dim=32, dtype="fp16", storage=storage,
                               min_l2_multiple=0, device="cpu")
             args = (q, pool.k_cache, pool.v_cache, pool.block_table)
-            assert ("kv:v-dim-major" in ops.describe_paged_decode(*args).tags) is tagged
-            ops.paged_decode(*args, pool.seq_lens)
-            assert ops.last_selection("paged_decode").spec.name == chosen, storage
+            assert ("kv:v-dim-major" in describe_paged_decode(*args).tags) is tagged
+            paged_decode(*args, pool.seq_lens)
+            assert last_selection("paged_decode").spec.name == chosen, storage
     assert len(token_only.calls) == 2 and len(any_layout.calls) == 1
 
 
@@ -462,9 +465,9 @@ def test_geometry_is_part_of_the_hot_path_key():
                               min_l2_multiple=0, device="cpu")
             q = torch.zeros(1, 4, dim, dtype=torch.float16)
             args = (q, pool.k_cache, pool.v_cache, pool.block_table)
-            ops.paged_decode(*args, pool.seq_lens)
-            assert ops.last_selection("paged_decode").spec.name == chosen, dim
-            problem = ops.describe_paged_decode(*args)
-            assert ops._decode_key(*args, False)[-1] == core.decision_features(
+            paged_decode(*args, pool.seq_lens)
+            assert last_selection("paged_decode").spec.name == chosen, dim
+            problem = describe_paged_decode(*args)
+            assert _decode_fields(*args, False)[-1] == core.decision_features(
                 "paged_decode", problem.shape)
     assert len(d32.calls) == 2 and len(anyd.calls) == 1

@@ -1,7 +1,7 @@
 """Property-based tests of every public op: drawn shapes, strides, dtypes, page sizes, ragged
 lengths and index values, each call compared with the reference or refused with a ValueError.
 
-What must hold for every draw: the op either returns what kvbench.reference computes (and
+What must hold for every draw: the op either returns what the op's reference computes (and
 writes nothing outside the slots it was asked to write) or raises ValueError; never a silent
 wrong result, never a crash. Runs on CPU through the Triton interpreter (small shapes, a
 bounded number of examples, so the file stays within the CI budget); every registry row of
@@ -16,13 +16,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvbench import ops
-from kvbench.alloc import AllocError, KVCacheManager
 from kvbench.fixtures.quant import quantize_fp8
 from kvbench.kernels import kv_gather_fp8 as kg
 from kvbench.kernels import kv_write as kw
 from kvbench.kernels import paged_decode as pd
-from kvbench.reference import kv_gather_fp8_ref, kv_write_ref, paged_decode_ref
+from kvbench.kernels.kv_alloc import AllocError
+from kvbench.ops import paged_decode as pd_op
+from kvbench.ops.kv_alloc import KVCacheManager
+from kvbench.ops.kv_gather_fp8 import kv_gather_fp8, kv_gather_fp8_ref
+from kvbench.ops.kv_write import kv_write, kv_write_ref
+from kvbench.ops.paged_decode import paged_decode, paged_decode_ref
 
 # Interpreted Triton is slow: few examples per property, no per-example deadline, and the
 # same database-free, derandomized run in CI as here (a failure reproduces from its seed).
@@ -30,10 +33,10 @@ SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=N
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 DECODE_ROWS = [pd.paged_decode_single_pass, pd.paged_decode_split_kv,
-               pd.paged_decode_gather_sdpa, ops.paged_decode]
-WRITE_ROWS = [kw.kv_write_triton, kw.kv_write_torch, ops.kv_write]
+               pd.paged_decode_gather_sdpa, paged_decode]
+WRITE_ROWS = [kw.kv_write_triton, kw.kv_write_torch, kv_write]
 GATHER_ROWS = [kg.gather_fp8_legacy, kg.gather_fp8_vectorized, kg.gather_fp8_cached,
-               kg.gather_fp8_torch, ops.kv_gather_fp8]
+               kg.gather_fp8_torch, kv_gather_fp8]
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -144,8 +147,8 @@ def test_paged_decode_matches_reference_or_refuses(problem, row):
     clean = torch.where(table >= 0, table, 0).clamp(max=pages - 1).contiguous()
     ref = paged_decode_ref(q, k, v, clean, seq_lens.contiguous(), **kwargs)
     q_name = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-    rtol = max(pd._RTOL[dtype], pd._RTOL[q_name])
-    atol = max(pd._ATOL[dtype], pd._ATOL[q_name])
+    rtol = max(pd_op.RTOL[dtype], pd_op.RTOL[q_name])
+    atol = max(pd_op.ATOL[dtype], pd_op.ATOL[q_name])
     assert out.shape == q.shape and out.dtype == q.dtype
     torch.testing.assert_close(out.double(), ref.double(), rtol=rtol, atol=atol)
 

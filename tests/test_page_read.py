@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from kvbench import checks, theory
 from kvbench.fixtures.pool import STORAGES, paged_pool
 from kvbench.harness.stream_read import page_read_fn, page_words
 from kvbench.harness.verify import VerificationError
+from kvbench.ops.paged_decode import check_page_read, page_read_work, paged_decode_work
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 SMALL = {"kv_heads": 2, "head_dim": 16, "page_size": 4, "min_l2_multiple": 0, "device": DEV}
@@ -36,7 +36,7 @@ def test_page_read_reads_exactly_the_attended_pages(dtype, storage):
     # 3 programs per SM: 12 programs over 32 / 64 items, an uneven grid-stride tail.
     for cfg in (CFG, {**CFG, "CHUNK": 64, "programs_per_sm": 1}, {**CFG, "programs_per_sm": 3}):
         read = page_read_fn(pool.k_cache, pool.v_cache, ids, 4, cfg)
-        assert checks.check_page_read(read, pool) == 0.0
+        assert check_page_read(read, pool) == 0.0
     # The reference, independently of page_words: numpy XOR over the gathered cache pages,
     # each page's elements in memory order (dims by decreasing stride: v_dim_major's V view
     # is permuted, and pairing its fp16 elements in view order would make other words).
@@ -57,7 +57,7 @@ def test_check_page_read_fails_a_read_of_the_wrong_pages():
     ids = pool.attended_page_ids()
     wrong = page_read_fn(pool.k_cache, pool.v_cache, ids[:-1].contiguous(), 4, CFG)
     with pytest.raises(VerificationError, match="page_read"):
-        checks.check_page_read(wrong, pool)
+        check_page_read(wrong, pool)
 
 
 def test_page_words_views_each_page_and_refuses_a_page_that_is_not_dense():
@@ -82,15 +82,15 @@ def test_page_read_refuses_bad_ids_and_chunks():
 
 
 def test_page_read_work_counts_whole_pages_and_their_indices():
-    work = theory.page_read_work([5, 12, 9], kv_heads=2, head_dim=16, kv_dtype="fp16", page_size=4)
+    work = page_read_work([5, 12, 9], kv_heads=2, head_dim=16, kv_dtype="fp16", page_size=4)
     pages = 2 + 3 + 3
     assert work.moved == pages * (2 * 4 * 2 * 16 * 2 + 4) and work.flops == 0
-    decode = theory.paged_decode_work([4096], q_heads=32, kv_heads=8, head_dim=128, kv_dtype="fp8")
-    bound = theory.page_read_work([4096], kv_heads=8, head_dim=128, kv_dtype="fp8")
+    decode = paged_decode_work([4096], q_heads=32, kv_heads=8, head_dim=128, kv_dtype="fp8")
+    bound = page_read_work([4096], kv_heads=8, head_dim=128, kv_dtype="fp8")
     # Whole pages: the bound's bytes are the decode's minus q, out and seq_lens.
     assert decode.moved - bound.moved == 2 * 32 * 128 * 2 + 4
     with pytest.raises(ValueError, match="kv_dtype"):
-        theory.page_read_work([4], kv_heads=1, head_dim=4, kv_dtype="fp32")
+        page_read_work([4], kv_heads=1, head_dim=4, kv_dtype="fp32")
 
 
 @pytest.mark.gpu

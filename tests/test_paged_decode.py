@@ -12,11 +12,16 @@ import textwrap
 import pytest
 import torch
 
-from kvbench.checks import check_paged_decode, make_decode_query, selfcheck_paged_decode
 from kvbench.fixtures.pool import paged_pool
 from kvbench.harness.verify import VerificationError
 from kvbench.kernels import paged_decode as pd
-from kvbench.reference import paged_decode_ref
+from kvbench.ops import paged_decode as pd_op
+from kvbench.ops.paged_decode import (
+    check_paged_decode,
+    make_decode_query,
+    paged_decode_ref,
+    selfcheck_paged_decode,
+)
 
 SINGLE, SPLIT, SDPA = (
     pd.paged_decode_single_pass,
@@ -257,8 +262,8 @@ def test_fp8_every_code_in_k_and_v(device, monkeypatch, fn, q_name, mode):
     args = (q, k_cache, v_cache, bt, lens)
     out = fn(*args, k_scale=ks, v_scale=vs)
     ref = paged_decode_ref(*args, k_scale=ks, v_scale=vs)
-    rtol = max(pd._RTOL["fp8"], pd._RTOL[q_name])
-    atol = max(pd._ATOL["fp8"], pd._ATOL[q_name])
+    rtol = max(pd_op.RTOL["fp8"], pd_op.RTOL[q_name])
+    atol = max(pd_op.ATOL["fp8"], pd_op.ATOL[q_name])
     torch.testing.assert_close(out.float(), ref.float(), rtol=rtol, atol=atol)
 
 
@@ -339,7 +344,7 @@ def test_fp8_python_float_scales(device, fn):
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     out = fn(*args, k_scale=ks, v_scale=vs)
     ref = paged_decode_ref(*args, k_scale=pool.k_scale, v_scale=pool.v_scale)
-    torch.testing.assert_close(out.float(), ref.float(), rtol=pd._RTOL["fp8"], atol=pd._ATOL["fp8"])
+    torch.testing.assert_close(out.float(), ref.float(), rtol=pd_op.RTOL["fp8"], atol=pd_op.ATOL["fp8"])
 
 
 @pytest.mark.parametrize("fn", ALL, ids=_name)
@@ -365,7 +370,7 @@ def test_split_kv_forced_split_counts(device, num_splits):
     out = SPLIT(*args, num_splits=num_splits)
     ref = paged_decode_ref(*args)
     torch.testing.assert_close(
-        out.float(), ref.float(), rtol=pd._RTOL["fp16"], atol=pd._ATOL["fp16"]
+        out.float(), ref.float(), rtol=pd_op.RTOL["fp16"], atol=pd_op.ATOL["fp16"]
     )
 
 
@@ -391,8 +396,8 @@ def test_split_kv_fp8_many_splits(device):
     torch.testing.assert_close(
         out.float(),
         paged_decode_ref(*args, **kw).float(),
-        rtol=pd._RTOL["fp8"],
-        atol=pd._ATOL["fp8"],
+        rtol=pd_op.RTOL["fp8"],
+        atol=pd_op.ATOL["fp8"],
     )
 
 

@@ -13,10 +13,10 @@ import re
 import pytest
 import torch
 
-from kvbench.checks import check_paged_decode, make_decode_query
 from kvbench.fixtures.pool import paged_pool
 from kvbench.kernels import cuda_build
 from kvbench.kernels import paged_decode_cluster as pdc
+from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
 
 needs_nvcc = pytest.mark.skipif(cuda_build.find_nvcc() is None, reason="no nvcc on this machine")
 

@@ -10,7 +10,6 @@ import planted
 import pytest
 import torch
 
-from kvbench import checks
 from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
 from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench
@@ -24,6 +23,9 @@ from kvbench.harness.verify import (
 from kvbench.kernels.kv_gather_fp8 import gather_fp8_torch
 from kvbench.kernels.kv_write import kv_write_torch
 from kvbench.kernels.paged_decode import paged_decode_gather_sdpa
+from kvbench.ops.kv_gather_fp8 import check_kv_gather_fp8, proof_kv_gather_fp8
+from kvbench.ops.kv_write import check_kv_write, make_write_inputs, proof_kv_write
+from kvbench.ops.paged_decode import check_paged_decode, make_decode_query, proof_paged_decode
 
 DTYPES = ("fp16", "bf16", "fp8")
 
@@ -66,32 +68,31 @@ def test_verify_unbiased_names_the_figure_and_bad_arguments_are_refused():
 @pytest.mark.parametrize("plant", ["scaled", "biased", "one_page_less"])
 def test_planted_systematic_errors_fail_the_decode_check(strict, dtype, plant):
     pool = _pool(dtype)
-    q = checks.make_decode_query(pool, 8, seed=1)
+    q = make_decode_query(pool, 8, seed=1)
     wrong = getattr(planted, plant)(paged_decode_gather_sdpa)
     with pytest.raises(VerificationError):
-        checks.check_paged_decode(wrong, pool, q)
+        check_paged_decode(wrong, pool, q)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_torch_decode_row_passes_the_criterion(strict, dtype):
     pool = _pool(dtype)
-    q = checks.make_decode_query(pool, 8, seed=1)
-    assert checks.check_paged_decode(paged_decode_gather_sdpa, pool, q) < 0.05
+    q = make_decode_query(pool, 8, seed=1)
+    assert check_paged_decode(paged_decode_gather_sdpa, pool, q) < 0.05
 
 
 def test_before_the_criterion_a_scaled_bf16_output_passed_the_elementwise_tolerances(strict):
     """The failure the criterion exists for: x1.005 at bf16 is inside rtol/atol."""
     from kvbench.harness.verify import verify
-    from kvbench.kernels.paged_decode import _ATOL, _RTOL
-    from kvbench.reference import paged_decode_ref
+    from kvbench.ops.paged_decode import ATOL, RTOL, paged_decode_ref
 
     pool = _pool("bf16")
-    q = checks.make_decode_query(pool, 8, seed=1)
+    q = make_decode_query(pool, 8, seed=1)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     out = planted.scaled(paged_decode_gather_sdpa)(*args, **kw)
-    verify("elementwise only", out, paged_decode_ref(*args, **kw), rtol=_RTOL["bf16"],
-           atol=_ATOL["bf16"])  # passes: the gap the criterion closes
+    verify("elementwise only", out, paged_decode_ref(*args, **kw), rtol=RTOL["bf16"],
+           atol=ATOL["bf16"])  # passes: the gap the criterion closes
 
 
 def test_the_triton_interpreter_truncates_fp32_to_bf16():
@@ -127,7 +128,7 @@ def test_the_interpreted_triton_decode_rows_pass_the_criterion(dtype, row):
     fn = REGISTRY.get("paged_decode", row).load()
     for lens in ((1, 17, 40), (300, 77)):
         pool = _pool(dtype, lens)
-        checks.check_paged_decode(fn, pool, checks.make_decode_query(pool, 8, seed=1))
+        check_paged_decode(fn, pool, make_decode_query(pool, 8, seed=1))
 
 
 # ---- the timed calls -------------------------------------------------------------------------
@@ -143,12 +144,12 @@ def _gather_problem():
 def test_a_memoizing_gather_gets_no_number(clone):
     kv, pt = _gather_problem()
     fn = planted.memoizing(gather_fp8_torch, clone=clone)
-    checks.check_kv_gather_fp8(fn, kv, pt, 8)  # the pre-timing check passes: first call is real
+    check_kv_gather_fp8(fn, kv, pt, 8)  # the pre-timing check passes: first call is real
     call = lambda: fn(kv, pt, extra_rows=8)
     bench(call, repeat=5)  # without a proof it gets a number: the hole being closed
     before = pt.clone()
     with pytest.raises(VerificationError, match="timed call"):
-        bench(call, repeat=5, proof=checks.proof_kv_gather_fp8(fn, kv, pt, 8))
+        bench(call, repeat=5, proof=proof_kv_gather_fp8(fn, kv, pt, 8))
     assert torch.equal(pt, before), "the proof's perturbation must be undone on failure too"
 
 
@@ -156,7 +157,7 @@ def test_an_honest_gather_keeps_its_number_and_records_its_error():
     kv, pt = _gather_problem()
     before = pt.clone()
     t = bench(lambda: gather_fp8_torch(kv, pt, extra_rows=8), repeat=5,
-              proof=checks.proof_kv_gather_fp8(gather_fp8_torch, kv, pt, 8))
+              proof=proof_kv_gather_fp8(gather_fp8_torch, kv, pt, 8))
     assert t.median_us > 0 and t.proof["max_abs"] == 0.0 and t.proof["scale"] == 1.0
     assert torch.equal(pt, before)
 
@@ -164,40 +165,40 @@ def test_an_honest_gather_keeps_its_number_and_records_its_error():
 @pytest.mark.parametrize("plant", ["memoizing", "skip_after_first"])
 def test_a_decode_that_stops_working_after_its_first_call_gets_no_number(strict, plant):
     pool = _pool("fp16")
-    q = checks.make_decode_query(pool, 8, seed=1)
+    q = make_decode_query(pool, 8, seed=1)
     fn = getattr(planted, plant)(paged_decode_gather_sdpa)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-    checks.check_paged_decode(fn, pool, q)
+    check_paged_decode(fn, pool, q)
     q0 = q.clone()
     with pytest.raises(VerificationError):
-        bench(lambda: fn(*args, **kw), repeat=4, proof=checks.proof_paged_decode(fn, pool, q))
+        bench(lambda: fn(*args, **kw), repeat=4, proof=proof_paged_decode(fn, pool, q))
     assert torch.equal(q, q0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_torch_decode_row_keeps_its_number_with_the_proof(strict, dtype):
     pool = _pool(dtype)
-    q = checks.make_decode_query(pool, 8, seed=1)
+    q = make_decode_query(pool, 8, seed=1)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     t = bench(lambda: paged_decode_gather_sdpa(*args, **kw), repeat=3,
-              proof=checks.proof_paged_decode(paged_decode_gather_sdpa, pool, q))
+              proof=proof_paged_decode(paged_decode_gather_sdpa, pool, q))
     assert abs(t.proof["scale"] - 1) < SYSTEMATIC_TOLERANCE[{"bf16": "bf16"}.get(dtype, "fp16")]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_a_writer_that_skips_after_its_first_call_gets_no_number(dtype):
     pool = _pool(dtype, (64, 64))
-    k, v, slots = checks.make_write_inputs(pool, 24, seed=0)
+    k, v, slots = make_write_inputs(pool, 24, seed=0)
     args = (k, v, pool.k_cache, pool.v_cache, slots)
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     fn = planted.write_skip_after_first(kv_write_torch)
-    checks.check_kv_write(fn, pool, k, v, slots)
+    check_kv_write(fn, pool, k, v, slots)
     with pytest.raises(VerificationError, match="timed call"):
-        bench(lambda: fn(*args, **kw), repeat=4, proof=checks.proof_kv_write(fn, pool, k, v, slots))
+        bench(lambda: fn(*args, **kw), repeat=4, proof=proof_kv_write(fn, pool, k, v, slots))
     t = bench(lambda: kv_write_torch(*args, **kw), repeat=4,
-              proof=checks.proof_kv_write(kv_write_torch, pool, k, v, slots))
+              proof=proof_kv_write(kv_write_torch, pool, k, v, slots))
     assert t.proof["max_abs"] == 0.0
 
 
@@ -229,12 +230,12 @@ def test_tune_times_with_the_proof(strict):
 
 def test_table_rows_record_the_error_of_the_timed_call(strict):
     from kvbench.measure import table as tbl
-    from kvbench.theory import kv_gather_fp8_work
+    from kvbench.ops.kv_gather_fp8 import kv_gather_fp8_work
 
     kv, pt = _gather_problem()
     t = tbl.Table("kv_gather_fp8")
     call = lambda: gather_fp8_torch(kv, pt, extra_rows=8)
-    proof = checks.proof_kv_gather_fp8(gather_fp8_torch, kv, pt, 8)
+    proof = proof_kv_gather_fp8(gather_fp8_torch, kv, pt, 8)
     rows = tbl._device_rows("torch/gather", "c", call, kv_gather_fp8_work(200, 8), proof=proof,
                             table=t)
     assert rows and t.errors["torch/gather @ c"]["scale"] == 1.0

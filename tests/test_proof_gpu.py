@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvbench import checks
 from kvbench.dispatch.registry import REGISTRY
 from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench
 from kvbench.harness.verify import VerificationError
+from kvbench.ops.paged_decode import check_paged_decode, make_decode_query, proof_paged_decode
 
 pytestmark = pytest.mark.gpu
 
@@ -21,7 +21,7 @@ def test_every_decode_row_passes_the_criterion_and_its_timed_proof(dtype, batch,
     storage = "v_dim_major" if dtype == "fp8" else "combined"
     pool = paged_pool(batch, context, kv_heads=8, head_dim=128, page_size=16, dtype=dtype,
                       storage=storage, min_l2_multiple=0, device="cuda", seed=0)
-    q = checks.make_decode_query(pool, 32, seed=0)
+    q = make_decode_query(pool, 32, seed=0)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     ran = []
@@ -31,9 +31,9 @@ def test_every_decode_row_passes_the_criterion_and_its_timed_proof(dtype, batch,
             fn(*args, **kw)
         except (ValueError, RuntimeError):
             continue  # a row that does not serve this layout/dtype
-        checks.check_paged_decode(fn, pool, q)
+        check_paged_decode(fn, pool, q)
         t = bench(lambda fn=fn: fn(*args, **kw), repeat=20,
-                  proof=checks.proof_paged_decode(fn, pool, q))
+                  proof=proof_paged_decode(fn, pool, q))
         print(dtype, batch, context, name, t.median_us, t.proof)
         ran.append(name)
     assert ran
@@ -48,13 +48,13 @@ def test_a_memoizing_decode_fails_its_timed_proof_on_the_gpu():
 
     pool = paged_pool(8, 4096, kv_heads=8, head_dim=128, page_size=16, dtype="fp16",
                       min_l2_multiple=0, device="cuda", seed=0)
-    q = checks.make_decode_query(pool, 32, seed=0)
+    q = make_decode_query(pool, 32, seed=0)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
     fn = planted.memoizing(REGISTRY.get("paged_decode", "triton/split_kv").load())
-    checks.check_paged_decode(fn, pool, q)
+    check_paged_decode(fn, pool, q)
     with pytest.raises(VerificationError):
-        bench(lambda: fn(*args, **kw), repeat=20, proof=checks.proof_paged_decode(fn, pool, q))
+        bench(lambda: fn(*args, **kw), repeat=20, proof=proof_paged_decode(fn, pool, q))
     assert torch.cuda.is_available()
 
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvbench import ops
-from kvbench.checks import make_decode_query, make_write_inputs
 from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
 from kvbench.fixtures.pool import paged_pool
 from kvbench.kernels import kv_gather_fp8 as kg
 from kvbench.kernels import kv_write as kw
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._validate import SAFE_MODE_VAR, check_no_overlap, raise_pending, safe_mode
-from kvbench.reference import paged_decode_ref
+from kvbench.ops.kv_write import kv_write, make_write_inputs
+from kvbench.ops.paged_decode import make_decode_query, paged_decode, paged_decode_ref
 
 WRITE_ROWS = {"triton": kw.kv_write_triton, "torch": kw.kv_write_torch}
 DECODE_ROWS = {"single_pass": pd.paged_decode_single_pass, "split_kv": pd.paged_decode_split_kv,
@@ -61,7 +60,7 @@ def test_kv_write_through_ops_reads_a_strided_slot_mapping(device):
     k = torch.randn(4, 2, 16, dtype=torch.float16, device=device)
     v = torch.randn(4, 2, 16, dtype=torch.float16, device=device)
     kc, vc = _cache(device)
-    ops.kv_write(k, v, kc, vc, torch.tensor([0, 50, 1, 51, 2, 52, 3, 53], device=device)[::2])
+    kv_write(k, v, kc, vc, torch.tensor([0, 50, 1, 51, 2, 52, 3, 53], device=device)[::2])
     assert _written_slots(kc) == [0, 1, 2, 3]
 
 
@@ -188,7 +187,7 @@ def test_ops_decode_accepts_float8_e4m3fn_caches(device):
     pool = paged_pool(2, 40, kv_heads=2, head_dim=16, page_size=16, dtype="fp8",
                       min_l2_multiple=0, device=device, seed=0)
     q = make_decode_query(pool, 4, seed=1)
-    out = ops.paged_decode(q, pool.k_cache.view(torch.float8_e4m3fn),
+    out = paged_decode(q, pool.k_cache.view(torch.float8_e4m3fn),
                            pool.v_cache.view(torch.float8_e4m3fn), pool.block_table,
                            pool.seq_lens, k_scale=pool.k_scale, v_scale=pool.v_scale)
     ref = paged_decode_ref(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kvbench.kernels import paged_decode as pd
+from kvbench.ops.paged_decode import check_page_read, page_read_xor
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -104,7 +105,6 @@ def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
     page_read_fn on fp16 and fp8 pages of the decode geometry (a refused point would end the
     device run it was part of); one point per chunk size also runs and is checked in the
     interpreter, which ignores warps and stages."""
-    from kvbench import checks
     from kvbench.fixtures.pool import paged_pool
     from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn
 
@@ -114,12 +114,12 @@ def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
     for dtype in ("fp16", "fp8"):
         pool = paged_pool(1, 20, kv_heads=8, head_dim=128, page_size=16, dtype=dtype,
                           num_pages=6, min_l2_multiple=0, device="cpu")
-        want = checks.page_read_xor(pool)
+        want = page_read_xor(pool)
         ids = pool.attended_page_ids()
         for cfg in mod.GRID:
             read = page_read_fn(pool.k_cache, pool.v_cache, ids, 1, cfg)
             if cfg["num_warps"] == 4 and cfg["num_stages"] == 1 and cfg["programs_per_sm"] == 4:
-                checks.check_page_read(read, pool, want)  # one run per chunk size: interpreter time
+                check_page_read(read, pool, want)  # one run per chunk size: interpreter time
     rounds = [{"bytes": 16_781_312, "decode": 15.5, "shipped": 9.0, "empty": 4.7,
                "page_read": [{"us": 10.0 + i} for i in range(len(mod.GRID))],
                "contiguous": [{"us": 8.0}, {"us": 7.5}]}]

@@ -2,7 +2,9 @@
 
 import pytest
 
-from kvbench.theory import kv_gather_fp8_work, kv_write_work, paged_decode_work
+from kvbench.ops.kv_gather_fp8 import kv_gather_fp8_work
+from kvbench.ops.kv_write import kv_write_work
+from kvbench.ops.paged_decode import paged_decode_work
 
 
 def test_paged_decode_work_llama3_b64_8k():

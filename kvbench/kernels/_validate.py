@@ -410,7 +410,7 @@ def check_no_overlap(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor)
 def checked_calls() -> Iterator[None]:
     """Run the calls inside in safe mode, then wait for their verdicts and raise a failure.
 
-    For correctness checks (kvbench.checks), never around timed calls: the device-side
+    For correctness checks (kvbench.ops.<op>.check_<op>), never around timed calls: the device-side
     checks are extra work, and waiting for their verdict is a host sync.
     """
     before = os.environ.get(SAFE_MODE_VAR)

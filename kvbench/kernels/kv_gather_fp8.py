@@ -22,7 +22,7 @@ saturates to +-448 then rounds to the nearest e4m3fn value, ties to even. This i
 "dequant (fp8 * group scale), requant with the identity scale 1.0": dividing by 1.0 is exact,
 so the requant is E alone. The seed's legacy and new kernels are compared ``torch.equal`` on
 uint8 views, so this one definition serves all of them; here every row is checked the same way
-against kvbench.reference.kv_gather_fp8_ref (plain byte/float math, no shared code).
+against kvbench.ops.kv_gather_fp8.kv_gather_fp8_ref (plain byte/float math, no shared code).
 
 Rows:
 - ``gather_fp8_legacy``: fresh ``torch.zeros`` destination, then one program per (token,
@@ -56,9 +56,6 @@ from kvbench.kernels._validate import (
     device_checks,
     values_checked,
 )
-
-_RTOL: dict[str, float] = {"fp8": 0.0}
-_ATOL: dict[str, float] = {"fp8": 0.0}
 
 ROW_BYTES = 656
 OUT_DIM = 576

@@ -30,7 +30,7 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
 
 Rows: ``kv_write_triton`` (one Triton kernel for prefill and decode shapes) and
 ``kv_write_torch`` (index_copy_ / index_put_, any device). Both are bit-exact to
-``kvbench.reference.kv_write_ref``: tolerances are zero for every dtype (``_RTOL``/``_ATOL``).
+``kvbench.ops.kv_write.kv_write_ref``: tolerances are zero for every dtype (kvbench.ops.kv_write.RTOL/ATOL).
 """
 
 from __future__ import annotations
@@ -59,9 +59,6 @@ from kvbench.kernels._validate import (
 
 # Exact copies for fp16/bf16; fp8 bytes equal torch's RNE quantization of the same input
 # (the soft encoder makes this hold under the interpreter too, see kernels/_fp8.py).
-_RTOL: dict[str, float] = {"fp16": 0.0, "bf16": 0.0, "fp8": 0.0}
-_ATOL: dict[str, float] = {"fp16": 0.0, "bf16": 0.0, "fp8": 0.0}
-
 _IN_DTYPES = (torch.float16, torch.bfloat16)
 _CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.uint8, torch.float8_e4m3fn)
 _FP8_CACHE = (torch.uint8, torch.float8_e4m3fn)

@@ -34,8 +34,9 @@ from functools import partial
 
 import torch
 
-from kvbench.alloc import STATES, KVCacheManager, checked_alloc, prepare_state
 from kvbench.core.jsonfile import output_path, write_json_atomic
+from kvbench.ops.kv_alloc import STATES, KVCacheManager, checked_alloc, prepare_state
+from kvbench.ops.paged_decode import paged_decode
 
 IMPLS = ("torch/legacy", "host/freelist")
 
@@ -105,7 +106,6 @@ def measure_alloc(num_rows: int, device: torch.device | str, rounds: int = ROUND
 
 def measure_dispatch_overhead(device: torch.device | str) -> dict:
     """Per-call cost of kvbench.ops.paged_decode with a cached decision over a no-op row."""
-    from kvbench import ops
     from kvbench.dispatch import KernelSpec, LayoutRequirement, Registry, using_registry
     from kvbench.harness import bench_host
 
@@ -126,11 +126,11 @@ def measure_dispatch_overhead(device: torch.device | str) -> dict:
     bt = torch.zeros(8, 8, dtype=torch.int32, device=device)
     sl = torch.ones(8, dtype=torch.int32, device=device)
     with using_registry(Registry([spec])):
-        ops.paged_decode(q, k, v, bt, sl)
+        paged_decode(q, k, v, bt, sl)
 
         def via_ops():
             for _ in range(DISPATCH_LOOP):
-                ops.paged_decode(q, k, v, bt, sl)
+                paged_decode(q, k, v, bt, sl)
 
         def direct():
             for _ in range(DISPATCH_LOOP):

@@ -6,9 +6,9 @@ of its own. Per case it
   1. builds the inputs with the fixture (never torch.randn caches, never .contiguous()),
   2. forces each row through its env-var selector and dispatch, asserting that the row dispatch
      selected is the row the table names (seed 000: `sel.spec.name == _IMPL`),
-  3. runs the row's correctness check against kvbench.reference (a wrong row gets no number),
+  3. runs the row's correctness check against the op's torch reference (a wrong row gets no number),
   4. times it with the op's timer (bench, or bench_host for the allocator); the last timed
-     call runs on a perturbed input and its output is verified too (kvbench.checks.proof_*,
+     call runs on a perturbed input and its output is verified too (kvbench.kernels.kv_alloc.proof_*,
      harness/proof.py): a row that memoizes or skips work after its first call gets no number,
      and the error figures of that call go to the JSON ("error"),
 and prints report() (throughput first), the dispatch explain() of `auto`, the host floor where
@@ -35,7 +35,6 @@ from typing import Any
 
 import torch
 
-from kvbench import checks, ops, theory
 from kvbench.core import progress
 from kvbench.core.env import selector_var
 from kvbench.core.jsonfile import check_writable, output_path, write_json_atomic
@@ -58,6 +57,29 @@ from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
 from kvbench.harness.report import EVENT_TIMERS
 from kvbench.harness.timers import KERNEL_TIMER_FLOOR_FACTOR
+from kvbench.ops.common import last_selection
+from kvbench.ops.kv_gather_fp8 import (
+    check_kv_gather_fp8,
+    kv_gather_fp8,
+    kv_gather_fp8_work,
+    proof_kv_gather_fp8,
+)
+from kvbench.ops.kv_write import (
+    check_kv_write,
+    kv_write,
+    kv_write_work,
+    make_write_inputs,
+    proof_kv_write,
+)
+from kvbench.ops.paged_decode import (
+    check_page_read,
+    check_paged_decode,
+    make_decode_query,
+    page_read_work,
+    paged_decode,
+    paged_decode_work,
+    proof_paged_decode,
+)
 
 #: Llama-3-8B decode geometry (issue 6): 32 query heads over 8 KV heads, head_dim 128.
 Q_HEADS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
@@ -151,7 +173,7 @@ def _run_forced(op: str, name: str, call: Callable[[], Any]) -> Callable[..., An
     """
     with forced(op, name):
         call()
-    sel = ops.last_selection(op)
+    sel = last_selection(op)
     if sel is None or sel.spec.name != name:
         ran = None if sel is None else sel.spec.name
         raise AssertionError(f"{op}: table row {name!r} but dispatch ran {ran!r}")
@@ -163,7 +185,7 @@ def _auto_explain(op: str, call: Callable[[], Any]) -> str:
     try:
         with forced(op, "auto"):
             call()
-        sel = ops.last_selection(op)
+        sel = last_selection(op)
         return "(no selection)" if sel is None else sel.explain()
     except Exception as exc:  # noqa: BLE001 - explain is informative; its failure is reported
         return f"(auto failed: {type(exc).__name__}: {exc})"
@@ -219,7 +241,7 @@ def _device_rows(impl: str, case: str, call: Callable[[], Any], work: Work, *,
     the GPU (TimingResult.host_syncs: report() flags it), its bench_host row beside it: the
     event samples of such a call hold host gaps, so only the caller's wall time is a number
     to compare (docs/harness.md). Warm ablation rows get no host row: bench_host flushes.
-    proof: the op's TimedProof (kvbench.checks.proof_<op>): the last timed call's output is
+    proof: the op's TimedProof (kvbench.kernels.kv_alloc.proof_<op>): the last timed call's output is
     verified, its error figures kept in table.errors."""
     timing = bench(call, l2=l2, proof=proof)
     if table is not None and timing.proof is not None:
@@ -344,21 +366,21 @@ def decode_case(
         batch, context, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
         dtype=dtype, layout=layout, storage=storage, min_l2_multiple=mult, device=dev,
     )
-    q = checks.make_decode_query(pool, Q_HEADS)
+    q = make_decode_query(pool, Q_HEADS)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-    work = theory.paged_decode_work(
+    work = paged_decode_work(
         pool.seq_lens_list, q_heads=Q_HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM,
         kv_dtype=dtype, q_bytes=q.element_size(), page_size=PAGE_SIZE,
     )
     case = f"{label} {dtype}" + ("" if (layout, storage) == ("fragmented", "combined") else f" {layout}/{storage}")
     if mult not in (0, 8):
         case += f" pool>={mult:g}xL2"
-    table.explains[case] = _auto_explain("paged_decode", lambda: ops.paged_decode(*args, **kwargs))
+    table.explains[case] = _auto_explain("paged_decode", lambda: paged_decode(*args, **kwargs))
     candidates: dict[str, Callable[..., Any]] = {}
     for name in _timed_rows(table, "paged_decode", case, dev, rows):
         try:
-            candidates[name] = _run_forced("paged_decode", name, lambda: ops.paged_decode(*args, **kwargs))
+            candidates[name] = _run_forced("paged_decode", name, lambda: paged_decode(*args, **kwargs))
         except Exception as exc:  # noqa: BLE001 - an unavailable row is listed with its reason
             _skip(table, f"{name} @ {case}", exc)
     if with_peers:
@@ -367,8 +389,8 @@ def decode_case(
         progress.report(f"{name} @ {case}", rows=len(table.rows))
         call = partial(fn, *args, **kwargs)
         try:
-            table.checks[f"{name} @ {case}"] = checks.check_paged_decode(fn, pool, q)
-            proof = checks.proof_paged_decode(fn, pool, q)
+            table.checks[f"{name} @ {case}"] = check_paged_decode(fn, pool, q)
+            proof = proof_paged_decode(fn, pool, q)
             table.rows.extend(_device_rows(name, case, call, work, l2=l2, proof=proof,
                                            table=table))
         except Exception as exc:  # noqa: BLE001
@@ -387,13 +409,13 @@ def _page_read_row(table: Table, case: str, pool: Any, l2: str) -> None:
     from kvbench.kernels._device import sm_count
 
     name = f"{PAGE_READ_BOUND} @ {case}"
-    work = theory.page_read_work(
+    work = page_read_work(
         pool.seq_lens_list, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
         kv_dtype=pool.kv_dtype_name, page_size=pool.page_size,
     )
     try:
         read = page_read_fn(pool.k_cache, pool.v_cache, pool.attended_page_ids(), sm_count(pool.device))
-        table.checks[name] = checks.check_page_read(read, pool)
+        table.checks[name] = check_page_read(read, pool)
         timing = bench(read, l2=l2)
     except Exception as exc:  # noqa: BLE001 - reported like any row that cannot run
         _skip(table, name, exc)
@@ -449,7 +471,7 @@ def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "
                order: str = "scattered") -> None:
     """Check then time every kv_write row writing ``n`` tokens into a fresh pool (plus a CUDA
     graph replay beside each decode-size row on a GPU); ``order``: the slots' order
-    (checks.make_write_inputs)."""
+    (make_write_inputs)."""
     dev = _device()
     on_gpu = dev.type == "cuda"
     seqs = max(1, -(-n // 4096))
@@ -457,22 +479,22 @@ def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "
         seqs, 4096, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
         dtype=dtype, storage=storage, min_l2_multiple=8 if on_gpu else 0, device=dev,
     )
-    k, v, slots = checks.make_write_inputs(pool, n, order=order)
+    k, v, slots = make_write_inputs(pool, n, order=order)
     args = (k, v, pool.k_cache, pool.v_cache, slots)
     kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-    work = theory.kv_write_work(
+    work = kv_write_work(
         n, kv_heads=KV_HEADS, head_dim=HEAD_DIM, in_bytes=k.element_size(), cache_dtype=dtype,
     )
     case = (f"{label} {dtype}" + ("" if storage == "combined" else f" {storage}")
             + ("" if order == "scattered" else f" {order}-order"))
-    table.explains[case] = _auto_explain("kv_write", lambda: ops.kv_write(*args, **kwargs))
+    table.explains[case] = _auto_explain("kv_write", lambda: kv_write(*args, **kwargs))
     for name in _timed_rows(table, "kv_write", case, dev):
         progress.report(f"{name} @ {case}", rows=len(table.rows))
         try:
-            fn = _run_forced("kv_write", name, lambda: ops.kv_write(*args, **kwargs))
-            table.checks[f"{name} @ {case}"] = checks.check_kv_write(fn, pool, k, v, slots)
+            fn = _run_forced("kv_write", name, lambda: kv_write(*args, **kwargs))
+            table.checks[f"{name} @ {case}"] = check_kv_write(fn, pool, k, v, slots)
             call = partial(fn, *args, **kwargs)
-            proof = checks.proof_kv_write(fn, pool, k, v, slots)
+            proof = proof_kv_write(fn, pool, k, v, slots)
             rows = _device_rows(name, case, call, work, proof=proof, table=table)
             table.rows.extend(rows)
         except Exception as exc:  # noqa: BLE001
@@ -528,21 +550,21 @@ def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
     kv_cache = build_gather_pool(pool_tokens, device=dev)
     for label, kv_len in cases:
         pt = build_page_table_flat([kv_len], pool_tokens, device=dev)
-        work = theory.kv_gather_fp8_work(kv_len, TOPK_PAD_ROWS)
+        work = kv_gather_fp8_work(kv_len, TOPK_PAD_ROWS)
         case = f"{label}+{TOPK_PAD_ROWS}pad"
         table.explains[case] = _auto_explain(
-            "kv_gather_fp8", lambda: ops.kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS)  # noqa: B023 - called before the loop moves on
+            "kv_gather_fp8", lambda: kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS)  # noqa: B023 - called before the loop moves on
         )
         for name in _timed_rows(table, "kv_gather_fp8", case, dev):
             progress.report(f"{name} @ {case}", rows=len(table.rows))
             try:
                 fn = _run_forced(
                     "kv_gather_fp8", name,
-                    lambda: ops.kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS),  # noqa: B023 - called before the loop moves on
+                    lambda: kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS),  # noqa: B023 - called before the loop moves on
                 )
-                table.checks[f"{name} @ {case}"] = checks.check_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
+                table.checks[f"{name} @ {case}"] = check_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
                 call = partial(fn, kv_cache, pt, extra_rows=TOPK_PAD_ROWS)
-                proof = checks.proof_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
+                proof = proof_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
                 table.rows.extend(_device_rows(name, case, call, work, proof=proof, table=table))
             except Exception as exc:  # noqa: BLE001
                 _skip(table, f"{name} @ {case}", exc)
@@ -554,7 +576,7 @@ def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
 
 def table_kv_alloc(*, table: Table | None = None) -> Table:
     """Allocator states through bench_host (host stalls are invisible to CUDA events)."""
-    from kvbench.alloc import KVCacheManager, checked_alloc, prepare_state
+    from kvbench.ops.kv_alloc import KVCacheManager, checked_alloc, prepare_state
 
     table = Table("kv_alloc") if table is None else table
     dev = _device()

@@ -5,7 +5,7 @@ asks dispatch which rows pass every filter and their golden check (verified_rows
 row's full-size correctness check (installed with record_golden), then times it with the
 harness: bench() (cold L2) for the idempotent kernels, bench_host() for the allocator, whose
 cost is the host waiting. The last timed call of a kernel runs on a perturbed input and its
-output is verified (kvbench.checks.proof_<op>): a row that memoizes or skips work after its
+output is verified (kvbench.kernels.kv_alloc.proof_<op>): a row that memoizes or skips work after its
 first call raises VerificationError instead of entering the table. The table is JSON under
 the kvbench cache dir (kvbench.core.paths: <cache root>/perf, KVBENCH_CACHE_DIR moves the
 root), one file per (device name, op):
@@ -60,6 +60,10 @@ from kvbench.dispatch.perf_tables import (
     write_table,
 )
 from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, check_op
+from kvbench.ops.common import Problem
+from kvbench.ops.kv_gather_fp8 import describe_kv_gather_fp8
+from kvbench.ops.kv_write import describe_kv_write
+from kvbench.ops.paged_decode import describe_paged_decode
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,6 @@ class _Built:
 
 
 def _build(case: TuneCase, dev: torch.device) -> _Built:
-    from kvbench import ops
     from kvbench.harness import bench, bench_host
 
     p = case.params
@@ -206,40 +209,44 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         )
 
     if case.op == "paged_decode":
-        from kvbench.checks import check_paged_decode, make_decode_query, proof_paged_decode
+        from kvbench.ops.paged_decode import (
+            check_paged_decode,
+            make_decode_query,
+            proof_paged_decode,
+        )
 
         pool = case_pool(p["batch"])
         q = make_decode_query(pool, p["q_heads"])
         args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
         kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
         return _Built(
-            ops.describe_paged_decode(*args[:4], **kw),
+            describe_paged_decode(*args[:4], **kw),
             lambda fn: check_paged_decode(fn, pool, q),
             lambda fn: bench(lambda: fn(*args, **kw), device=dev,
                              proof=proof_paged_decode(fn, pool, q)),
             pool.free,
         )
     if case.op == "kv_write":
-        from kvbench.checks import check_kv_write, make_write_inputs, proof_kv_write
+        from kvbench.ops.kv_write import check_kv_write, make_write_inputs, proof_kv_write
 
         pool = case_pool(p["num_seqs"])
         k, v, slots = make_write_inputs(pool, p["n"])
         args = (k, v, pool.k_cache, pool.v_cache, slots)
         kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
         return _Built(
-            ops.describe_kv_write(*args[:4], **kw),
+            describe_kv_write(*args[:4], **kw),
             lambda fn: check_kv_write(fn, pool, k, v, slots),
             lambda fn: bench(lambda: fn(*args, **kw), device=dev,
                              proof=proof_kv_write(fn, pool, k, v, slots)),
             pool.free,
         )
     if case.op == "kv_gather_fp8":
-        from kvbench.checks import check_kv_gather_fp8, proof_kv_gather_fp8
         from kvbench.fixtures.gather_pool import (
             build_gather_pool,
             build_page_table_flat,
             gather_pool_tokens,
         )
+        from kvbench.ops.kv_gather_fp8 import check_kv_gather_fp8, proof_kv_gather_fp8
 
         # The suite's fixture: >= 8x L2 on a GPU (the case's pool_tokens is the CPU size).
         tokens = p["pool_tokens"] if small else gather_pool_tokens(p["kv_len"], dev)
@@ -247,7 +254,7 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         pt = build_page_table_flat([p["kv_len"]], tokens, device=dev)
         extra = p["extra_rows"]
         return _Built(
-            ops.describe_kv_gather_fp8(kv_cache, pt),
+            describe_kv_gather_fp8(kv_cache, pt),
             lambda fn: check_kv_gather_fp8(fn, kv_cache, pt, extra),
             lambda fn: bench(lambda: fn(kv_cache, pt, extra_rows=extra), device=dev,
                              proof=proof_kv_gather_fp8(fn, kv_cache, pt, extra)),
@@ -255,7 +262,7 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         )
     # kv_alloc: the row is a class; time alloc(n) in every state and keep the worst, since a
     # serving engine reaches all three and the row must be ranked on the state that hurts.
-    from kvbench.alloc import STATES, checked_alloc, prepare_state
+    from kvbench.ops.kv_alloc import STATES, checked_alloc, prepare_state
 
     n, num_rows = p["n"], p["num_rows"]
 
@@ -275,7 +282,7 @@ def _build(case: TuneCase, dev: torch.device) -> _Built:
         return max(results, key=lambda r: r.median_us)
 
     return _Built(
-        ops.Problem("kv_alloc", "int64", frozenset(), {"n": n}, dev),
+        Problem("kv_alloc", "int64", frozenset(), {"n": n}, dev),
         check,
         time_worst,
         lambda: None,

@@ -11,9 +11,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import _sidecar
-from kvbench import checks, ops
-from kvbench.harness import bench, bench_kernel, event_floor
 from kvbench.fixtures.pool import paged_pool
+from kvbench.harness import bench, bench_kernel, event_floor
+from kvbench.ops.common import last_selection
+from kvbench.ops.kv_write import check_kv_write, kv_write, make_write_inputs, proof_kv_write
+from kvbench.ops.paged_decode import (
+    check_paged_decode,
+    make_decode_query,
+    paged_decode,
+    proof_paged_decode,
+)
 
 
 def main(out_path: str) -> None:
@@ -25,14 +32,14 @@ def main(out_path: str) -> None:
             storage = "v_dim_major" if dtype == "fp8" else "combined"
             pool = paged_pool(batch, context, kv_heads=8, head_dim=128, page_size=16,
                               dtype=dtype, storage=storage, device="cuda", seed=0)
-            q = checks.make_decode_query(pool, 32, seed=0)
+            q = make_decode_query(pool, 32, seed=0)
             args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
             kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-            checks.check_paged_decode(ops.paged_decode, pool, q)
-            sel = ops.last_selection("paged_decode")
+            check_paged_decode(paged_decode, pool, q)
+            sel = last_selection("paged_decode")
             fn = sel.target
             call = lambda fn=fn, args=args, kw=kw: fn(*args, **kw)
-            ev = bench(call, proof=checks.proof_paged_decode(fn, pool, q))
+            ev = bench(call, proof=proof_paged_decode(fn, pool, q))
             res = _sidecar.triton_resources(call)
             figures.append({"case": f"decode b{batch} c{context} {dtype}", "row": sel.spec.name,
                             "error": ev.proof, "resources": res})
@@ -44,13 +51,13 @@ def main(out_path: str) -> None:
     for n in (1, 64):
         pool = paged_pool(max(1, n), 4096, kv_heads=8, head_dim=128, page_size=16, dtype="fp16",
                           device="cuda", seed=0)
-        k, v, slots = checks.make_write_inputs(pool, n)
+        k, v, slots = make_write_inputs(pool, n)
         args = (k, v, pool.k_cache, pool.v_cache, slots)
         kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-        checks.check_kv_write(ops.kv_write, pool, k, v, slots)
-        sel = ops.last_selection("kv_write")
+        check_kv_write(kv_write, pool, k, v, slots)
+        sel = last_selection("kv_write")
         call = lambda fn=sel.target, args=args, kw=kw: fn(*args, **kw)
-        ev = bench(call, proof=checks.proof_kv_write(sel.target, pool, k, v, slots))
+        ev = bench(call, proof=proof_kv_write(sel.target, pool, k, v, slots))
         kt = bench_kernel(call)
         rows.append(("kv_write", f"decode_{n}", sel.spec.name, ev.median_us, kt.median_us))
         pool.free()

@@ -34,14 +34,14 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-STATES: tuple[str, ...] = ("bump", "run_search", "fragmented")
+from kvbench.core.device import resolve_device
 
 
 class AllocError(ValueError):
     """Bad alloc/free request; the allocator's state is unchanged when it is raised."""
 
 
-class _Backend(Protocol):
+class Backend(Protocol):
     num_rows: int
     device: torch.device
 
@@ -53,9 +53,6 @@ class _Backend(Protocol):
     @property
     def state(self) -> str: ...
     def free_rows(self) -> np.ndarray: ...
-
-
-# ---- shared validation ---------------------------------------------------------------------
 
 
 def _check_num_rows(num_rows: Any) -> int:
@@ -70,20 +67,7 @@ def _check_num_rows(num_rows: Any) -> int:
     return value
 
 
-def _resolve_device(device: torch.device | str) -> torch.device:
-    """torch.device with an explicit CUDA index.
-
-    Tensors report `cuda:N`, and torch.device("cuda") != torch.device("cuda:0"): with an
-    unindexed device, free() compared its own tensors' device against "cuda" and rejected
-    every one (the H200 failure of test_host_freelist_never_syncs_on_cuda).
-    """
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
-
-
-def _count(n: Any, num_free: int) -> int:
+def check_count(n: Any, num_free: int) -> int:
     """alloc's n as an int in [1, num_free]; AllocError otherwise (nothing changed yet)."""
     if type(n) is not int:
         if isinstance(n, bool):
@@ -103,7 +87,7 @@ def _count(n: Any, num_free: int) -> int:
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _rows_preview(rows: np.ndarray, limit: int = 8) -> str:
+def rows_preview(rows: np.ndarray, limit: int = 8) -> str:
     shown = ", ".join(str(int(r)) for r in rows[:limit])
     more = f", ... ({rows.size} rows)" if rows.size > limit else ""
     return f"[{shown}{more}]"
@@ -163,7 +147,7 @@ def _check_rows(
         return
     if int(arr.min()) < 0 or int(arr.max()) >= num_rows:
         bad = arr[(arr < 0) | (arr >= num_rows)]
-        raise AllocError(f"free(rows): rows {_rows_preview(bad)} out of range [0, {num_rows})")
+        raise AllocError(f"free(rows): rows {rows_preview(bad)} out of range [0, {num_rows})")
     if k > 1:
         pos = scratch_pos[:k]  # 0, 1, ..., k-1 (a view: no k-sized allocation)
         if k > pos.size:  # more rows than the pool holds: some row is given twice
@@ -174,11 +158,11 @@ def _check_rows(
         if not unique:
             s = np.sort(arr)
             dup = s[1:][s[1:] == s[:-1]]
-            raise AllocError(f"free(rows): rows {_rows_preview(np.unique(dup))} given twice")
+            raise AllocError(f"free(rows): rows {rows_preview(np.unique(dup))} given twice")
     flags = allocated[arr]
     if not flags.all():
         raise AllocError(
-            f"free(rows): rows {_rows_preview(arr[~flags])} are not allocated "
+            f"free(rows): rows {rows_preview(arr[~flags])} are not allocated "
             "(never allocated, or freed already)"
         )
 
@@ -188,9 +172,6 @@ def _classify(free_sorted: np.ndarray) -> str:
     if free_sorted.size > 1 and bool((np.diff(free_sorted) == 1).any()):
         return "run_search"
     return "fragmented"
-
-
-# ---- torch/legacy ----------------------------------------------------------------------------
 
 
 class LegacyBitmapAllocator:
@@ -203,7 +184,7 @@ class LegacyBitmapAllocator:
 
     def __init__(self, num_rows: int, device: torch.device | str) -> None:
         self.num_rows = _check_num_rows(num_rows)
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         self._free = torch.ones(self.num_rows, dtype=torch.bool, device=self.device)
         self._num_free = self.num_rows
         self._cursor = 0
@@ -224,7 +205,7 @@ class LegacyBitmapAllocator:
         return self._free.nonzero().squeeze(1).cpu().numpy().astype(np.int64)
 
     def alloc(self, n: int) -> torch.Tensor:
-        n = _count(n, self._num_free)
+        n = check_count(n, self._num_free)
         if self._cursor_valid:
             # Fast path: rows past the cursor are free and n <= num_free = num_rows - cursor.
             start = self._cursor
@@ -256,17 +237,17 @@ class LegacyBitmapAllocator:
         if lo < 0 or hi >= self.num_rows:
             bad = idx[(idx < 0) | (idx >= self.num_rows)].cpu().numpy()
             raise AllocError(
-                f"free(rows): rows {_rows_preview(bad)} out of range [0, {self.num_rows})"
+                f"free(rows): rows {rows_preview(bad)} out of range [0, {self.num_rows})"
             )
         if k > 1 and torch.unique(idx).numel() != k:
             s = torch.sort(idx).values
             dup = s[1:][s[1:] == s[:-1]].cpu().numpy()
-            raise AllocError(f"free(rows): rows {_rows_preview(np.unique(dup))} given twice")
+            raise AllocError(f"free(rows): rows {rows_preview(np.unique(dup))} given twice")
         already = self._free[idx]
         if bool(already.any().item()):
             bad = idx[already].cpu().numpy()
             raise AllocError(
-                f"free(rows): rows {_rows_preview(bad)} are not allocated "
+                f"free(rows): rows {rows_preview(bad)} are not allocated "
                 "(never allocated, or freed already)"
             )
         self._free[idx] = True
@@ -293,15 +274,16 @@ class LegacyBitmapAllocator:
         self._cursor_valid = True
 
 
-# ---- host/freelist ---------------------------------------------------------------------------
-
 #: Pinned staging ring of host/freelist's copies (CUDA only): STAGING_SEGMENTS segments of
 #: STAGING_SEGMENT_ROWS int64 rows each (256 KiB pinned in all). A copy of more rows than one
 #: segment holds (a free of a long request's scattered rows, prepare_state's half-pool frees,
 #: a compaction) takes the fallback, a fresh pinned tensor from torch's caching host
 #: allocator; frees of up to 4096 scattered rows and allocs that span frees use the ring.
 STAGING_SEGMENT_ROWS = 4096
+
+
 STAGING_SEGMENTS = 8
+
 
 #: host/freelist compacts its device twin when its chunks hold more than this many times
 #: num_rows rows (bounded memory; see HostFreeListAllocator._compact).
@@ -437,7 +419,7 @@ class HostFreeListAllocator:
 
     def __init__(self, num_rows: int, device: torch.device | str) -> None:
         self.num_rows = _check_num_rows(num_rows)
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         self._allocated = np.zeros(self.num_rows, dtype=bool)
         self._stack = np.empty(self.num_rows, dtype=np.int64)  # free rows, LIFO
         self._iota = np.arange(self.num_rows, dtype=np.int64)  # host twin of the table
@@ -490,7 +472,7 @@ class HostFreeListAllocator:
         top = self._top
         cursor = self._cursor
         if type(n) is not int or n < 1 or n > self.num_rows - cursor + top:
-            n = _count(n, self.num_rows - cursor + top)  # raises AllocError, nothing changed
+            n = check_count(n, self.num_rows - cursor + top)  # raises AllocError, nothing changed
         if top == 0:
             # Bump: every row at or past the cursor is free, and they form a run.
             end = cursor + n
@@ -676,7 +658,6 @@ class HostFreeListAllocator:
         self._chunks = {}
         self._dropped.clear()
         self._chunk_rows = 0
-        # The staging ring keeps its place: copies still pending from it stay protected.
 
 
 def _strided(values: np.ndarray, off: int, step: int, k: int) -> np.ndarray:
@@ -690,183 +671,3 @@ def _strided(values: np.ndarray, off: int, step: int, k: int) -> np.ndarray:
     if out.size != k:
         raise AllocError(f"free(rows): a view of {k} rows reaches past its allocation")
     return out
-
-
-# ---- the manager -----------------------------------------------------------------------------
-
-
-class KVCacheManager:
-    """Hands out KV cache rows on `device`; the implementation comes from the registry.
-
-    impl=None follows KVBENCH_KV_ALLOC through dispatch("kv_alloc"): auto, or a forced row,
-    which runs its check first (kvbench.dispatch). An explicit impl (a spec name) picks that
-    row directly, as constructing the class would, without a golden check.
-    alloc(n) -> int64 tensor of n distinct rows that were free (read-only: host/freelist may
-    return a view of its row table); free(rows); free_all(); num_free; state. Errors raise
-    AllocError (a ValueError) and leave the state unchanged.
-    """
-
-    def __init__(self, num_rows: int, *, device: torch.device | str, impl: str | None = None):
-        from kvbench.dispatch import core
-
-        dev = core.resolve_device(device)
-        self.selection = None
-        if impl is None:
-            self.selection = core.dispatch("kv_alloc", dtype="int64", device=dev)
-            self.impl = self.selection.spec.name
-            cls = self.selection.target
-        else:
-            spec = core.active_registry().get("kv_alloc", impl)  # ValueError lists the names
-            self.impl = spec.name
-            cls = spec.load()
-        self._backend: _Backend = cls(num_rows, dev)
-        self.num_rows = self._backend.num_rows
-        self.device = self._backend.device  # CUDA with its index: the device rows report
-        # Bound methods of the backend: the manager adds no call layer to the timed path.
-        self.alloc = self._backend.alloc
-        self.free = self._backend.free
-        self.free_all = self._backend.free_all
-
-    @property
-    def num_free(self) -> int:
-        return self._backend.num_free
-
-    @property
-    def state(self) -> str:
-        return self._backend.state
-
-    def free_rows(self) -> np.ndarray:
-        """Sorted free rows on the host (diagnostic: the legacy backend synchronizes)."""
-        return self._backend.free_rows()
-
-    def __repr__(self) -> str:
-        return (
-            f"KVCacheManager(num_rows={self.num_rows}, device={self.device}, impl={self.impl!r}, "
-            f"num_free={self.num_free})"
-        )
-
-
-# ---- states, invariant, selfcheck --------------------------------------------------------------
-
-
-def prepare_state(manager: KVCacheManager | _Backend, state: str, *, n: int) -> None:
-    """Drive `manager` into `state` through alloc/free/free_all only, such that alloc(n)
-    then takes the path the state names. A complete reset: it starts from free_all(), which
-    alone would restore the bump cursor and measure the fast path in every state.
-
-      bump        free_all, then half the pool in use (live cursor mid-pool)
-      run_search  whole pool in use, then free every other row of the first half (singles a
-                  search must skip) and one run of max(n, 2) rows at three quarters
-      fragmented  whole pool in use, then free every other row: no two free rows adjacent
-    """
-    if state not in STATES:
-        raise ValueError(f"state {state!r}: accepted states are {', '.join(STATES)}")
-    n = _count(n, manager.num_rows)
-    run = max(n, 2)
-    if manager.num_rows < 4 * run:
-        raise ValueError(
-            f"prepare_state(n={n}) needs num_rows >= {4 * run}, manager has {manager.num_rows}"
-        )
-    rows_total = manager.num_rows
-    manager.free_all()
-    if state == "bump":
-        manager.alloc(rows_total // 2)
-    else:
-        manager.alloc(rows_total)
-        if state == "fragmented":
-            to_free = np.arange(0, rows_total, 2, dtype=np.int64)
-        else:
-            start = (3 * rows_total) // 4
-            singles = np.arange(0, rows_total // 2, 2, dtype=np.int64)
-            to_free = np.concatenate((singles, np.arange(start, start + run, dtype=np.int64)))
-        manager.free(to_free)
-    got = manager.state
-    if got != state:
-        raise AssertionError(f"prepare_state({state!r}, n={n}) left the manager in {got!r}")
-    _warm_view_path(manager.device)
-
-
-#: One small tensor per device, sliced at the end of every prepare_state (_warm_view_path).
-_VIEW_PROBES: dict[torch.device, torch.Tensor] = {}
-
-
-def _warm_view_path(device: torch.device) -> None:
-    """End every reset with the same torch call, a view of a private tensor.
-
-    Why: the timed alloc after a reset pays for whatever host code the reset left cold, and
-    the resets differ. bump's ends with an alloc that slices the row table, so torch's view
-    path is warm for the alloc that follows; run_search's and fragmented's end with a free of
-    host rows, so their first alloc paid ~8-12 µs for cold torch code before it did anything
-    of its own (docs/allocator.md: a bare first slice cost the same). The benchmark would
-    measure the reset, not the state. One identical, allocator-independent epilogue gives
-    every state the same starting point, as in an engine, whose host runs torch calls between
-    allocations; the allocator's own data stays as cold as the reset left it.
-    """
-    probe = _VIEW_PROBES.get(device)
-    if probe is None:
-        probe = _VIEW_PROBES[device] = torch.zeros(2, dtype=torch.int64, device=device)
-    probe[0:1]
-
-
-def checked_alloc(manager: KVCacheManager | _Backend, n: int) -> torch.Tensor:
-    """alloc(n), asserting the invariant: n distinct rows, every one free before the call.
-
-    The correctness gate a benchmark runs per state before timing (a fast but wrong allocator
-    is a bug, not a result). Synchronizes; never use it inside a timed region.
-    """
-    before = manager.free_rows()
-    rows = manager.alloc(n)
-    got = rows.cpu().numpy()
-    if got.shape != (n,):
-        raise AssertionError(f"alloc({n}) returned shape {tuple(got.shape)}")
-    if np.unique(got).size != n:
-        raise AssertionError(f"alloc({n}) returned duplicate rows {_rows_preview(np.sort(got))}")
-    not_free = np.setdiff1d(got, before)
-    if not_free.size:
-        raise AssertionError(
-            f"alloc({n}) returned rows {_rows_preview(not_free)} that were not free"
-        )
-    if manager.num_free != before.size - n:
-        raise AssertionError(f"num_free {manager.num_free} != {before.size} - {n}")
-    return rows
-
-
-def selfcheck_kv_alloc(cls: type, dtype: str, device: torch.device | str) -> float:
-    """Golden check of an allocator class: a seeded alloc/free sequence against a set model.
-
-    Returns 0.0 (the op is exact) or raises AssertionError. dtype must be "int64" (the row
-    index type; the allocator has no KV dtype).
-    """
-    if dtype != "int64":
-        raise ValueError(f"kv_alloc rows are int64 indices; dtype must be 'int64', got {dtype!r}")
-    num_rows = 256
-    alloc = cls(num_rows, torch.device(device))
-    rng = np.random.default_rng(1234)
-    free = set(range(num_rows))
-    held: list[np.ndarray] = []
-    for step in range(300):
-        if held and (rng.random() < 0.45 or not free):
-            rows = held.pop(int(rng.integers(len(held))))
-            alloc.free(rows)
-            free.update(int(r) for r in rows)
-        elif free:
-            n = int(rng.integers(1, min(len(free), 24) + 1))
-            got = alloc.alloc(n).cpu().numpy()
-            if len(set(got.tolist())) != n or not set(got.tolist()) <= free:
-                raise AssertionError(f"step {step}: alloc({n}) returned rows that were not free")
-            free.difference_update(int(r) for r in got)
-            held.append(got)
-        if alloc.num_free != len(free):
-            raise AssertionError(f"step {step}: num_free {alloc.num_free} != model {len(free)}")
-    try:
-        alloc.free([num_rows])
-    except AllocError:
-        pass
-    else:
-        raise AssertionError("free of an out-of-range row did not raise")
-    if alloc.num_free != len(free) or set(alloc.free_rows().tolist()) != free:
-        raise AssertionError("a rejected free changed the allocator")
-    alloc.free_all()
-    if alloc.num_free != num_rows or alloc.state != "bump":
-        raise AssertionError("free_all did not restore the bump state")
-    return 0.0

@@ -1,0 +1,181 @@
+"""What every op module shares: the Problem an op call describes, its layout tags, the last
+selection per op, safe mode's raise_pending, the poison helpers of the proofs, and the fp64
+e4m3 arithmetic of the references (which share no code with kvbench.kernels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvbench.core.dtypes import FROM_TORCH
+from kvbench.dispatch.core import Selection, dispatch
+from kvbench.dispatch.registry import FP8_SCALED, OPS, PAGED, STRIDED, V_DIM_MAJOR, bucket
+
+#: (paged, strided, scaled, V dim-major) -> the frozen tag set, built once so a call
+#: allocates none.
+TAGS: dict[tuple[bool, bool, bool, bool], frozenset[str]] = {
+    (p, s, f, d): frozenset(
+        t for t, on in ((PAGED, p), (STRIDED, s), (FP8_SCALED, f), (V_DIM_MAJOR, d)) if on
+    )
+    for p in (False, True)
+    for s in (False, True)
+    for f in (False, True)
+    for d in (False, True)
+}
+
+
+LAST: dict[str, Selection] = {}
+
+
+
+
+def raise_pending() -> None:
+    """Wait for the safe-mode checks of earlier calls and raise the ValueError of any that
+    failed (KVBENCH_CHECK=1 on CUDA; a no-op otherwise)."""
+    # Imported here: importing kvbench.ops must not import kernel code (tests/test_dispatch).
+    from kvbench.kernels._validate import raise_pending as wait_and_raise
+
+    wait_and_raise(wait=True)
+
+
+def last_selection(op: str) -> Selection | None:
+    """The Selection the last call of `op` ran (None before the first call).
+
+    Benchmarks assert `last_selection(op).spec.name == _IMPL` so a table never names one row
+    while dispatch ran another.
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
+    return LAST.get(op)
+
+
+def bad_input(names: dict[str, Any], accepted_dtypes: bool = True) -> ValueError:
+    """The ValueError for inputs the fast path could not even read (slow path only)."""
+    for name, value in names.items():
+        if not isinstance(value, torch.Tensor):
+            return ValueError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    for name, value in names.items():
+        if "cache" in name and value.dtype not in FROM_TORCH:
+            accepted = ", ".join(str(d) for d in FROM_TORCH)
+            return ValueError(f"{name} has dtype {value.dtype}; accepted: {accepted}")
+    shapes = ", ".join(f"{k}{tuple(v.shape)}" for k, v in names.items())
+    return ValueError(f"inputs do not describe a problem this op can read: {shapes}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What an op call asks for, read from its inputs: dispatch(**problem.dispatch_args())."""
+
+    op: str
+    dtype: str
+    tags: frozenset[str]
+    shape: dict[str, int]
+    device: torch.device
+
+    @property
+    def bucket(self) -> str:
+        return bucket(self.op, self.shape)
+
+    def dispatch(self) -> Selection:
+        return dispatch(
+            self.op, dtype=self.dtype, tags=self.tags, shape=self.shape, device=self.device
+        )
+
+
+def poison_next_alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+    """Best effort: leave NaN in the block the kernel's ``torch.empty`` output will reuse.
+
+    The caching allocator (and, for small sizes, malloc) hands the freed block straight back
+    for a same-sized request, so an output element the kernel never writes reads NaN and
+    fails verify instead of passing on stale-but-plausible memory.
+    """
+    junk = torch.full(shape, poison_value(dtype), dtype=dtype, device=device)
+    del junk
+
+
+def poison_value(dtype: torch.dtype) -> float | int:
+    """NaN for float dtypes; 0xFF for bytes (the e4m3 NaN code kvbench.fixtures.quant never emits)."""
+    return float("nan") if dtype.is_floating_point and dtype.itemsize > 1 else 0xFF
+
+
+class RefCache:
+    """The reference of a perturbed input, computed once per input content: the proofs of the
+    selector rows measured on one input share it (the perturbation is the same every time)."""
+
+    def __init__(self, compute) -> None:
+        self._compute = compute
+        self._key: list[torch.Tensor] | None = None
+        self._value = None
+
+    def get(self, *inputs: torch.Tensor):
+        if self._key is None or not all(
+            a.shape == b.shape and torch.equal(a, b) for a, b in zip(self._key, inputs)
+        ):
+            self._value = self._compute()
+            self._key = [t.clone() for t in inputs]
+        return self._value
+
+
+#: The largest finite e4m3 magnitude.
+_E4M3_MAX = 448.0
+
+
+def e4m3_magnitudes(device: torch.device) -> torch.Tensor:
+    """float64 values of the 127 non-negative finite e4m3fn codes 0x00..0x7e, ascending.
+
+    Code = eeee_mmm with bias 7: exponent field 0 is subnormal (m * 2^-9), else
+    2^(e-7) * (1 + m/8). 0x7f is NaN and is excluded.
+    """
+    values = []
+    for code in range(0x7F):
+        e, m = code >> 3, code & 7
+        values.append(m * 2.0**-9 if e == 0 else 2.0 ** (e - 7) * (1.0 + m / 8.0))
+    return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+def e4m3_encode_ref(y: torch.Tensor) -> torch.Tensor:
+    """fp32 values -> e4m3fn bytes (uint8): saturate to +-448, nearest value, ties to even.
+
+    Inputs are finite (the quantizer and the fixtures never produce NaN/inf).
+    """
+    table = e4m3_magnitudes(y.device)
+    mag = y.to(torch.float64).abs().clamp(max=_E4M3_MAX)
+    hi = torch.searchsorted(table, mag).clamp(max=table.numel() - 1)
+    lo = (hi - 1).clamp(min=0)
+    below = mag - table[lo]
+    above = table[hi] - mag
+    take_hi = (above < below) | ((above == below) & (hi % 2 == 0))
+    code = torch.where(take_hi, hi, lo)
+    sign = torch.signbit(y).to(torch.int64) * 0x80
+    return (code | sign).to(torch.uint8)
+
+
+def e4m3_decode_ref(codes: torch.Tensor) -> torch.Tensor:
+    """e4m3fn bytes -> float64 values by table lookup (NaN codes -> NaN)."""
+    mags = torch.cat(
+        [e4m3_magnitudes(codes.device), torch.tensor([float("nan")], device=codes.device,
+                                                      dtype=torch.float64)]
+    )
+    c = codes.to(torch.int64)
+    value = mags[c & 0x7F]
+    return torch.where(c >= 0x80, -value, value)
+
+
+def scale_f64(scale: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+    """A caller-side scale as the fp64 image of its fp32 value (python floats round to fp32)."""
+    if isinstance(scale, torch.Tensor):
+        return scale.reshape(()).to(device=device, dtype=torch.float32).to(torch.float64)
+    return torch.tensor(float(scale), dtype=torch.float32, device=device).to(torch.float64)
+
+
+def as_values(t: torch.Tensor) -> torch.Tensor:
+    """Float values of cache rows for the error figures: fp8 bytes widened through e4m3."""
+    if t.dtype == torch.uint8:
+        return t.view(torch.float8_e4m3fn).to(torch.float32)
+    if t.dtype == torch.float8_e4m3fn:
+        return t.to(torch.float32)
+    return t.to(torch.float32)
+

@@ -1,0 +1,202 @@
+"""kv_gather_fp8: gather fp8 KV rows (656-byte cache rows -> 576-byte fp8 rows) through a flat page table.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kvbench.core.dtypes import FROM_TORCH
+from kvbench.dispatch.core import cached_selection
+from kvbench.dispatch.registry import gather_bucket
+from kvbench.harness.proof import TimedProof, poison_
+from kvbench.harness.verify import verify
+from kvbench.harness.work import Work
+from kvbench.kernels._validate import checked_calls
+from kvbench.ops.common import (
+    LAST,
+    TAGS,
+    Problem,
+    RefCache,
+    as_values,
+    bad_input,
+    e4m3_decode_ref,
+    e4m3_encode_ref,
+    poison_next_alloc,
+)
+
+
+def _gather_fields(kv_cache, page_table_flat) -> tuple:
+    """(dtype, tags, bucket, device) of a kv_gather_fp8 call, from tensor metadata only: the
+    arguments of dispatch.core.cached_selection after the op name."""
+    try:
+        pts = page_table_flat.shape
+        paged = len(kv_cache.shape) == 3 and len(pts) == 1
+        return (
+            FROM_TORCH[kv_cache.dtype],
+            TAGS[paged, not kv_cache.is_contiguous(), False, False],
+            gather_bucket(pts[0]),
+            kv_cache.device,
+        )
+    except (AttributeError, KeyError, IndexError, TypeError):
+        raise bad_input({"kv_cache": kv_cache, "page_table_flat": page_table_flat}) from None
+
+
+def describe_kv_gather_fp8(kv_cache: torch.Tensor, page_table_flat: torch.Tensor) -> Problem:
+    """The dispatch problem kvbench.ops.kv_gather_fp8 derives from these inputs."""
+    dtype, tags, _, device = _gather_fields(kv_cache, page_table_flat)
+    return Problem("kv_gather_fp8", dtype, tags, {"kv_len": page_table_flat.shape[0]}, device)
+
+
+def kv_gather_fp8(
+    kv_cache: torch.Tensor,
+    page_table_flat: torch.Tensor,
+    *,
+    extra_rows: int,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Gather fp8 KV rows (656-byte cache rows -> 576 fp8 outputs) plus extra_rows zero pad rows.
+
+    kv_cache [pool_tokens, 1, 656] (uint8 / float8_e4m3fn), page_table_flat [kv_len] int32.
+    Returns [kv_len + extra_rows, 576] float8_e4m3fn (into `out` when given). The
+    triton/cached row returns a view of a persistent buffer that its next call overwrites.
+    """
+    sel = cached_selection("kv_gather_fp8", *_gather_fields(kv_cache, page_table_flat))
+    if sel is None:
+        sel = describe_kv_gather_fp8(kv_cache, page_table_flat).dispatch()
+    LAST["kv_gather_fp8"] = sel
+    return sel.target(kv_cache, page_table_flat, extra_rows=extra_rows, out=out)
+
+
+#: The gate's elementwise tolerances per dtype name (verify: |out - ref| <= atol + rtol|ref|).
+RTOL: dict[str, float] = {"fp8": 0.0}
+ATOL: dict[str, float] = {"fp8": 0.0}
+
+
+def check_kv_gather_fp8(
+    fn, kv_cache: torch.Tensor, page_table_flat: torch.Tensor, extra_rows: int
+) -> float:
+    """Run ``fn`` (a kv_gather_fp8 row) and require bit-exact bytes; returns 0.0.
+
+    Compared on uint8 views (fp8 values would hide -0 vs +0 and NaN payloads); the pad rows
+    after the gathered ones are checked separately to be all zero bytes, with their own name
+    in the error, since stale pad bytes are the cached-buffer variant's specific failure.
+    """
+    from kvbench.harness.verify import VerificationError
+
+    rows = int(page_table_flat.shape[0]) + extra_rows
+    poison_next_alloc((rows, 576), torch.uint8, kv_cache.device)  # stale bytes fail, not pass
+    with checked_calls():
+        out = fn(kv_cache, page_table_flat, extra_rows=extra_rows)
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float8_e4m3fn:
+        got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+        raise VerificationError(f"kv_gather_fp8: output must be float8_e4m3fn, got {got}",
+                                name="kv_gather_fp8")
+    ref = kv_gather_fp8_ref(kv_cache, page_table_flat, extra_rows=extra_rows)
+    got = out.view(torch.uint8)
+    n = int(page_table_flat.shape[0])
+    diff = verify("kv_gather_fp8 bytes", got, ref.view(torch.uint8),
+                  rtol=RTOL["fp8"], atol=ATOL["fp8"])
+    verify("kv_gather_fp8 pad rows (must be zero bytes)", got[n:],
+           torch.zeros((extra_rows, got.shape[-1]), dtype=torch.uint8, device=got.device),
+           rtol=0.0, atol=0.0)
+    return diff
+
+
+def proof_kv_gather_fp8(fn, kv_cache: torch.Tensor, page_table_flat: torch.Tensor,
+                        extra_rows: int) -> TimedProof:
+    """The TimedProof of a kv_gather_fp8 row timed on ``(kv_cache, page_table_flat)``.
+
+    Before the last timed call: the previous call's output is poisoned (0xFF bytes: e4m3
+    NaN) and the page table is reversed in place (the same rows in the opposite order);
+    that call's output must then equal the reference of the reversed table bit for bit, pad
+    rows zero. restore() reverses the table back. ``fn`` only names the row in messages."""
+    from kvbench.harness.verify import VerificationError, error_figures
+
+    refs = RefCache(lambda: kv_gather_fp8_ref(kv_cache, page_table_flat, extra_rows=extra_rows))
+    label = getattr(fn, "__name__", fn)
+
+    def reverse() -> None:
+        page_table_flat.copy_(page_table_flat.flip(0))
+
+    def prepare(previous: object) -> None:
+        poison_(previous)
+        reverse()
+
+    def check(out: object):
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.float8_e4m3fn:
+            got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__
+            raise VerificationError(f"kv_gather_fp8[{label}] timed call: output must be "
+                                    f"float8_e4m3fn, got {got}", name="kv_gather_fp8")
+        ref = refs.get(page_table_flat)
+        got = out.view(torch.uint8)
+        n = int(page_table_flat.shape[0])
+        verify(f"kv_gather_fp8[{label}] timed call: bytes", got, ref.view(torch.uint8),
+               rtol=0.0, atol=0.0)
+        return error_figures(as_values(got[:n]), as_values(ref.view(torch.uint8)[:n]))
+
+    return TimedProof(prepare, check, reverse)
+
+
+def selfcheck_kv_gather_fp8(fn, dtype: str = "fp8", device=None) -> float:
+    """Tiny ragged problem, then a smaller one on the same row (cached-buffer shrink reuse)."""
+    from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
+
+    if dtype != "fp8":
+        raise ValueError(f"dtype={dtype!r} is not accepted; kv_gather_fp8 accepts 'fp8' only")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    # Tiny on purpose: the legacy row runs 5 programs per token, slow under the interpreter.
+    pool_tokens = 256
+    kv_cache = build_gather_pool(pool_tokens, device=device, seed=0)
+    big = build_page_table_flat([21, 10], pool_tokens, seed=1, device=device)
+    small = build_page_table_flat([4], pool_tokens, seed=2, device=device)
+    diff = check_kv_gather_fp8(fn, kv_cache, big, 5)
+    return max(diff, check_kv_gather_fp8(fn, kv_cache, small, 3))
+
+
+#: seed-001 gather geometry: a 656-byte cache row (512 fp8 nope + 4 fp32 group scales +
+#: 64 bf16 rope) becomes a 576-byte fp8 output row.
+GATHER_ROW_IN_BYTES = 656
+
+
+GATHER_ROW_OUT_BYTES = 576
+
+
+def kv_gather_fp8_work(kv_len: int, extra_rows: int) -> Work:
+    """seed-001 payload: 656-byte rows + int32 page-table entries read, 576-byte rows written.
+
+    The pad rows are written (zeros) but never read; a legacy variant's full-buffer zero fill
+    is extra traffic of that implementation and is not counted.
+    """
+    if kv_len < 0 or extra_rows < 0:
+        raise ValueError(f"kv_len={kv_len}, extra_rows={extra_rows}: both must be >= 0")
+    read = kv_len * (GATHER_ROW_IN_BYTES + 4)
+    written = (kv_len + extra_rows) * GATHER_ROW_OUT_BYTES
+    return Work(moved=float(read + written))
+
+
+def kv_gather_fp8_ref(
+    kv_cache: torch.Tensor, page_table_flat: torch.Tensor, *, extra_rows: int
+) -> torch.Tensor:
+    """Gather + dequant/requant of seed 001 in byte/float64 math: [L + extra_rows, 576] fp8.
+
+    Row i (token t = page_table_flat[i]) of a 656-byte cache row: 512 nope codes, 4 fp32 group
+    scales at bytes 512..527, 64 bf16 rope values at bytes 528..655. Output: nope value times
+    its group scale (fp64 product rounded once to fp32 = the fp32 product), then rope widened
+    exactly, each encoded to e4m3 (saturate, nearest, ties to even); then ``extra_rows`` rows
+    of zero bytes. Slow and obviously right; used for checks, never timed.
+    """
+    if isinstance(extra_rows, bool) or not isinstance(extra_rows, int) or extra_rows < 0:
+        raise ValueError(f"extra_rows must be an int >= 0, got {extra_rows!r}")
+    raw = kv_cache.view(torch.uint8).reshape(-1, 656)
+    n = int(page_table_flat.shape[0])
+    out = torch.zeros((n + extra_rows, 576), dtype=torch.uint8, device=raw.device)
+    if n:
+        rows = raw[page_table_flat.to(device=raw.device, dtype=torch.int64)]
+        nope = e4m3_decode_ref(rows[:, :512]).reshape(n, 4, 128)
+        scales = rows[:, 512:528].contiguous().view(torch.float32).to(torch.float64)  # [n, 4]
+        product = (nope * scales[:, :, None]).to(torch.float32).reshape(n, 512)
+        rope = rows[:, 528:].contiguous().view(torch.bfloat16).to(torch.float64).to(torch.float32)
+        out[:n, :512] = e4m3_encode_ref(product)
+        out[:n, 512:] = e4m3_encode_ref(rope)
+    return out.view(torch.float8_e4m3fn)
