@@ -61,9 +61,6 @@ VERSION = "1"
 SUITE_BENCH_BUDGET_S = 0.1
 #: Why a row of a class's cross product is not measured on purpose (a CPU reason aside).
 TRIMMED = "trimmed from the per-commit suite"
-#: Why a row is not measured on an input its registry row does not read (the registry of the
-#: commit under test says so, e.g. a per-dtype page layout): no kernel to time, on any machine.
-UNSERVED = "the registry row does not read this input"
 #: The selector variables (docs/architecture.md). Hardcoded because asv needs static params
 #: and old commits may lack kvbench.core.env.
 SELECTOR_VARS = {
@@ -198,41 +195,11 @@ def suite_ceilings() -> Any:
     return value
 
 
-def implausible(row: Any) -> list[str]:
-    """Why `row` (a harness.Row) cannot be a real measurement: above a spec peak of this device
-    or far above the ceiling measured on it (harness.violations). [] when plausible, and on a
-    commit whose harness predates violations()."""
-    harness = importlib.import_module("kvbench.harness")
-    if not hasattr(harness, "violations"):
-        return []
-    try:
-        return harness.violations([row], harness.device_peaks(), suite_ceilings())
-    except TypeError:  # a harness whose violations() takes no ceilings
-        return harness.violations([row], harness.device_peaks())
-
-
-def proof_kwargs(checks: Any, maker: str, *args: Any) -> dict:
-    """{"proof": checks.<maker>(*args)} for the timer, or {} on a commit without that proof
-    (its harness then has no `proof` argument either: both arrived together)."""
-    make = getattr(checks, maker, None)
-    return {} if make is None else {"proof": make(*args)}
-
-
 def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_diff: float | None,
              explain: str = "", shared: bool = False) -> dict:
     """The cache entry of a measured case: plain builtins (asv pickles it across processes).
-
-    A case above a spec peak of this device, or above CEILING_TOLERANCE x the ceiling measured
-    on it, is a measurement bug, not a point of the series: it raises (run_cases records the
-    reason as this case's error) instead of entering the history. `measured_error` holds the figures
-    of the last timed call's verification (harness/proof.py), None where there was none.
-    """
-    harness = importlib.import_module("kvbench.harness")
-    if moved_bytes:
-        row = harness.Row(selected, "asv case", float(timing.median_us), harness.Work(moved=moved_bytes))
-        bad = implausible(row)
-        if bad:
-            raise RuntimeError(f"{bad[0]}: a measurement bug, not recorded (docs/harness.md)")
+    `measured_error` holds the figures of the last timed call's verification
+    (harness/proof.py), None where there was none."""
     samples_s = list(timing.as_asv()["samples"])  # the harness's one µs -> s conversion
     timer = f"{timing.timer}/{timing.l2}" + (", timing shared with the same row" if shared else "")
     return {
@@ -247,44 +214,32 @@ def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_d
     }
 
 
-def check_then_time(op: str, selector: str, dev: str, *, check: Callable[[], float],
-                    last_selection: Callable[[str], Any], time_row: Callable[[Any], Any],
-                    timings: dict, moved_bytes: float | None) -> dict:
-    """One selector case of an op: correctness first, through the public op under `selector`
-    (`check()` calls it), then the row dispatch ran is asserted to be the row the param names,
-    then that row's kernel is timed (`time_row(kernel)`, once per row: see timed_once)."""
-    if dev == "cpu" and selector.startswith("triton/"):
-        raise Skip("Triton rows need CUDA (the interpreter's CPU timings mean nothing)")
-    if dev == "cpu" and selector.startswith("cuda/"):
-        raise Skip("CUDA rows need a GPU")
-    set_selector(op, selector)
-    checked: dict = {}
-    # On a GPU the check's call also tells which compiled Triton kernels the row launches.
-    resources = _sidecar.triton_resources(lambda: checked.setdefault("diff", check()))
-    diff = checked["diff"] if "diff" in checked else check()
-    sel = last_selection(op)
-    if selector != AUTO and sel.spec.name != selector:
-        raise AssertionError(f"{SELECTOR_VARS[op]}={selector} ran {sel.spec.name}")
-    timing, shared = timed_once(timings, sel.spec.name, lambda: time_row(sel.target))
-    found = measured(timing, moved_bytes, selected=sel.spec.name, max_abs_diff=diff,
-                     explain=sel.explain() if selector == AUTO else "", shared=shared)
-    found["resources"] = resources
-    return found
+def measure_case(inputs: Any, selector: str, dev: str, timings: dict, *,
+                 host_repeats: int = 1) -> dict:
+    """One selector case through kvbench's measuring pipeline (kvbench.measure.pipeline): the
+    row the param names is selected and asserted, checked, timed with its last timed call
+    verified and judged plausible; `timings` lets `auto` share the timing of the row it ran.
+    A commit without the pipeline skips (the suite's boundary: docs/history.md)."""
+    pipeline = need("kvbench.measure.pipeline", "measure_row", "cpu_skip")
+    why = pipeline.cpu_skip(selector, dev) or pipeline.unserved(inputs, selector)
+    if why:
+        raise Skip(why)
+    seen: dict = {}
 
+    def read_resources(run: Callable[[], float]) -> float:
+        # On a GPU the check's call also tells which compiled Triton kernels the row launches.
+        seen["resources"] = _sidecar.triton_resources(lambda: seen.setdefault("diff", run()))
+        return seen["diff"] if "diff" in seen else run()
 
-def timed_once(timings: dict, row: str, measure: Callable[[], Any]) -> tuple[Any, bool]:
-    """The timing of `row` on the current input, measured on first request only.
-
-    `auto` runs whichever row dispatch picks; that row is also measured pinned by its own
-    selector on the same input. Both series then come from ONE timing of the same callable
-    with the same arguments (each still passes its own correctness check first): timing it
-    twice would spend the budget on a second sample of the same thing. Returns
-    (timing, reused).
-    """
-    if row in timings:
-        return timings[row], True
-    timings[row] = measure()
-    return timings[row], False
+    ceilings = suite_ceilings() if inputs.work is not None else None
+    found = pipeline.measure_row(inputs, selector, ceilings=ceilings, timings=timings,
+                                 host_repeats=host_repeats, check_hook=read_resources)
+    moved = inputs.work.moved if inputs.work is not None else None
+    entry = measured(found.timing, moved, selected=found.row, max_abs_diff=found.max_abs_diff,
+                     explain=found.selection.explain() if selector == AUTO else "",
+                     shared=found.shared)
+    entry["resources"] = seen.get("resources")
+    return entry
 
 
 def case_label(cls: str, key: tuple) -> str:

@@ -26,48 +26,24 @@ NUM_ROWS = 1 << 16
 
 
 def measure() -> dict:
-    """Every (selector, state, n) of KVAlloc, measured in this one process."""
+    """Every (selector, state, n) of KVAlloc, measured in this one process (pinned to one
+    core; each case the least of HOST_REPEATS measurements)."""
     results: dict = {}
     dev = c.prepare_process()
     c.pin_host_process()
     for selector in SELECTORS:
         keys = [(selector, s, n) for s in STATES for n in NS]
-
-        def build(selector=selector):
-            alloc = c.need("kvbench.alloc", "KVCacheManager", "prepare_state")
-            c.set_selector(OP, selector)
-            try:
-                return alloc.KVCacheManager(NUM_ROWS, device=dev)  # impl from the selector
-            finally:
-                c.set_selector(OP, c.AUTO)
-
-        c.run_group(keys, build,
-                    lambda manager, keys=keys: _measure(manager, keys, results), results)
+        c.run_group(keys, lambda: None,
+                    lambda _, keys=keys: c.run_cases(keys, lambda key: _one(dev, key), results),
+                    results)
     return results
 
 
-def _measure(manager, keys: list, results: dict) -> None:
-    alloc = c.need("kvbench.alloc", "KVCacheManager", "prepare_state")
-    harness = c.need("kvbench.harness", "bench_host")
-    selected = manager.impl
-    selection = getattr(manager, "selection", None)
-
-    def one(key: tuple) -> dict:
-        selector, state, n = key
-        if selector != c.AUTO and selected != selector:
-            raise AssertionError(f"{c.SELECTOR_VARS[OP]}={selector} built {selected}")
-        alloc.prepare_state(manager, state, n=n)
-        checked = getattr(alloc, "checked_alloc", None)
-        if checked is None:
-            raise c.Skip("this commit has no kvbench.ops.kv_alloc.checked_alloc (the invariant gate)")
-        checked(manager, n)  # n distinct rows, all free before: else no number
-        timing = c.least_of(lambda: harness.bench_host(
-            lambda: manager.alloc(n), lambda: alloc.prepare_state(manager, state, n=n),
-            device=manager.device))
-        explain = selection.explain() if selector == c.AUTO and selection is not None else ""
-        return c.measured(timing, None, selected=selected, max_abs_diff=0.0, explain=explain)
-
-    c.run_cases(keys, one, results)
+def _one(dev: str, key: tuple) -> dict:
+    selector, state, n = key
+    op = c.need("kvbench.ops.kv_alloc", "alloc_inputs")
+    inputs = op.alloc_inputs(NUM_ROWS, n, dev, states=(state,))
+    return c.measure_case(inputs, selector, dev, {}, host_repeats=c.HOST_REPEATS)
 
 
 class KVAlloc(c._Suite):

@@ -13,7 +13,6 @@ its extra traffic shows as lower GB/s. Each case is checked bit-exact against th
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 from . import _common as c
@@ -24,71 +23,26 @@ CASES = {"kv8k": 8192, "kv64k": 65536}
 CPU_CASES = ("kv8k",)
 EXTRA_ROWS = 2048
 PAGE_SIZE = 64
-ROW_BYTES = 656
-#: seed 001's pool: 131072 tokens (2x the largest case); on a GPU also >= 8x L2.
-MIN_POOL_TOKENS = 131072
-
-
-def _builders():
-    """build_gather_pool / build_page_table_flat, wherever this commit keeps them."""
-    for module in ("kvbench.kernels.kv_gather_fp8", "kvbench.fixtures.gather_pool"):
-        try:
-            mod = c.need(module, "build_gather_pool", "build_page_table_flat")
-        except c.Skip:
-            continue
-        return mod.build_gather_pool, mod.build_page_table_flat
-    raise c.Skip("this commit has no build_gather_pool / build_page_table_flat")
-
-
-def _pool_tokens(dev: str, kv_len: int) -> int:
-    if dev == "cpu":
-        return 2 * kv_len
-    import torch
-
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    tokens = max(MIN_POOL_TOKENS, math.ceil(8 * l2 / ROW_BYTES))
-    return -(-tokens // PAGE_SIZE) * PAGE_SIZE
 
 
 class _Problem:
-    """The gather input of one case: the shared pool + this case's page table."""
+    """One case's gather: the shared pool and the case's page table."""
 
     def __init__(self, kv_cache, kv_len: int, dev: str) -> None:
-        _, build_table = _builders()
-        self.kv_len = kv_len
+        fixture = c.need("kvbench.fixtures.gather_pool", "build_page_table_flat")
         self.kv_cache = kv_cache
-        tokens = kv_cache.shape[0]
-        self.page_table = build_table([kv_len], tokens, page_size=PAGE_SIZE, seed=1, device=dev)
+        self.page_table = fixture.build_page_table_flat(
+            [kv_len], kv_cache.shape[0], page_size=PAGE_SIZE, seed=1, device=dev)
 
     def free(self) -> None:
         self.kv_cache = self.page_table = None
 
 
 def _measure(dev: str, prob: _Problem, keys: list, results: dict) -> None:
-    ops = c.need("kvbench.ops", "kv_gather_fp8", "last_selection")
-    checks = c.need("kvbench.checks", "check_kv_gather_fp8")
-    harness = c.need("kvbench.harness", "bench")
-    theory = c.need("kvbench.theory", "kv_gather_fp8_work")
-    work = theory.kv_gather_fp8_work(prob.kv_len, EXTRA_ROWS)
-    kv_cache, table = prob.kv_cache, prob.page_table
-
+    op = c.need("kvbench.ops.kv_gather_fp8", "gather_inputs")
+    inputs = op.gather_inputs(prob.kv_cache, prob.page_table, EXTRA_ROWS)
     timings: dict = {}
-
-    def one(key: tuple) -> dict:
-        return c.check_then_time(
-            OP, key[0], dev,
-            check=lambda: checks.check_kv_gather_fp8(ops.kv_gather_fp8, kv_cache, table,
-                                                     EXTRA_ROWS),
-            last_selection=ops.last_selection, timings=timings, moved_bytes=work.moved,
-            time_row=lambda kernel: harness.bench(
-                lambda: kernel(kv_cache, table, extra_rows=EXTRA_ROWS), device=kv_cache.device,
-                **c.proof_kwargs(checks, "proof_kv_gather_fp8", kernel, kv_cache, table,
-                                 EXTRA_ROWS)))
-
-    try:
-        c.run_cases(keys, one, results)
-    finally:
-        c.set_selector(OP, c.AUTO)
+    c.run_cases(keys, lambda key: c.measure_case(inputs, key[0], dev, timings), results)
 
 
 def measure() -> dict:
@@ -102,12 +56,12 @@ def measure() -> dict:
     pools: dict[int, object] = {}
 
     def problem(kv_len: int) -> _Problem:
-        build_pool, _ = _builders()
-        tokens = _pool_tokens(dev, kv_len)
+        fixture = c.need("kvbench.fixtures.gather_pool", "build_gather_pool", "gather_pool_tokens")
+        tokens = fixture.gather_pool_tokens(kv_len, dev)  # 2x the case; on a GPU >= 8x L2
         if tokens not in pools:
             pools.clear()  # at most one pool alive
             c.free_device_memory()
-            pools[tokens] = build_pool(tokens, device=dev, seed=0)
+            pools[tokens] = fixture.build_gather_pool(tokens, device=dev, seed=0)
         return _Problem(pools[tokens], kv_len, dev)
 
     for case, kv_len in CASES.items():

@@ -32,34 +32,13 @@ CASES = {
     "prefill_16k_v_dim_major": (1, 16384, 16384, "v_dim_major", "pages"),
 }
 CPU_CASES = ("decode_64",)
-KV_HEADS, HEAD_DIM, PAGE_SIZE = 8, 128, 16
 
 
-def _measure(dev: str, pool, dtype: str, n: int, order: str, keys: list, results: dict) -> None:
-    ops = c.need("kvbench.ops", "kv_write", "last_selection")
-    checks = c.need("kvbench.checks", "check_kv_write", "make_write_inputs")
-    harness = c.need("kvbench.harness", "bench")
-    theory = c.need("kvbench.theory", "kv_write_work")
-    k, v, slots = checks.make_write_inputs(pool, n, seed=0, order=order)
-    work = theory.kv_write_work(n, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
-                                in_bytes=k.element_size(), cache_dtype=dtype)
-    args = (k, v, pool.k_cache, pool.v_cache, slots)
-    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-
+def _measure(dev: str, pool, n: int, order: str, keys: list, results: dict) -> None:
+    op = c.need("kvbench.ops.kv_write", "write_inputs")
+    inputs = op.write_inputs(pool, n, seed=0, order=order)
     timings: dict = {}
-
-    def one(key: tuple) -> dict:
-        return c.check_then_time(
-            OP, key[0], dev, check=lambda: checks.check_kv_write(ops.kv_write, pool, k, v, slots),
-            last_selection=ops.last_selection, timings=timings, moved_bytes=work.moved,
-            time_row=lambda kernel: harness.bench(
-                lambda: kernel(*args, **kwargs), device=pool.device,
-                **c.proof_kwargs(checks, "proof_kv_write", kernel, pool, k, v, slots)))
-
-    try:
-        c.run_cases(keys, one, results)
-    finally:
-        c.set_selector(OP, c.AUTO)
+    c.run_cases(keys, lambda key: c.measure_case(inputs, key[0], dev, timings), results)
 
 
 def measure() -> dict:
@@ -75,16 +54,12 @@ def measure() -> dict:
                 continue
 
             def build(num_seqs=num_seqs, seq_len=seq_len, dtype=dtype, storage=storage):
-                pool_mod = c.need("kvbench.fixtures.pool", "paged_pool")
-                return pool_mod.paged_pool(
-                    num_seqs, seq_len, kv_heads=KV_HEADS, head_dim=HEAD_DIM,
-                    page_size=PAGE_SIZE, dtype=dtype, storage=storage,
-                    min_l2_multiple=8 if dev == "cuda" else 0, device=dev, seed=0,
-                )
+                op = c.need("kvbench.ops.paged_decode", "decode_pool")
+                return op.decode_pool(num_seqs, seq_len, dtype, dev, storage=storage, seed=0)
 
             c.run_group(keys, build,
-                        lambda pool, dtype=dtype, n=n, order=order, keys=keys: _measure(
-                            dev, pool, dtype, n, order, keys, results),
+                        lambda pool, n=n, order=order, keys=keys: _measure(
+                            dev, pool, n, order, keys, results),
                         results, release=c.release_pool)
     return results
 

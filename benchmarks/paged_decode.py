@@ -34,7 +34,6 @@ CASES = {
 #: The case a CPU runs (torch rows only): single-threaded gather+SDPA takes ~0.1-0.3 s a call
 #: there, so one small case keeps the CPU suite within its budget.
 CPU_CASES = ("b4_c1k",)
-Q_HEADS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
 #: layout/storage ablation (seed 000: each fixture property keeps an ablation row):
 #: variant -> (layout, storage, KV dtype). Dim-major V pages are the fp8 kernel's layout lever
 #: (docs/perf-notes.md, experiment 16), tracked at both dtypes; fp8 in combined storage is
@@ -58,74 +57,23 @@ TRIMMED_ROWS = {
 }
 
 
-def _measure_pool(dev: str, pool, dtype: str, keys: list[tuple[str, ...]], results: dict) -> None:
-    """Run each key's selector row on one pool: ops call + row assert + reference check + bench.
-
-    keys[i][0] is the selector; the rest of the key only labels the result.
-    """
-    ops = c.need("kvbench.ops", "paged_decode", "last_selection")
-    checks = c.need("kvbench.checks", "check_paged_decode", "make_decode_query")
-    harness = c.need("kvbench.harness", "bench")
-    theory = c.need("kvbench.theory", "paged_decode_work")
-    q = checks.make_decode_query(pool, Q_HEADS, seed=0)
-    work = theory.paged_decode_work(
-        pool.seq_lens_list, q_heads=Q_HEADS, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
-        kv_dtype=dtype, q_bytes=q.element_size(), page_size=pool.page_size,
-    )
-    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-    describe = getattr(ops, "describe_paged_decode", None)
-    problem = describe(*args[:4], **kwargs) if describe else None
-
+def _measure_pool(dev: str, pool, keys: list[tuple[str, ...]], results: dict) -> None:
+    """Each key's selector row on one pool, through the measuring pipeline (keys[i][0] is the
+    selector; the rest of the key only labels the result)."""
+    op = c.need("kvbench.ops.paged_decode", "decode_inputs")
+    inputs = op.decode_inputs(pool, seed=0)
     timings: dict = {}
 
     def one(key: tuple[str, ...]) -> dict:
-        why = _unserved(key[0], problem)
-        if why:
-            raise c.Skip(why)
-        return c.check_then_time(
-            OP, key[0], dev, check=lambda: checks.check_paged_decode(ops.paged_decode, pool, q),
-            last_selection=ops.last_selection, timings=timings, moved_bytes=work.moved,
-            time_row=lambda kernel: harness.bench(
-                lambda: kernel(*args, **kwargs), device=pool.device,
-                **c.proof_kwargs(checks, "proof_paged_decode", kernel, pool, q)))
+        return c.measure_case(inputs, key[0], dev, timings)
 
-    try:
-        c.run_cases(keys, one, results)
-    finally:
-        c.set_selector(OP, c.AUTO)
-
-
-def _unserved(selector: str, problem) -> str | None:
-    """Why the registry row `selector` does not read this problem's pages at its dtype, or None.
-
-    The registry of the commit under test decides (its layout requirement for the dtype), so
-    this suite states no layout rule of its own. None for auto, for a row the commit lacks
-    (measuring it then says so), and where the commit cannot describe the problem."""
-    if selector == c.AUTO or problem is None:
-        return None
-    try:
-        from kvbench.dispatch.registry import REGISTRY
-
-        spec = REGISTRY.get(OP, selector)
-    except (ImportError, ValueError):
-        return None
-    layout = spec.layout_for(problem.dtype) if hasattr(spec, "layout_for") else spec.layout
-    wrong = [f"needs {t}" for t in layout.missing(problem.tags)]
-    wrong += [f"refuses {t}" for t in layout.conflicting(problem.tags)]
-    if not wrong:
-        return None
-    return f"{c.UNSERVED}: {selector} at {problem.dtype} {', '.join(wrong)}"
+    c.run_cases(keys, one, results)
 
 
 def _pool(dev: str, case: str, dtype: str, layout: str = "fragmented", storage: str = "combined"):
-    pool_mod = c.need("kvbench.fixtures.pool", "paged_pool")
+    op = c.need("kvbench.ops.paged_decode", "decode_pool")
     batch, context = CASES[case]
-    return pool_mod.paged_pool(
-        batch, context, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE, dtype=dtype,
-        layout=layout, storage=storage, min_l2_multiple=8 if dev == "cuda" else 0,
-        device=dev, seed=0,
-    )
+    return op.decode_pool(batch, context, dtype, dev, layout=layout, storage=storage, seed=0)
 
 
 def _group(dev: str, keys: list, dtype: str, case: str, results: dict, **layout: str) -> None:
@@ -133,7 +81,7 @@ def _group(dev: str, keys: list, dtype: str, case: str, results: dict, **layout:
     c.run_group(
         keys,
         lambda: _pool(dev, case, dtype, **layout),
-        lambda pool: _measure_pool(dev, pool, dtype, keys, results),
+        lambda pool: _measure_pool(dev, pool, keys, results),
         results,
         release=c.release_pool,
     )

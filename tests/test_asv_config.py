@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))  # the asv suite package `benchmarks` lives at the
 
 from benchmarks import _common, dispatch_overhead, kv_alloc, kv_gather_fp8, kv_write
 from benchmarks import paged_decode as bench_decode
+from kvbench.measure import pipeline
 
 SUITE = {
     "paged_decode": bench_decode.SELECTORS,
@@ -248,33 +249,6 @@ def test_entry_turns_skips_and_errors_into_asv_outcomes():
     assert suite.track_us(shared, "c") == {"samples": [1e-6], "number": 1}
 
 
-def test_a_case_above_the_spec_peak_is_an_error_not_a_point(monkeypatch):
-    from kvbench import harness
-    from kvbench.harness import TimingResult
-    from kvbench.harness.peaks import DevicePeaks
-
-    peaks = DevicePeaks("NVIDIA H200", 4800.0, 989.5, 60 << 20, 132, True)
-    monkeypatch.setattr(harness, "device_peaks", lambda *a, **k: peaks)
-    timing = TimingResult(10.0, (9.0, 10.0, 11.0), "bench", "cold", "cuda:0")
-    ok = _common.measured(timing, 4.0e7, selected="triton/scatter", max_abs_diff=0.0)  # 4000 GB/s
-    assert ok["gbps"] == pytest.approx(4000.0) and ok["timer"] == "bench/cold"
-    results: dict = {}
-    _common.run_cases([("c",)], lambda key: _common.measured(
-        timing, 5.0e7, selected="triton/scatter", max_abs_diff=0.0), results)  # 5000 GB/s
-    assert "VIOLATION triton/scatter | asv case: 5000 GB/s is 104.2% of the 4800 GB/s spec peak" \
-        in results[("c",)]["error"]
-    with pytest.raises(RuntimeError, match="measurement bug, not recorded"):
-        _common.entry(results, ("c",))
-
-
-def test_timed_once_shares_one_measurement_per_row():
-    calls = []
-    timings: dict = {}
-    first = _common.timed_once(timings, "row", lambda: calls.append(1) or "t")
-    again = _common.timed_once(timings, "row", lambda: calls.append(1) or "u")
-    assert first == ("t", False) and again == ("t", True) and calls == [1]
-
-
 # ---- the suite measures on this machine -------------------------------------------------------
 
 MEASURES = {
@@ -289,7 +263,7 @@ MEASURES = {
 CPU_SKIPS = ("Triton rows need CUDA", "CUDA rows need a GPU", "GPU-size case")
 #: Skips any machine may give: rows of a cross product left out of the suite on purpose, and
 #: rows whose registry row does not read the case's input.
-ALWAYS_SKIPS = (_common.TRIMMED, _common.UNSERVED)
+ALWAYS_SKIPS = (_common.TRIMMED, pipeline.UNSERVED)
 
 
 def _check_results(results: dict, cls, on_cuda: bool) -> int:
@@ -377,18 +351,15 @@ def test_decode_suite_skips_what_the_registry_row_does_not_read(storage, dtype, 
     layout requirement), not from a rule of the suite's own; auto and the Triton rows read
     every pool."""
     from kvbench.fixtures.pool import paged_pool
-    from kvbench.ops.paged_decode import describe_paged_decode, make_decode_query
+    from kvbench.ops.paged_decode import decode_inputs
 
     pool = paged_pool(2, 64, kv_heads=2, head_dim=128, page_size=16, dtype=dtype,
                       storage=storage, min_l2_multiple=0, device="cpu", seed=0)
-    q = make_decode_query(pool, 4, seed=0)
-    problem = describe_paged_decode(q, pool.k_cache, pool.v_cache, pool.block_table,
-                                    k_scale=pool.k_scale, v_scale=pool.v_scale)
-    why = bench_decode._unserved("cuda/cluster_decode", problem)
+    inputs = decode_inputs(pool, 4, seed=0)
+    why = pipeline.unserved(inputs, "cuda/cluster_decode")
     assert (why is not None) == unserved, why
     if unserved:
-        assert why.startswith(_common.UNSERVED) and "kv:v-dim-major" in why
+        assert why.startswith(pipeline.UNSERVED) and "kv:v-dim-major" in why
     for selector in ("auto", "triton/split_kv", "triton/single_pass", "torch/gather_sdpa"):
-        assert bench_decode._unserved(selector, problem) is None
-    assert bench_decode._unserved("cuda/cluster_decode", None) is None  # an older commit
+        assert pipeline.unserved(inputs, selector) is None
     pool.free()

@@ -5,7 +5,8 @@ e4m3 arithmetic of the references (which share no code with kvbench.kernels).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -179,3 +180,38 @@ def as_values(t: torch.Tensor) -> torch.Tensor:
         return t.to(torch.float32)
     return t.to(torch.float32)
 
+
+# ---- what the measuring pipeline needs from an op ---------------------------------------------
+
+
+@dataclass
+class OpInputs:
+    """One problem's inputs, ready for any registry row of its op: what kvbench.measure needs.
+
+    An op module builds it (``<op>_inputs``) from a fixture; the pipeline then selects a row
+    (problem.dispatch() under the op's selector), gates it (``check``), and times it on
+    ``timed_calls(row)`` with ``proof(row)`` verifying the last timed call. ``host``: the row
+    costs host time (the allocator), timed by the host timer per call and ranked by the worst.
+    """
+
+    problem: Problem
+    args: tuple
+    kwargs: dict[str, Any]
+    #: The theoretical cost (bytes moved) a GB/s is scored against; None for host-side ops.
+    work: Any
+    #: row callable -> max |out - ref|; raises VerificationError on a wrong output.
+    check: Callable[[Callable[..., Any]], float]
+    #: row callable -> the TimedProof of its last timed call, or None for an op without one.
+    proof: Callable[[Callable[..., Any]], Any] | None = None
+    host: bool = False
+    #: (row callable, row name) -> [(timed call, reset before each sample or None)]; default:
+    #: the row on args/kwargs, once.
+    calls: Callable[[Callable[..., Any], str], list[tuple[Callable[[], Any], Any]]] | None = None
+    #: Tensors a caller may need beside the row's (the pool, q: table peers).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def timed_calls(self, fn: Callable[..., Any], row: str = "") -> list[tuple[Callable[[], Any], Any]]:
+        if self.calls is not None:
+            return self.calls(fn, row)
+        args, kwargs = self.args, self.kwargs
+        return [(lambda: fn(*args, **kwargs), None)]

@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from kvbench.core.device import resolve_device
 from kvbench.dispatch import core
 from kvbench.kernels.kv_alloc import AllocError, Backend, check_count, rows_preview
+from kvbench.ops.common import OpInputs, Problem
 
 STATES: tuple[str, ...] = ("bump", "run_search", "fragmented")
 
@@ -185,3 +187,32 @@ def selfcheck_kv_alloc(cls: type, dtype: str, device: torch.device | str) -> flo
     if alloc.num_free != num_rows or alloc.state != "bump":
         raise AssertionError("free_all did not restore the bump state")
     return 0.0
+
+
+# ---- inputs --------------------------------------------------------------------------------
+
+
+def alloc_inputs(num_rows: int, n: int, device: torch.device | str, *,
+                 states: tuple[str, ...] = STATES) -> OpInputs:
+    """alloc(n) through a KVCacheManager of `num_rows` rows over the row being measured, in
+    each of `states` (default all: a serving engine reaches all three, and `kvbench tune`
+    ranks a row on the state that hurts). The invariant gate (n distinct rows that were free)
+    runs in every state before any timing."""
+    dev = resolve_device(device)
+    for state in states:
+        if state not in STATES:
+            raise ValueError(f"state {state!r}: accepted states are {', '.join(STATES)}")
+
+    def check(cls) -> float:
+        m = cls(num_rows, dev)
+        for state in states:
+            prepare_state(m, state, n=n)
+            checked_alloc(m, n)
+        return 0.0
+
+    def calls(cls, row: str):
+        m = KVCacheManager(num_rows, device=dev, impl=row)
+        return [(lambda: m.alloc(n), lambda s=s: prepare_state(m, s, n=n)) for s in states]
+
+    problem = Problem("kv_alloc", "int64", frozenset(), {"n": n}, dev)
+    return OpInputs(problem, (), {}, None, check=check, host=True, calls=calls)

@@ -15,6 +15,7 @@ from kvbench.kernels._validate import checked_calls
 from kvbench.ops.common import (
     LAST,
     TAGS,
+    OpInputs,
     Problem,
     RefCache,
     as_values,
@@ -200,3 +201,20 @@ def kv_gather_fp8_ref(
         out[:n, :512] = e4m3_encode_ref(product)
         out[:n, 512:] = e4m3_encode_ref(rope)
     return out.view(torch.float8_e4m3fn)
+
+
+# ---- inputs --------------------------------------------------------------------------------
+
+
+def gather_inputs(kv_cache: torch.Tensor, page_table_flat: torch.Tensor,
+                  extra_rows: int) -> OpInputs:
+    """A gather of `page_table_flat`'s rows of `kv_cache` plus `extra_rows` pad rows: the
+    inputs of every kv_gather_fp8 row."""
+    args = (kv_cache, page_table_flat)
+    kwargs = {"extra_rows": extra_rows}
+    return OpInputs(
+        describe_kv_gather_fp8(kv_cache, page_table_flat), args, kwargs,
+        kv_gather_fp8_work(page_table_flat.shape[0], extra_rows),
+        check=lambda fn: check_kv_gather_fp8(fn, kv_cache, page_table_flat, extra_rows),
+        proof=lambda fn: proof_kv_gather_fp8(fn, kv_cache, page_table_flat, extra_rows),
+    )

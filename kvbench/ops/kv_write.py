@@ -15,6 +15,7 @@ from kvbench.kernels._validate import checked_calls
 from kvbench.ops.common import (
     LAST,
     TAGS,
+    OpInputs,
     Problem,
     RefCache,
     as_values,
@@ -314,3 +315,22 @@ def kv_write_ref(
         quotient = (x.to(torch.float64) / scale_f64(scale, x.device)).to(torch.float32)
         rows.append(e4m3_encode_ref(quotient))
     return rows[0], rows[1]
+
+
+# ---- inputs --------------------------------------------------------------------------------
+
+
+def write_inputs(pool, n: int, *, seed: int = 0, order: str = "scattered") -> OpInputs:
+    """`n` new K/V rows and their slots in `pool` (make_write_inputs): the inputs of every
+    kv_write row."""
+    k, v, slots = make_write_inputs(pool, n, seed=seed, order=order)
+    args = (k, v, pool.k_cache, pool.v_cache, slots)
+    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    work = kv_write_work(n, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
+                         in_bytes=k.element_size(), cache_dtype=pool.kv_dtype_name)
+    return OpInputs(
+        describe_kv_write(*args[:4], **kwargs), args, kwargs, work,
+        check=lambda fn: check_kv_write(fn, pool, k, v, slots),
+        proof=lambda fn: proof_kv_write(fn, pool, k, v, slots),
+        extra={"pool": pool},
+    )

@@ -15,7 +15,7 @@ from kvbench.harness.proof import TimedProof, poison_
 from kvbench.harness.verify import SYSTEMATIC_TOLERANCE, verify, verify_unbiased
 from kvbench.harness.work import Work
 from kvbench.kernels._validate import checked_calls
-from kvbench.ops.common import LAST, TAGS, Problem, RefCache, bad_input, poison_next_alloc
+from kvbench.ops.common import LAST, TAGS, OpInputs, Problem, RefCache, bad_input, poison_next_alloc
 
 
 def _decode_features(q, ks, batch: int, context: int, paged: bool) -> tuple:
@@ -390,3 +390,43 @@ def paged_decode_ref(
         probs = torch.softmax(scores, dim=-1)
         out[b] = torch.matmul(probs, v.permute(1, 0, 2)).reshape(q_heads, head_dim)
     return out.to(q.dtype)
+
+
+# ---- geometry and inputs -----------------------------------------------------------------------
+
+#: The decode geometry every measured case uses: Llama-3 / Qwen3 (32 query heads, 8 KV heads,
+#: head_dim 128, 16-token pages).
+Q_HEADS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
+
+
+def decode_pool(batch: int, context: int, dtype: str, device: torch.device | str, *,
+                layout: str = "fragmented", storage: str = "combined",
+                min_l2_multiple: float | None = None, kv_heads: int = KV_HEADS,
+                head_dim: int = HEAD_DIM, page_size: int = PAGE_SIZE, seed: int = 0):
+    """The fragmented paged pool of a decode case: >= 8x L2 on a GPU (cold reads), no size
+    floor on a CPU."""
+    from kvbench.core.device import resolve_device
+    from kvbench.fixtures.pool import paged_pool
+
+    dev = resolve_device(device)
+    mult = (8 if dev.type == "cuda" else 0) if min_l2_multiple is None else min_l2_multiple
+    return paged_pool(batch, context, kv_heads=kv_heads, head_dim=head_dim, page_size=page_size,
+                      dtype=dtype, layout=layout, storage=storage, min_l2_multiple=mult,
+                      device=dev, seed=seed)
+
+
+def decode_inputs(pool, q_heads: int = Q_HEADS, *, seed: int = 0) -> OpInputs:
+    """A decode step over `pool` with a seeded query: the inputs of every paged_decode row."""
+    q = make_decode_query(pool, q_heads, seed=seed)
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    work = paged_decode_work(
+        pool.seq_lens_list, q_heads=q_heads, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
+        kv_dtype=pool.kv_dtype_name, q_bytes=q.element_size(), page_size=pool.page_size,
+    )
+    return OpInputs(
+        describe_paged_decode(*args[:4], **kwargs), args, kwargs, work,
+        check=lambda fn: check_paged_decode(fn, pool, q),
+        proof=lambda fn: proof_paged_decode(fn, pool, q),
+        extra={"pool": pool, "q": q},
+    )
