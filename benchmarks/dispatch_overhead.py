@@ -1,8 +1,8 @@
-"""dispatch_overhead: the host cost kvbench.ops adds to every call, per op.
+"""dispatch_overhead: the host cost the public entry points add to every call, per op.
 
 Three paths on the smallest problem of each op (auto selector, decision already cached):
   dispatch     dispatch(op, ...) alone: the cached-decision lookup
-  ops_call     the public op (kvbench.ops.<op>): tags/bucket from the tensors + lookup + kernel
+  ops_call     the public op (kvbench.<op>): tags/bucket from the tensors + lookup + kernel
   direct_call  the selected row's function (Selection.target) with the same arguments
 ops_call - direct_call is what dispatch costs a caller; at decode sizes kernels run for a few
 microseconds, so this is the number that says whether dispatch belongs on the hot path.
@@ -20,44 +20,35 @@ OPS = ["paged_decode", "kv_write", "kv_gather_fp8"]
 PATHS = ["dispatch", "ops_call", "direct_call"]
 
 
-def _decode_call(dev: str, pool_mod, checks):
-    pool = pool_mod.paged_pool(1, 16, min_l2_multiple=0, device=dev, seed=0)
-    q = checks.make_decode_query(pool, 32, seed=0)
-    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    return pool, args, {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-
-
-def _write_call(dev: str, pool_mod, checks):
-    pool = pool_mod.paged_pool(1, 16, min_l2_multiple=0, device=dev, seed=0)
-    k, v, slots = checks.make_write_inputs(pool, 1, seed=0)
-    args = (k, v, pool.k_cache, pool.v_cache, slots)
-    return pool, args, {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-
-
-def _gather_call(dev: str, pool_mod, checks):
-    from .kv_gather_fp8 import _builders
-
-    build_pool, build_table = _builders()
-    kv_cache = build_pool(1024, device=dev, seed=0)
-    table = build_table([64], 1024, page_size=64, seed=1, device=dev)
-    return None, (kv_cache, table), {"extra_rows": 0}
-
-
-_CALLS = {"paged_decode": _decode_call, "kv_write": _write_call, "kv_gather_fp8": _gather_call}
+def _inputs(dev: str, op: str):
+    """(the op's smallest inputs, what to free after): one 16-token sequence (decode, write),
+    a 64-row gather from a 1024-token pool."""
+    if op == "kv_gather_fp8":
+        fixture = c.need("kvbench.fixtures.gather_pool", "build_gather_pool",
+                         "build_page_table_flat")
+        gather = c.need("kvbench.ops.kv_gather_fp8", "gather_inputs")
+        kv_cache = fixture.build_gather_pool(1024, device=dev, seed=0)
+        table = fixture.build_page_table_flat([64], 1024, page_size=64, seed=1, device=dev)
+        return gather.gather_inputs(kv_cache, table, 0), None
+    decode = c.need("kvbench.ops.paged_decode", "decode_pool", "decode_inputs")
+    pool = decode.decode_pool(1, 16, "fp16", dev, min_l2_multiple=0, seed=0)
+    if op == "paged_decode":
+        return decode.decode_inputs(pool, seed=0), pool
+    write = c.need("kvbench.ops.kv_write", "write_inputs")
+    return write.write_inputs(pool, 1, seed=0), pool
 
 
 def _measure_op(dev: str, op: str, results: dict) -> None:
-    ops = c.need("kvbench.ops", op, "last_selection")
+    public = getattr(c.need("kvbench", op), op)  # the engine-facing entry point
+    last_selection = c.need("kvbench.ops.common", "last_selection").last_selection
     dispatch = c.need("kvbench.dispatch", "dispatch").dispatch
     harness = c.need("kvbench.harness", "bench_host")
-    pool_mod = c.need("kvbench.fixtures.pool", "paged_pool")
-    checks = c.need("kvbench.checks", "make_decode_query", "make_write_inputs")
     c.set_selector(op, c.AUTO)
-    pool, args, kwargs = _CALLS[op](dev, pool_mod, checks)
-    public = getattr(ops, op)
+    inputs, pool = _inputs(dev, op)
+    args, kwargs = inputs.args, inputs.kwargs
     try:
         public(*args, **kwargs)  # makes (and caches) the decision
-        sel = ops.last_selection(op)
+        sel = last_selection(op)
         calls = {
             "dispatch": lambda: dispatch(op, dtype=sel.dtype, tags=sel.tags, shape=sel.shape,
                                          device=sel.device),

@@ -745,7 +745,7 @@ def test_a_perf_table_from_another_torch_or_triton_is_used_with_a_warning():
     not this software's numbers, with the versions and the command that re-measures."""
     import torch
 
-    from kvbench.harness.meta import triton_version
+    from kvbench.core.versions import triton_version
 
     path = _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 250.0}])
     data = json.loads(path.read_text())

@@ -16,16 +16,17 @@ from kvbench.dispatch.core import (
     Selection,
     active_registry,
     clear_decisions,
+    clear_golden,
     device_name,
     dispatch,
     get_perf_provider,
+    record_golden,
     reset_perf_provider,
     set_perf_provider,
     spec_names,
     using_registry,
     verified_rows,
 )
-from kvbench.dispatch.golden import clear_golden, record_golden
 from kvbench.dispatch.registry import BUCKETS, REGISTRY, Registry, bucket
 from kvbench.dispatch.spec import GoldenRecord, KernelSpec, LayoutRequirement, Preference
 

@@ -509,3 +509,41 @@ def verified_rows(
         ):
             verdicts.append(spec)
     return verdicts
+
+
+# ---- golden records installed by callers -----------------------------------------------
+
+
+def record_golden(
+    op: str,
+    spec_name: str,
+    dtype: str,
+    device: torch.device | str,
+    *,
+    max_abs_diff: float | None,
+    verified: bool = True,
+    detail: str = "full-size check",
+) -> GoldenRecord:
+    """Install the outcome of a caller's own check (a benchmark's or tune's full-size gate).
+
+    Call it with the max_abs_diff that check_<op> returned (verified=True), or with
+    verified=False after the check raised. Cached decisions are dropped, since a row's
+    verification changes what auto may select.
+    """
+    spec = active_registry().get(op, spec_name)  # ValueError names the valid rows
+    if dtype not in spec.dtypes:
+        raise ValueError(f"{op} row {spec_name} serves dtypes {spec.dtypes}, not {dtype!r}")
+    if verified and (max_abs_diff is None or not math.isfinite(float(max_abs_diff))):
+        raise ValueError(f"verified record needs a finite max_abs_diff, got {max_abs_diff!r}")
+    kind = torch.device(device).type
+    diff = None if max_abs_diff is None else float(max_abs_diff)
+    record = GoldenRecord(spec_name, dtype, kind, bool(verified), diff, golden.now(), detail)
+    golden.install(op, record)
+    clear_decisions()
+    return record
+
+
+def clear_golden() -> None:
+    """Forget every record (tests; a process that swapped kernels at runtime)."""
+    golden.forget_all()
+    clear_decisions()

@@ -23,7 +23,7 @@ from kvbench.dispatch.spec import GoldenRecord, KernelSpec, resolve
 _RECORDS: dict[tuple[str, str, str, str], GoldenRecord] = {}
 
 
-def _now() -> str:
+def now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
@@ -44,8 +44,8 @@ def run_check(spec: KernelSpec, dtype: str, device: torch.device) -> GoldenRecor
         if not math.isfinite(diff):
             raise ValueError(f"selfcheck returned a non-finite max_abs_diff {diff}")
     except Exception as exc:  # noqa: BLE001 - every failure means "not verified"; see explain()
-        return GoldenRecord(spec.name, dtype, device.type, False, None, _now(), _first_line(exc))
-    return GoldenRecord(spec.name, dtype, device.type, True, diff, _now(), "selfcheck")
+        return GoldenRecord(spec.name, dtype, device.type, False, None, now(), _first_line(exc))
+    return GoldenRecord(spec.name, dtype, device.type, True, diff, now(), "selfcheck")
 
 
 def ensure_verified(spec: KernelSpec, dtype: str, device: torch.device) -> GoldenRecord:
@@ -63,40 +63,12 @@ def lookup(op: str, spec_name: str, dtype: str, device_kind: str) -> GoldenRecor
     return _RECORDS.get((op, spec_name, dtype, device_kind))
 
 
-def record_golden(
-    op: str,
-    spec_name: str,
-    dtype: str,
-    device: torch.device | str,
-    *,
-    max_abs_diff: float | None,
-    verified: bool = True,
-    detail: str = "full-size check",
-) -> GoldenRecord:
-    """Install the outcome of a caller's own check (a benchmark's or tune's full-size gate).
-
-    Call it with the max_abs_diff that check_<op> returned (verified=True), or with
-    verified=False after the check raised. Cached decisions are dropped, since a row's
-    verification changes what auto may select.
-    """
-    from kvbench.dispatch import core  # lazy: core imports this module
-
-    spec = core.active_registry().get(op, spec_name)  # ValueError names the valid rows
-    if dtype not in spec.dtypes:
-        raise ValueError(f"{op} row {spec_name} serves dtypes {spec.dtypes}, not {dtype!r}")
-    if verified and (max_abs_diff is None or not math.isfinite(float(max_abs_diff))):
-        raise ValueError(f"verified record needs a finite max_abs_diff, got {max_abs_diff!r}")
-    kind = torch.device(device).type
-    diff = None if max_abs_diff is None else float(max_abs_diff)
-    record = GoldenRecord(spec_name, dtype, kind, bool(verified), diff, _now(), detail)
-    _RECORDS[(op, spec_name, dtype, kind)] = record
-    core.clear_decisions()
-    return record
+def install(op: str, record: GoldenRecord) -> None:
+    """Keep `record` as the verification of (op, its row, its dtype, its device kind); the
+    caller (dispatch.core.record_golden) drops the decisions it may change."""
+    _RECORDS[(op, record.spec_name, record.dtype, record.device_kind)] = record
 
 
-def clear_golden() -> None:
-    """Forget every record (tests; a process that swapped kernels at runtime)."""
-    from kvbench.dispatch import core
-
+def forget_all() -> None:
+    """Forget every record (dispatch.core.clear_golden)."""
     _RECORDS.clear()
-    core.clear_decisions()

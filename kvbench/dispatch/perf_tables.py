@@ -170,7 +170,7 @@ _VERSION_KEYS = ("torch", "triton")
 def _stale_versions(data: dict) -> str | None:
     """'torch X (now Y), ...' for each version in the table's metadata that differs from this
     process's, or None. A table without metadata (hand-written, tests) is not judged."""
-    from kvbench.harness.meta import triton_version
+    from kvbench.core.versions import triton_version
 
     recorded = data.get("metadata")
     if not isinstance(recorded, dict):

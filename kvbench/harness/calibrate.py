@@ -195,7 +195,7 @@ def calibrate(
         torch.cuda.empty_cache()  # the buffers died with _measure; give the memory back
 
     # Imported here: meta imports this module (load_ceilings) at its top.
-    from kvbench.harness.meta import triton_version
+    from kvbench.core.versions import triton_version
 
     ceilings = Ceilings(
         device_name=device_peaks(dev).name,

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from kvbench.core.device import cpu_name
+from kvbench.core.versions import triton_version
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.peaks import device_peaks
 
@@ -84,15 +85,6 @@ def driver_version() -> str | None:
     out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
     return out.splitlines()[0].strip() if out else None
 
-
-def triton_version() -> str | None:
-    """triton.__version__, or None where triton is not installed (metadata, calibrate and the
-    perf tables' staleness check read it from here)."""
-    try:
-        import triton
-    except ImportError:
-        return None
-    return str(triton.__version__)
 
 
 def metadata(command: str | None = None) -> dict:

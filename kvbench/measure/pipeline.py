@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvbench.core.env import AUTO, selector_var
-from kvbench.dispatch.core import Selection, active_registry
-from kvbench.dispatch.golden import record_golden
+from kvbench.dispatch.core import Selection, active_registry, record_golden
 from kvbench.harness import Row, bench, bench_host, device_peaks, violations
 from kvbench.harness.timers import TimingResult
 from kvbench.ops.common import OpInputs
@@ -171,12 +170,12 @@ def measure_row(inputs: OpInputs, row: str, *, l2: str = "cold", ceilings: Any =
 
     `timings`: a dict shared by the rows measured on the same inputs; `auto` then reuses the
     timing of the row it selected instead of timing the same callable twice. `golden`: record
-    the full-size check as the row's golden record (dispatch.golden.record_golden), as tune
+    the full-size check as the row's golden record (dispatch.core.record_golden), as tune
     does. `check_hook(run)`: runs the check thunk and returns its result (the asv suite reads
     the compiled kernels' resources around it). Raises RowMismatch, VerificationError, Implausible; nothing wrong is returned.
     """
     sel = select(inputs, row)
-    run = lambda: check(inputs, sel.target)  # noqa: E731
+    run = lambda: check(inputs, sel.target)
     diff = run() if check_hook is None else check_hook(run)
     if golden:
         record_golden(inputs.problem.op, sel.spec.name, inputs.problem.dtype,

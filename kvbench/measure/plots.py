@@ -21,6 +21,12 @@ from typing import Any
 
 from kvbench.harness.report import NOISY_IQR
 
+#: The measured ceiling each op's %ceil divides by (report.CEILING_KINDS): decode attention
+#: streams its KV in and writes a few KiB, so it is a read; the writes, the gather (reads
+#: and writes of equal size) and the allocator's table copies are scored against the copy.
+CEILING_FOR_OP = {"paged_decode": "read", "kv_write": "copy", "kv_gather_fp8": "copy",
+                  "kv_alloc": "copy"}
+
 #: Bar colour per impl family (the prefix before '/').
 FAMILY_COLOURS = {"triton": "#1f77b4", "cuda": "#2ca02c", "torch": "#9467bd",
                   "peer:flashinfer": "#ff7f0e", "peer:torch": "#8c564b", "bound:page_read": "#7f7f7f"}
@@ -37,13 +43,12 @@ def plot_roofline(table: dict[str, Any], path: str | os.PathLike, *,
                   ceiling: str | None = None) -> Path:
     """Draw `table` (Table.as_json's dict) to `path` (format from its suffix: .png, .svg,
     .pdf); return the path. `ceiling`: which measured ceiling to draw (copy/read/write;
-    default: the op's, table.CEILING_FOR_OP). ValueError when no row moves bytes."""
+    default: the op's, CEILING_FOR_OP). ValueError when no row moves bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kvbench.measure.table import CEILING_FOR_OP
 
     op = table.get("op", "?")
     rows = [r for r in table.get("rows", []) if r.get("work", {}).get("moved", 0) > 0]

@@ -57,6 +57,7 @@ from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
 from kvbench.harness.report import EVENT_TIMERS
 from kvbench.harness.timers import KERNEL_TIMER_FLOOR_FACTOR
+from kvbench.measure.plots import CEILING_FOR_OP
 from kvbench.ops.common import last_selection
 from kvbench.ops.kv_gather_fp8 import (
     check_kv_gather_fp8,
@@ -624,11 +625,6 @@ BUILDERS: dict[str, Callable[..., Table]] = {
 }
 
 
-#: The measured ceiling each op's %ceil divides by (report.CEILING_KINDS): decode attention
-#: streams its KV in and writes a few KiB, so it is a read; the writes, the gather (reads
-#: and writes of equal size) and the allocator's table copies are scored against the copy.
-CEILING_FOR_OP = {"paged_decode": "read", "kv_write": "copy", "kv_gather_fp8": "copy",
-                  "kv_alloc": "copy"}
 
 
 def measure_floors(table: Table) -> None:

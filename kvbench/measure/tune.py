@@ -51,7 +51,7 @@ import torch
 
 from kvbench.core.dtypes import ROW_DTYPES
 from kvbench.dispatch import core
-from kvbench.dispatch.golden import record_golden
+from kvbench.dispatch.core import record_golden
 from kvbench.dispatch.perf_tables import (
     SCHEMA,
     repair_stored_table,
