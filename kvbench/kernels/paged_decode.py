@@ -13,7 +13,7 @@ Design (why it looks like this):
   page 16): one block-table entry is looked up per token row, which keeps any power-of-two page
   size correct and puts tens of KiB in flight per iteration.
 * Online softmax in fp32 in the log2 domain (``exp2``); fp8 bytes are widened to q's dtype
-  (``FP8_DEQUANT`` below picks how), with ``k_scale`` folded into the score scale and
+  (a bitcast and a float convert), with ``k_scale`` folded into the score scale and
   ``v_scale`` into the output, never multiplied per element.
 * Split-KV (flash-decode) for small batches: grid (B, Hkv, splits), each split a contiguous
   token range; partial outputs and log-sum-exps go to an fp32 scratch and a second kernel
@@ -65,45 +65,24 @@ from kvbench.kernels._fp8 import bf16_bits_to_f32
 _RTOL = {"fp16": 5e-3, "bf16": 2e-2, "fp8": 1e-2}
 _ATOL = {"fp16": 5e-4, "bf16": 8e-3, "fp8": 2e-3}
 
-# Launch configuration, module-level so the H200 sweep (scripts/sweep_paged_decode.py) can
-# change it without editing kernels. BLOCK_N: KV tokens per loop iteration (>= 16 for
-# tl.dot). Chosen from the sweep on the H200 (docs/perf-notes.md, experiment 2): fp16
-# BLOCK_N 128 / 4 warps / 2 stages is within 3% of the best point at every issue-6 case and
-# 25% faster than BLOCK_N 64 at batch 32 x 4k (133 vs 169 us); fp8 split 128 / 4 / 3, fp8
-# single pass 128 / 4 / 2 under a register cap (below).
-#
-# "v_page_rows" (every decode entry): a dim-major V page of a whole tile loads as one
-# contiguous row (whole 128-byte lines) instead of PAGE_SIZE-byte pieces of 8 pages; the
-# pieces cost one L2 tag lookup per 64 bytes and held fp8 at the L2's tag rate (82% of peak,
-# DRAM 65%). H200, one call (docs/perf-notes.md, experiment 19): fp8 b64 x 8k 345 -> 264 us,
-# b32 x 4k 122 -> 90, b1 x 32k 36.7 -> 30.5; fp16 dim-major b64 x 8k 535 -> 504. It applies
-# only to dim-major V with pages shorter than a tile; other storages compile as before.
+# Launch configuration per kernel and cache kind, chosen by sweeping the H200 (the sweep and
+# the alternatives it measured: docs/decisions.md). BLOCK_N is the KV tokens per loop
+# iteration (>= 16 for tl.dot); "bt_ahead" loads each tile's block-table entries one
+# iteration ahead (_attend_range), which lets the split kernels, whose few programs per SM
+# must keep their own tiles in flight, double-buffer K/V with 3 stages; the single-pass
+# kernels, at several programs per SM, gain nothing from it. "maxnreg" caps registers per
+# thread: the fp8 single-pass kernel holds twice the resident programs under the cap and is
+# faster for it despite some spills; the other entries were slower under every cap tried.
+# "reduce": SPLIT_BLOCK split partials per combine iteration, enough to combine the auto split
+# count of a batch-1 problem in one or two dependent rounds.
 CONFIG: dict[str, dict[str, int | bool]] = {
-    "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "v_page_rows": True},
-    "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128,
-                        "v_page_rows": True},
-    # Split programs (few per SM) keep more of their own tiles in flight: block-table entries
-    # one tile ahead ("bt_ahead", see _attend_range) with 3 stages double-buffers K/V.
-    # H200, 3 alternating rounds (docs/perf-notes.md, experiment 17): fp16 b1 x 32k 45.0-46.2
-    # -> 41.9-43.0 us at BLOCK_N 64 (b8 x 4k, b1 x 4k within their spread); fp8 b1 x 32k
-    # 38.9-40.0 -> 34.2-35.2 us. Single pass (4 CTAs per SM) gained nothing from it.
-    "split_kv": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "bt_ahead": True,
-                 "v_page_rows": True},
-    "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "bt_ahead": True,
-                     "v_page_rows": True},
-    # SPLIT_BLOCK: split partials per reduce iteration; 32 loads the auto split count of
-    # batch 1 (32-33 splits) in one or two dependent rounds instead of two or three
-    # (experiment 7: batch 1 x 4k 17.6 -> 16.5 us, no case slower).
+    "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "bt_ahead": False},
+    "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "bt_ahead": False,
+                        "maxnreg": 128},
+    "split_kv": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
+    "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
     "reduce": {"SPLIT_BLOCK": 32, "num_warps": 4},
 }
-# An optional "bt_ahead" key loads block-table entries a tile ahead (_attend_range).
-# An optional "maxnreg" key in a CONFIG entry caps registers per thread (Triton's compile
-# option), trading spills for resident CTAs. ncu on the H200 showed the fp8 single-pass
-# kernel at 2 CTAs (8 warps) per SM, limited by ~200 registers, at 53% of DRAM bandwidth;
-# capped at 128 (4 CTAs per SM, some spills) batch 64 x 8k went 426 -> 376 us
-# (docs/perf-notes.md, experiment 7). The split kernel's fp8 entry stays uncapped: its
-# programs do not fill the SMs, and the cap cost 41 -> 47 us at batch 1 x 32k. fp16 is
-# bandwidth-bound already and every cap was slower (504 -> 724 us at batch 64 x 8k).
 # Split policy (see choose_num_splits). Programs already >= FILL_WAVES x SMs: no split.
 # Otherwise aim for TARGET_WAVES x SMs programs, each split >= MIN_TOKENS_PER_SPLIT tokens.
 SPLIT_POLICY: dict[str, float] = {
@@ -117,49 +96,16 @@ SPLIT_POLICY: dict[str, float] = {
 # bf16 operands are widened to fp32 (after the same bf16 rounding of p) before tl.dot. The
 # compiled GPU path dots bf16 directly; the `gpu` tests cover it.
 
-# How fp8 e4m3 bytes become dot operands of q's dtype. Module-level so the H200 sweep can
-# ablate it (scripts/sweep_paged_decode.py). Why "bits" exists: at batch 64 x 8k the fp8 row
-# ran 424 us vs 503 us for fp16 (half the bytes, 16% faster): dequant-bound, suspected cvt.
-#   "cvt":  bitcast to tl.float8e4nv, then a float convert (cvt.*.e4m3x2 on sm_90; bf16 has no
-#           direct e4m3 convert and goes through f16/f32).
-#   "bits": integer ops only, on 16-bit lanes. For byte b (sign s, 4-bit exponent e, 3-bit
-#           mantissa m), the fp16 bits ((b & 0x80) << 8) | ((b & 0x7F) << 7) put e into fp16's
-#           5-bit exponent field and m on top of its mantissa: the fp16 value is the e4m3
-#           value x 2^(7 - 15) = x 2^-8 exactly, subnormals included (e4m3 subnormals land on
-#           fp16 subnormals, same m / 8 x 2^(1 - bias) form). For bf16 q the same trick with
-#           << 4 targets bf16's 8-bit exponent: value x 2^(7 - 127) = x 2^-120. The powers of
-#           two are folded into scalars, never applied per element: 2^8 / 2^120 into the score
-#           scale on the host (a python float, exact), 2^8 into v_scale in the kernel (once per
-#           program). For bf16 the 2^-120 V operand would push P @ V products below fp32's
-#           normal range (2^-126; a tensor-core flush would drop them), so the bf16 path also
-#           computes P x 2^112 (folded into the exp2 row maximum, a [GROUP] vector op) and
-#           scales the row sums back, leaving the accumulator at the fp16 path's x 2^-8.
-#           Codes 0x7f / 0xff (NaN in e4m3fn) map to finite values (+-480 x 2^-8 in fp16) in
-#           this path; kvbench.quant never produces them (it clamps to +-448).
-# Both are exact for all 254 finite codes (tests/test_paged_decode.py checks every code).
-# A third mode, "words" (bytes loaded as int32 words and widened in an inline-asm block so the
-# tile reaches the MMA as fp16 through ldmatrix, no element-wise byte reads), cut the executed
-# instructions at batch 64 x 8k by 31% and was slower at every launch config and split count
-# (best 377-382 us vs 369-375 us): measured and removed, code at 3a4c2da (docs/perf-notes.md,
-# experiment 11).
-# The default stays "cvt" until the H200 sweep (scripts/sweep_paged_decode.py --focus) says
-# otherwise: sm_90 SASS shows "cvt" already uses one packed F2FP per 2 elements for fp16 q,
-# while "bits" removes 256 F2F for bf16 q (docs/perf-notes.md, experiment 3).
-FP8_DEQUANT = "cvt"
-_FP8_DEQUANT_MODES = ("bits", "cvt")
-# Host-side fold of the "bits" widening factor into the score scale, by q's dtype.
-_BITS_K_FOLD = {torch.float16: 2.0**8, torch.bfloat16: 2.0**120}
-# Left shift of (b & 0x7F) into each target's exponent field (mirrored by the CPU exactness test).
-_BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
+# fp8 e4m3 bytes become dot operands of q's dtype by a bitcast to tl.float8e4nv and a float
+# convert (one packed cvt per two elements on sm_90), with k_scale folded into the score scale
+# and v_scale into the output. An integer-only widening and a word-wise inline-asm widening
+# were measured as alternatives and lost or tied (docs/decisions.md).
 
-# Launch the reduce kernel with programmatic dependent launch (sm_90+): the split kernel allows
-# it at its start (griddepcontrol.launch_dependents), so the reduce's CTAs are launched while
-# the split kernel runs and wait on griddepcontrol.wait, which returns once the split kernel has
-# completed and its partials are visible: the launch gap between the two kernels is hidden.
-# At small batch, where each split program runs one or two tiles and the time is a chain of
-# latencies, it took 1.1-1.3 us off (b1 x 4k 16.4 -> 15.3 us; docs/perf-notes.md, experiment
-# 9, which also measured, and dropped, loading V before QK^T and the reduce's loads first).
-REDUCE_PDL = True
+# The reduce kernel is launched with programmatic dependent launch on sm_90+ (_pdl_supported):
+# the split kernel allows it at its start (griddepcontrol.launch_dependents), so the reduce's
+# CTAs are launched while the split kernel runs and wait on griddepcontrol.wait, which returns
+# once the split kernel has completed and its partials are visible. That hides the launch gap
+# between the two kernels, which matters at small batch, where a call is a chain of latencies.
 
 _Q_DTYPES = (torch.float16, torch.bfloat16)
 #: fp8 e4m3 caches: bytes in a uint8 container, or the same bytes as float8_e4m3fn.
@@ -172,30 +118,15 @@ _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _widen_e4m3(x, q, FP8_BITS: tl.constexpr):
-    """e4m3 bytes (uint8) -> q's dtype; "bits" scales by 2^-8 (fp16) / 2^-120 (bf16)."""
-    if FP8_BITS:
-        # Sign-extend the byte to 16 bits (bits 8-15 = sign), shift, clear what lies between
-        # the sign and the exponent: same bits as ((b & 0x80) << 8) | ((b & 0x7F) << SHIFT),
-        # two ALU ops after an extend that PTX's prmt / cvt.s16.s8 does.
-        b = x.to(tl.int8, bitcast=True).to(tl.int16)
-        if q.dtype == tl.bfloat16:
-            w = (b << 4) & -30736  # 0x87F0 as int16: sign | (b & 0x7F) << 4
-        else:
-            w = (b << 7) & -16512  # 0xBF80 as int16: sign | (b & 0x7F) << 7
-        # A frontend that promotes int16 op python-int to int32 would break the 16-bit
-        # bitcast; truncating keeps the low 16 bits, which are the answer (no-op on 3.9).
-        out = w.to(tl.int16).to(q.dtype, bitcast=True)
-    else:
-        out = x.to(tl.float8e4nv, bitcast=True).to(q.dtype)
-    return out
+def _widen_e4m3(x, q):
+    """e4m3 bytes (uint8) -> q's dtype, exactly (bitcast to float8e4nv, then convert)."""
+    return x.to(tl.float8e4nv, bitcast=True).to(q.dtype)
 
 
 @triton.jit
 def _to_f32(x):
     """Interpreter-only dot operand widening (DOT_F32): bf16 by shifting its bits, because
-    the interpreter's bf16 -> fp32 cast mangles bf16 subnormals (see kernels/_fp8.py), which
-    the "bits" path produces for e4m3 subnormals."""
+    the interpreter's bf16 -> fp32 cast mangles bf16 subnormals (see kernels/_fp8.py)."""
     if x.dtype == tl.bfloat16:
         out = bf16_bits_to_f32(x)
     else:
@@ -225,8 +156,6 @@ def _attend_tile(
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
     DOT_F32: tl.constexpr,
-    FP8_BITS: tl.constexpr,
-    P_SCALED: tl.constexpr,
     V_DMAJOR: tl.constexpr,
     MASKED: tl.constexpr,
     V_PAGE_ROWS: tl.constexpr,
@@ -235,8 +164,10 @@ def _attend_tile(
     """Online-softmax update of (m_i, l_i, acc) by tokens [start, start + BLOCK_N).
 
     MASKED: the tile ends past ``hi`` (the tail); unmasked tiles load whole rows, which is
-    what lets a dim-major V tile load 16 bytes per access. ``page_in``: the tile's page per
-    token (0 past ``hi``), loaded one tile ahead by ``_attend_range``; None: load it here.
+    what lets a dim-major V tile load 16 bytes per access. V_PAGE_ROWS: V is dim-major with
+    pages shorter than a tile, stored [HEAD_DIM][PAGE_SIZE] per (page, head): an unmasked
+    tile loads each page as one contiguous row. ``page_in``: the tile's page per token (0 past
+    ``hi``), loaded one tile ahead by ``_attend_range``; None: load it here.
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -259,7 +190,7 @@ def _attend_tile(
     else:
         k = tl.load(k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :])
     if FP8:
-        k = _widen_e4m3(k, q, FP8_BITS)
+        k = _widen_e4m3(k, q)
     if DOT_F32:
         scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
     else:
@@ -268,21 +199,16 @@ def _attend_tile(
         scores = tl.where(mask_n[None, :], scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, 1))
     alpha = tl.exp2(m_i - m_new)
-    if P_SCALED:
-        # bf16 "bits" path: p = exp2(s - m) x 2^112 so that P @ V (V = e4m3 x 2^-120) stays
-        # fp32-normal; the row sum is scaled back exactly (a power of two).
-        p = tl.exp2(scores - (m_new - 112.0)[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1) * 1.925929944387236e-34  # 2^-112
-    else:
-        p = tl.exp2(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+    p = tl.exp2(scores - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
     if V_PAGE_ROWS and not MASKED:
         # A dim-major page of one head is [HEAD_DIM][PAGE_SIZE] contiguous (stride_vd ==
         # PAGE_SIZE, checked on the host): each page loads as one contiguous row, so a warp's
         # loads cover whole 128-byte lines (one L2 tag lookup each) instead of PAGE_SIZE-byte
         # pieces of BLOCK_N / PAGE_SIZE pages; the reorder to [tokens, d] is a register
         # relabelling (sm_90 TTGIR: the shared-memory tile is read straight into the dot
-        # operand's layout). docs/perf-notes.md, experiment 19.
+        # operand's layout). Page-sized pieces cost one L2 tag lookup each and held fp8 at
+        # the L2's tag rate (docs/decisions.md).
         PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE
         page_p = tl.max(tl.reshape(page, (PAGES, PAGE_SIZE)), 1)  # equal over a page's slots
         offs_f = tl.arange(0, HEAD_DIM * PAGE_SIZE)
@@ -309,7 +235,7 @@ def _attend_tile(
         else:
             v = tl.load(v_ptrs)
     if FP8:
-        v = _widen_e4m3(v, q, FP8_BITS)
+        v = _widen_e4m3(v, q)
     if DOT_F32:
         pv = tl.dot(_to_f32(p.to(q.dtype)), _to_f32(v))
     else:
@@ -341,8 +267,6 @@ def _attend_range(
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
     DOT_F32: tl.constexpr,
-    FP8_BITS: tl.constexpr,
-    P_SCALED: tl.constexpr,
     V_DMAJOR: tl.constexpr,
     MASKED: tl.constexpr,
     BT_AHEAD: tl.constexpr,
@@ -367,7 +291,7 @@ def _attend_range(
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, V_DMAJOR, MASKED,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
                 V_PAGE_ROWS, page,
             )
     else:
@@ -375,7 +299,7 @@ def _attend_range(
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, V_DMAJOR, MASKED,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
                 V_PAGE_ROWS,
             )
     return m_i, l_i, acc
@@ -416,8 +340,6 @@ def _decode_kernel(
     SCALE_PTR: tl.constexpr,
     SPLIT: tl.constexpr,
     DOT_F32: tl.constexpr,
-    FP8_BITS: tl.constexpr,
-    P_SCALED: tl.constexpr,
     PDL: tl.constexpr,
     V_DMAJOR: tl.constexpr,
     BT_AHEAD: tl.constexpr,
@@ -457,9 +379,7 @@ def _decode_kernel(
         else:
             ks = k_scale
             vs = v_scale
-        scale = scale * ks  # with FP8_BITS, qk_scale already carries 2^8 / 2^120 (host)
-        if FP8_BITS:
-            vs = vs * 256.0  # the V operand is the e4m3 value x 2^-8 (see FP8_DEQUANT)
+        scale = scale * ks
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
@@ -475,14 +395,14 @@ def _decode_kernel(
         m_i, l_i, acc = _attend_range(
             q, m_i, l_i, acc, lo, full_end, hi, bt_row, k_head, v_head, scale,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, False, BT_AHEAD,
+            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, False, BT_AHEAD,
             V_PAGE_ROWS,
         )
         if full_end < hi:
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, True,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, True,
                 V_PAGE_ROWS,
             )
     else:
@@ -491,7 +411,7 @@ def _decode_kernel(
         m_i, l_i, acc = _attend_range(
             q, m_i, l_i, acc, lo, hi, hi, bt_row, k_head, v_head, scale,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, False, True, BT_AHEAD,
+            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, False, True, BT_AHEAD,
             False,
         )
 
@@ -801,11 +721,8 @@ def _launch(
     cfg = CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if p.fp8 else "")]
     group = p.q_heads // p.kv_heads
     scale_ptr = isinstance(p.k_scale, torch.Tensor)
-    if FP8_DEQUANT not in _FP8_DEQUANT_MODES:
-        raise ValueError(f"FP8_DEQUANT must be one of {_FP8_DEQUANT_MODES}, got {FP8_DEQUANT!r}")
-    fp8_bits = p.fp8 and FP8_DEQUANT == "bits"
-    pdl = split and REDUCE_PDL and _pdl_supported(q.device)
-    qk_scale = p.sm_scale * _LOG2E * (_BITS_K_FOLD[q.dtype] if fp8_bits else 1.0)
+    pdl = split and _pdl_supported(q.device)
+    qk_scale = p.sm_scale * _LOG2E
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
         raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
     if split:
@@ -851,13 +768,11 @@ def _launch(
         SCALE_PTR=scale_ptr,
         SPLIT=split,
         DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
-        FP8_BITS=fp8_bits,
-        P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         PDL=pdl,
         V_DMAJOR=p.v_dim_major,
-        BT_AHEAD=bool(cfg.get("bt_ahead", False)),
-        V_PAGE_ROWS=bool(cfg.get("v_page_rows", False)) and p.v_dim_major
-        and v_cache.stride(3) == p.page_size and p.page_size < cfg["BLOCK_N"],
+        BT_AHEAD=cfg["bt_ahead"],
+        V_PAGE_ROWS=p.v_dim_major and v_cache.stride(3) == p.page_size
+        and p.page_size < cfg["BLOCK_N"],
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
