@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +49,7 @@ import triton.language as tl
 from kvbench.kernels import _validate as V
 from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import bf16_bits_to_f32
+from kvbench.kernels.common import LOG2E, DecodeProblem, used_entries, validate_decode_inputs
 
 # Tolerances (|out - ref| <= atol + rtol * |ref|) against kvbench.reference (fp64 math, rounded
 # to q's dtype). Keyed by the KV dtype name; a check with bf16 q takes the looser of its KV entry
@@ -98,20 +98,15 @@ SPLIT_POLICY: dict[str, float] = {
 
 # fp8 e4m3 bytes become dot operands of q's dtype by a bitcast to tl.float8e4nv and a float
 # convert (one packed cvt per two elements on sm_90), with k_scale folded into the score scale
-# and v_scale into the output. An integer-only widening and a word-wise inline-asm widening
-# were measured as alternatives and lost or tied (docs/decisions.md).
+# and v_scale into the output. The conversion is not what limits fp8 decode: an integer-only
+# widening and a word-wise inline-asm widening were measured and neither was consistently
+# faster (docs/decisions.md).
 
 # The reduce kernel is launched with programmatic dependent launch on sm_90+ (_pdl_supported):
 # the split kernel allows it at its start (griddepcontrol.launch_dependents), so the reduce's
 # CTAs are launched while the split kernel runs and wait on griddepcontrol.wait, which returns
 # once the split kernel has completed and its partials are visible. That hides the launch gap
 # between the two kernels, which matters at small batch, where a call is a chain of latencies.
-
-_Q_DTYPES = (torch.float16, torch.bfloat16)
-#: fp8 e4m3 caches: bytes in a uint8 container, or the same bytes as float8_e4m3fn.
-_FP8_CACHES = (torch.uint8, torch.float8_e4m3fn)
-_HEAD_DIMS = "a power of two in [16, 256]"
-_LOG2E = 1.4426950408889634
 
 
 # ----------------------------------------------------------------------------- Triton kernels
@@ -482,36 +477,6 @@ _INTERPRET = type(_decode_kernel).__name__ == "InterpretedFunction"
 # ----------------------------------------------------------------------------- host side
 
 
-@dataclass(frozen=True)
-class _Problem:
-    """Validated inputs plus the sizes the launchers need."""
-
-    batch: int
-    q_heads: int
-    kv_heads: int
-    head_dim: int
-    page_size: int
-    num_pages: int
-    max_pages: int
-    fp8: bool
-    v_dim_major: bool
-    sm_scale: float
-    k_scale: torch.Tensor | float
-    v_scale: torch.Tensor | float
-    #: The index tensors to launch with: the caller's, or in safe mode on CUDA copies whose
-    #: out-of-range values were replaced by in-range ones (kernels/_validate.py).
-    block_table: torch.Tensor
-    seq_lens: torch.Tensor
-    #: Safe mode: [B] bool, the sequences whose output must be poisoned (NaN), else None.
-    poison: torch.Tensor | None
-
-    def finish(self, out: torch.Tensor) -> torch.Tensor:
-        """The output as returned: NaN rows for the sequences a safe-mode check caught."""
-        if self.poison is not None:
-            out.masked_fill_(self.poison[:, None, None], float("nan"))
-        return out
-
-
 def _validate(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -523,138 +488,12 @@ def _validate(
     v_scale: torch.Tensor | float | None,
     *,
     triton_kernel: bool,
-) -> _Problem:
-    V.check_dtype("q", q, _Q_DTYPES)
-    V.check_ndim("q", q, 3, "[batch, q_heads, head_dim]")
-    V.check_last_dim_contiguous("q", q)
-    accepted_cache = (q.dtype, *_FP8_CACHES)
-    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        V.check_dtype(name, cache, accepted_cache)
-        V.check_ndim(name, cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
-    V.check_last_dim_contiguous("k_cache", k_cache)
-    v_dim_major = V.v_cache_dim_major(v_cache)
-    if v_cache.dtype != k_cache.dtype:
-        raise ValueError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
-    V.check_shape("v_cache", v_cache, tuple(k_cache.shape))
-    batch, q_heads, head_dim = q.shape
-    num_pages, page_size, kv_heads, cache_dim = k_cache.shape
-    if cache_dim != head_dim:
-        raise ValueError(f"k_cache head_dim {cache_dim} must equal q head_dim {head_dim}")
-    if not (16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0):
-        raise ValueError(f"head_dim must be {_HEAD_DIMS}, got {head_dim}")
-    V.check_power_of_two("page_size (k_cache.shape[1])", page_size)
-    if num_pages < 1 or kv_heads < 1:
-        raise ValueError(
-            f"k_cache must have >= 1 page and >= 1 kv head, got {tuple(k_cache.shape)}"
-        )
-    if q_heads % kv_heads != 0:
-        raise ValueError(f"q heads ({q_heads}) must be a multiple of kv heads ({kv_heads})")
-    V.check_dtype("block_table", block_table, (torch.int32,))
-    V.check_shape("block_table", block_table, (batch, None))
-    V.check_last_dim_contiguous("block_table", block_table)
-    V.check_dtype("seq_lens", seq_lens, (torch.int32,))
-    V.check_shape("seq_lens", seq_lens, (batch,))
-    V.check_contiguous("seq_lens", seq_lens)
-    device = V.check_same_device(
-        q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens
-    )
-    if triton_kernel and device.type != "cuda" and not _INTERPRET:
-        raise ValueError(
-            f"inputs are on {device}; the Triton kernels need a CUDA device "
-            "(or TRITON_INTERPRET=1 set before kvbench.kernels is imported)"
-        )
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(head_dim)
-    elif (
-        isinstance(sm_scale, bool)
-        or not isinstance(sm_scale, (int, float))
-        or not math.isfinite(sm_scale)
-        or sm_scale <= 0
-    ):
-        raise ValueError(f"sm_scale must be None or a finite float > 0, got {sm_scale!r}")
-    fp8 = k_cache.dtype in _FP8_CACHES
-    checks = V.device_checks(device)
-    if fp8:
-        for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
-            V.check_scale(name, sc, device)
-            V.check_scale_value(name, sc, checks)
-    else:
-        for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
-            if sc is not None:
-                raise ValueError(f"{name} is only accepted with fp8 (e4m3) caches; pass None")
-    max_pages = block_table.shape[1]
-    poison = None
-    if V.values_checked(device):
-        _check_values(block_table, seq_lens, page_size, num_pages)
-    elif checks is not None:
-        block_table, seq_lens, poison = _checked_on_device(checks, block_table, seq_lens,
-                                                           page_size, num_pages)
-        checks.submit()
-    return _Problem(
-        batch=batch,
-        q_heads=q_heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        page_size=page_size,
-        num_pages=num_pages,
-        max_pages=max_pages,
-        fp8=fp8,
-        v_dim_major=v_dim_major,
-        sm_scale=float(sm_scale),
-        k_scale=1.0 if k_scale is None else k_scale,
-        v_scale=1.0 if v_scale is None else v_scale,
-        block_table=block_table,
-        seq_lens=seq_lens,
-        poison=poison,
-    )
+) -> DecodeProblem:
+    """common.validate_decode_inputs with this module's interpret mode."""
+    return validate_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, sm_scale,
+                                  k_scale, v_scale, triton_kernel=triton_kernel,
+                                  interpreted=_INTERPRET)
 
-
-def _check_values(
-    block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, num_pages: int
-) -> None:
-    """seq_lens within the table's capacity; the pages they use within the pool."""
-    if seq_lens.numel() == 0:
-        return
-    cap = block_table.shape[1] * page_size
-    lo, hi = int(seq_lens.min()), int(seq_lens.max())
-    if lo < 0 or hi > cap:
-        raise ValueError(
-            f"seq_lens must lie in [0, block_table.shape[1] * page_size = {cap}], got [{lo}, {hi}]"
-        )
-    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < (
-        (seq_lens[:, None] + page_size - 1) // page_size
-    )
-    V.check_index_range("block_table entries used by seq_lens", block_table[used], num_pages,
-                        what="pages of the cache")
-
-
-def _used_entries(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
-    """[B, max_pages] bool: the block-table entries the sequences' lengths reach (no sync)."""
-    pages = (seq_lens.to(torch.int64)[:, None] + page_size - 1) // page_size
-    return torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages
-
-
-def _checked_on_device(
-    checks: V.DeviceChecks, block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
-    num_pages: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Safe mode on CUDA: _check_values's rules evaluated on the device.
-
-    Returns (block table, seq_lens, poison): a length outside [0, capacity] becomes 0 and an
-    out-of-range page id becomes page 0, so the kernels stay in bounds; ``poison`` marks the
-    sequences either touched, whose outputs are then NaN.
-    """
-    cap = block_table.shape[1] * page_size
-    lens = checks.bounds("seq_lens", seq_lens, 0, cap + 1, replacement=0,
-                         what="block_table.shape[1] * page_size is the capacity")
-    used = _used_entries(block_table, lens, page_size)
-    in_range = (block_table >= 0) & (block_table < num_pages)
-    bad = used & ~in_range
-    checks.flag("block_table entries used by seq_lens", bad, torch.where(used, block_table, 0),
-                f"must lie in [0, {num_pages}) (pages of the cache)")
-    table = torch.where(in_range, block_table, torch.zeros_like(block_table))
-    poison = bad.any(dim=1) | (lens != seq_lens)
-    return table, lens, poison
 
 
 def choose_num_splits(
@@ -704,7 +543,7 @@ def _register_cap(cfg: dict[str, int]) -> dict[str, int]:
 
 
 def _launch(
-    p: _Problem,
+    p: DecodeProblem,
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -722,7 +561,7 @@ def _launch(
     group = p.q_heads // p.kv_heads
     scale_ptr = isinstance(p.k_scale, torch.Tensor)
     pdl = split and _pdl_supported(q.device)
-    qk_scale = p.sm_scale * _LOG2E
+    qk_scale = p.sm_scale * LOG2E
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
         raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
     if split:
@@ -866,7 +705,7 @@ def paged_decode_gather_sdpa(
         return torch.zeros((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
     seq_lens = p.seq_lens
     # Only the entries seq_lens reaches are read: padding entries may hold anything.
-    used = _used_entries(p.block_table, seq_lens, p.page_size)
+    used = used_entries(p.block_table, seq_lens, p.page_size)
     idx = torch.where(used, p.block_table, torch.zeros_like(p.block_table)).long()
     length = p.max_pages * p.page_size
 
