@@ -78,7 +78,7 @@ def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
     assert line.split()[:7] == ["b1_c4k:fp16", "16.8", "15.50", "9.00", "10.00", "7.50", "4.70"]
 
 
-@pytest.mark.parametrize("script", ["ablate_flush", "ablate_split_decode", "sweep_page_read",
+@pytest.mark.parametrize("script", ["ablate_split_decode", "sweep_page_read",
                                     "bench_cluster_decode", "bench_fp8_v_lines",
                                     "trace_cluster_decode"])
 def test_gpu_experiments_name_bad_arguments_before_needing_a_gpu(script, monkeypatch, capsys):
