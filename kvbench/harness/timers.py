@@ -417,8 +417,8 @@ def bench_host(
     is_cuda = dev.type == "cuda"
     # The GPU's L2 is flushed (outside the window) so fn's device work runs cold as in every
     # other timer; the CPU caches are NOT: the state a host-side call walks (allocator free
-    # lists, dispatch tables) is hot in an engine's decode loop, and flushing it made a 4 us
-    # allocator call read 110-150 us on the 2-core CPU machine (docs/allocator.md).
+    # lists, dispatch tables) is hot in an engine's decode loop, and flushing it made an
+    # allocator call read tens of times slower than it runs there (docs/allocator.md).
     flush = flusher(dev) if is_cuda else _noop
     do_reset = reset if reset is not None else _noop
 
