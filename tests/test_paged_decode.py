@@ -118,18 +118,17 @@ def test_block_table_loaded_a_tile_ahead(device, monkeypatch, fn, storage, dtype
 
 
 @pytest.mark.parametrize("fn", TRITON, ids=_name)
-@pytest.mark.parametrize(("page_rows", "bt_ahead"), [(True, False), (True, True), (False, True)])
+@pytest.mark.parametrize("bt_ahead", [False, True])
 @pytest.mark.parametrize(("dtype", "page_size"), [("fp16", 16), ("bf16", 32), ("fp8", 16),
                                                   ("fp8", 8), ("fp16", 256)])
-def test_v_page_rows(device, monkeypatch, fn, page_rows, bt_ahead, dtype, page_size):
-    """CONFIG "v_page_rows" on (each dim-major page of a whole tile loaded as one contiguous
-    row, then reordered to [tokens, d]) and off (page-sized pieces per token run): whole
-    tiles, a tail (the masked path), a sequence shorter than one tile, 3 forced splits; stale
-    poison in every slot no sequence attends. Page 256 is longer than a tile: the option does
-    not apply there and must not break it."""
+def test_v_page_rows(device, monkeypatch, fn, bt_ahead, dtype, page_size):
+    """Dim-major V pages shorter than a tile (each page of a whole tile loaded as one
+    contiguous row, then reordered to [tokens, d]), with and without "bt_ahead": whole tiles,
+    a tail (the masked path, page-sized pieces), a sequence shorter than one tile, 3 forced
+    splits; stale poison in every slot no sequence attends. Page 256 is longer than a tile:
+    the whole-page load does not apply there and must not break it."""
     for key in ("single_pass", "single_pass_fp8", "split_kv", "split_kv_fp8"):
-        monkeypatch.setitem(pd.CONFIG, key,
-                            {**pd.CONFIG[key], "v_page_rows": page_rows, "bt_ahead": bt_ahead})
+        monkeypatch.setitem(pd.CONFIG, key, {**pd.CONFIG[key], "bt_ahead": bt_ahead})
     block_n = pd.CONFIG["single_pass"]["BLOCK_N"]
     lens = [2 * block_n, 2 * block_n + 19, 7]
     pool = _pool(device, 3, lens, dtype=dtype, storage="v_dim_major", page_size=page_size,
@@ -177,38 +176,10 @@ def test_fp8_with_bf16_query(device):
         _run(fn, pool, 8, q_dtype=torch.bfloat16)
 
 
-# ---- fp8 dequant paths (FP8_DEQUANT "bits" vs "cvt") -------------------------------------
+# ---- fp8 dequant (bitcast to e4m3, float convert) -----------------------------------------
 
 _FINITE_CODES = torch.tensor([c for c in range(256) if c not in (0x7F, 0xFF)], dtype=torch.uint8)
-_MODES = ["bits", "cvt"]
 _Q_DT = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-@pytest.mark.parametrize("q_dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_fp8_bits_mapping_exact_on_every_finite_code(q_dtype):
-    """The kernel's integer widening, mirrored in torch, is exact x 2^-8 / 2^-120 on all codes.
-
-    Mirrors _widen_e4m3: sign-extend the byte to int16, shift by _BITS_SHIFT, mask to
-    sign | exponent+mantissa; also checks that this equals the plain formula
-    ((b & 0x80) << 8) | ((b & 0x7F) << shift). The reference is torch's own e4m3fn decode.
-    """
-    shift = pd._BITS_SHIFT[q_dtype]
-    mask = 0x8000 | (0x7F << shift)
-    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
-    ext = codes.view(torch.int8).to(torch.int16)
-    kernel_bits = (ext << shift) & (mask - 0x10000)  # the int16 constant the kernel uses
-    b = codes.to(torch.int32)
-    plain = ((b & 0x80) << 8) | ((b & 0x7F) << shift)
-    assert torch.equal(kernel_bits.to(torch.int32) & 0xFFFF, plain)
-    widened = kernel_bits.view(q_dtype).to(torch.float32) * pd._BITS_K_FOLD[q_dtype]
-    finite = (codes != 0x7F) & (codes != 0xFF)
-    ref = codes.view(torch.float8_e4m3fn).to(torch.float32)
-    assert finite.sum() == 254
-    assert torch.equal(widened[finite], ref[finite])
-    assert torch.equal(widened[finite].view(torch.int32), ref[finite].view(torch.int32))  # +-0
-    # NaN codes are never produced by kvbench.fixtures.quant; this path maps them to finite +-480.
-    assert widened[~finite].tolist() == [480.0, -480.0]
-    assert ref[~finite].isnan().all()
 
 
 def _code_caches(device, head_dim, num_pages):
@@ -221,14 +192,12 @@ def _code_caches(device, head_dim, num_pages):
 
 @pytest.mark.parametrize("fn", TRITON, ids=_name)
 @pytest.mark.parametrize("q_name", ["fp16", "bf16"])
-@pytest.mark.parametrize("mode", _MODES)
-def test_fp8_one_token_output_is_exact_v_row(device, monkeypatch, fn, q_name, mode):
+def test_fp8_one_token_output_is_exact_v_row(device, fn, q_name):
     """q = 0 and one token: softmax weight 1, so the output is the widened V row, bit-exact.
 
     Two sequences read the first two lanes' worth of codes (2 x 128 >= 254) from their page's
     slot 0: every finite code passes through the kernel's V path and the scale folding.
     """
-    monkeypatch.setattr(pd, "FP8_DEQUANT", mode)
     k_cache, v_cache = _code_caches(device, 128, 2)
     v_cache[0, 0, 0] = _FINITE_CODES[:128].to(device)
     v_cache[1, 0, 0] = _FINITE_CODES[-128:].to(device)
@@ -247,10 +216,8 @@ def test_fp8_one_token_output_is_exact_v_row(device, monkeypatch, fn, q_name, mo
 
 @pytest.mark.parametrize("fn", TRITON, ids=_name)
 @pytest.mark.parametrize("q_name", ["fp16", "bf16"])
-@pytest.mark.parametrize("mode", _MODES)
-def test_fp8_every_code_in_k_and_v(device, monkeypatch, fn, q_name, mode):
+def test_fp8_every_code_in_k_and_v(device, fn, q_name):
     """All 254 codes at every lane position in K and V, random q, against the fp64 reference."""
-    monkeypatch.setattr(pd, "FP8_DEQUANT", mode)
     k_cache, v_cache = _code_caches(device, 32, 16)  # 256 slots: each lane sees every code
     gen = torch.Generator().manual_seed(3)
     q = torch.randn((2, 4, 32), generator=gen).to(device=device, dtype=_Q_DT[q_name])
@@ -269,23 +236,13 @@ def test_fp8_every_code_in_k_and_v(device, monkeypatch, fn, q_name, mode):
 
 @pytest.mark.parametrize("fn", TRITON, ids=_name)
 @pytest.mark.parametrize("q_name", ["fp16", "bf16"])
-@pytest.mark.parametrize("mode", _MODES)
-def test_fp8_dequant_modes_on_pools(device, monkeypatch, fn, q_name, mode):
-    """Both FP8_DEQUANT paths x q dtypes x kernels on a fragmented quantized pool."""
-    monkeypatch.setattr(pd, "FP8_DEQUANT", mode)
+def test_fp8_on_fragmented_pools(device, fn, q_name):
+    """fp8 caches x q dtypes x kernels on a fragmented quantized pool."""
     pool = _pool(device, 3, [70, 9, 130], dtype="fp8", layout="fragmented", num_pages=40)
     _run(fn, pool, 8, q_dtype=_Q_DT[q_name])
     if fn is SPLIT:  # forced multi-split: the split epilogue with the folded v_scale
         q = make_decode_query(pool, 8, seed=2, dtype=_Q_DT[q_name])
         check_paged_decode(functools.partial(SPLIT, num_splits=3), pool, q)
-
-
-def test_fp8_dequant_bad_mode(device, monkeypatch):
-    pool, q = _inputs(device, "fp8")
-    monkeypatch.setattr(pd, "FP8_DEQUANT", "lut")
-    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    with pytest.raises(ValueError, match=r"FP8_DEQUANT must be one of \('bits', 'cvt'\)"):
-        SINGLE(*args, k_scale=pool.k_scale, v_scale=pool.v_scale)
 
 
 # ---- decode edge cases ------------------------------------------------------------------
@@ -593,7 +550,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
     aligned = {"stride_qb", "stride_qh", "stride_kp", "stride_ks", "stride_kh",
                "stride_vp", "stride_vs", "stride_vh", "stride_vd"}
 
-    def compile_one(qdt, kvdt, split, mode="cvt", v_dim_major=False):
+    def compile_one(qdt, kvdt, split, v_dim_major=False):
         fp8 = kvdt == "u8"
         cfg = pd.CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")]
         part = "*fp32" if split else f"*{qdt}"
@@ -604,10 +561,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
                     "v_scale": "*fp32", "qk_scale": "fp32", "stride_kp": "i64"})
         const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 128, "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
-                 "DOT_F32": False, "FP8_BITS": fp8 and mode == "bits",
-                 "P_SCALED": fp8 and mode == "bits" and qdt == "bf16", "PDL": split,
-                 "V_DMAJOR": v_dim_major, "BT_AHEAD": cfg.get("bt_ahead", False),
-                 "V_PAGE_ROWS": cfg.get("v_page_rows", False) and v_dim_major}
+                 "DOT_F32": False, "PDL": split, "V_DMAJOR": v_dim_major,
+                 "BT_AHEAD": cfg["bt_ahead"], "V_PAGE_ROWS": v_dim_major}  # page 16 < BLOCK_N
         # A launch specializes a stride of 1 as a constant: V's last dim, or its slots.
         const["stride_vs" if v_dim_major else "stride_vd"] = 1
         for k in const:
@@ -621,17 +576,15 @@ _COMPILE_SCRIPT = textwrap.dedent(
             opts["maxnreg"] = cfg["maxnreg"]
         return triton.compile(src, target=target, options=opts), cfg.get("maxnreg")
 
-    # fp16 single pass; fp8 bytes with fp16 q (single pass) and bf16 q (split epilogue), each
-    # through every FP8_DEQUANT path. Float-convert counts per path: PTX cvt with a float type
-    # (not the integer/address cvts) and SASS F2F / F2FP (conversion-unit instructions).
-    # Then V dim-major pages (storage "v_dim_major"): fp16, and fp8 through "cvt".
-    cases = [("fp16", "fp16", False, "-", False)] + [
-        (qdt, "u8", split, mode, False) for qdt, split in (("fp16", False), ("bf16", True))
-        for mode in ("cvt", "bits")] + [
-        ("fp16", "fp16", False, "-", True), ("fp16", "u8", False, "cvt", True),
-        ("bf16", "u8", True, "cvt", True)]
-    for qdt, kvdt, split, mode, vdm in cases:
-        k, cap = compile_one(qdt, kvdt, split, mode, vdm)
+    # fp16 single pass; fp8 bytes with fp16 q (single pass) and bf16 q (split epilogue).
+    # Float-convert counts: PTX cvt with a float type (not the integer/address cvts) and SASS
+    # F2F / F2FP (conversion-unit instructions). Then V dim-major pages (storage
+    # "v_dim_major"): fp16, and fp8 with fp16 and bf16 q.
+    cases = [("fp16", "fp16", False, False), ("fp16", "u8", False, False),
+             ("bf16", "u8", True, False), ("fp16", "fp16", False, True),
+             ("fp16", "u8", False, True), ("bf16", "u8", True, True)]
+    for qdt, kvdt, split, vdm in cases:
+        k, cap = compile_one(qdt, kvdt, split, vdm)
         ptx = k.asm["ptx"]
         assert "cp.async" in ptx or "cp.async.bulk" in ptx, "KV loads not async"
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -644,7 +597,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
         fcvt = collections.Counter(re.findall(r"\\bcvt\\.[\\w.]*(?:e4m3|f16|bf16|f32)[\\w.]*", ptx))
         ops = collections.Counter(re.findall(r"^\\s+/\\*[0-9a-f]{4}\\*/\\s+(?:@!?U?P\\w+\\s+)?([A-Z0-9]+)",
                                              sass, re.M))
-        print(f"{qdt} kv={kvdt} split={split} dequant={mode} v_dim_major={vdm} {line.strip()}")
+        print(f"{qdt} kv={kvdt} split={split} v_dim_major={vdm} {line.strip()}")
         print(f"  ptx float cvt: {dict(fcvt)}")
         # How dot operands leave shared memory: ldmatrix (16-bit tiles, .trans for V) versus
         # scalar byte loads (ld.shared.b8: fp8 V gathered into the mma B-operand layout).
@@ -661,9 +614,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
             assert int(re.search(r"REG:(\\d+)", line).group(1)) <= cap, line
         widen = sum(n for c, n in fcvt.items() if "e4m3" in c or c.startswith("cvt.bf16.f16"))
         if kvdt == "u8":
-            # The point of "bits": no float conversion of KV elements; "cvt" must have them
-            # (else this count would not measure anything).
-            assert (widen == 0) if mode == "bits" else (widen > 0), (mode, dict(fcvt))
+            # fp8 bytes are widened by float converts (else this count measures nothing).
+            assert widen > 0, dict(fcvt)
     rsig = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*fp16",
             "num_splits": "i32", "HEAD_DIM": "constexpr", "SPLIT_BLOCK": "constexpr",
             "PDL": "constexpr"}

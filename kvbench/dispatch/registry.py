@@ -186,9 +186,9 @@ class Registry:
 # context across programs (seed 003): with fewer programs than SMs, single-pass leaves most of
 # the machine idle; once the programs fill the SMs, splitting only adds a reduce pass and
 # partial-buffer traffic. No context threshold: split_kv with one split launches the
-# single-pass kernel, so a short context costs it nothing, and the tune tables measured it
-# 1.4-2.1x faster at batch 1 x 1k (12.1 vs 25.4 us) and batch 8 x 1k (19.8 vs 28.0) on the
-# H200 (docs/dispatch.md), where a 2048-token threshold used to pick single_pass.
+# single-pass kernel, so a short context costs it nothing, and with few programs it measured
+# faster even at 1k tokens, where a context threshold used to pick single_pass
+# (docs/decisions.md).
 # `sm_count` comes from the device (absent on CPU: no opinion).
 
 
@@ -217,16 +217,12 @@ PREFER_SINGLE = Preference(
     "batch*kv_heads >= SM count: no split cost",
 )
 
-# cuda/cluster_decode against the Triton rows, from `kvbench tune paged_decode` on the H200
-# (fp16, 8606722; docs/dispatch.md) and bench_cluster_decode.py between its cases (02fae99 at
-# batch 2-5, 8606722 at batch 1-2 up to 64k): it leads in 14 of the 16 tune buckets. It trails
-# where the pairs fill the SMs at 1k tokens (32 x 1k 42.4 vs 40.4 us; 64 x 1k 77.0 vs 73.5),
-# where Triton's four CTAs per SM hide more latency than its one, and where few pairs meet a
-# very long context (batch 1 = 8 pairs: 64 of 132 SMs at 8 splits, 72 at 9, since at most 7
-# clusters of 10-16 CTAs fit; 1 x 64k 74.2 vs 73.2-73.9 us), though since 8606722 (warps
-# without a per-tile barrier) it leads at 1 x 8k-32k (17.5 vs 19.1-20.2, 42.0 vs 43.3).
-# Its fp8 path (dim-major V) trails Triton's at every measured case (docs/perf-notes.md,
-# experiment 19), so 16-bit only.
+# cuda/cluster_decode against the Triton rows (the H200's tune tables and per-case runs:
+# docs/decisions.md): at 16 bits it leads in most decode buckets. It trails where the
+# (sequence, kv head) pairs fill the SMs at 1k tokens, where Triton's four CTAs per SM hide
+# more latency than its one, and where few pairs meet a very long context: at most 7 clusters
+# of 10-16 CTAs fit at once, so a batch-1 problem's pairs occupy about half the SMs. Its fp8
+# path (dim-major V) trails Triton's at every measured case, so the rule is 16-bit only.
 _CLUSTER_LONG_CONTEXT = 32768  # above: few pairs cannot fill the SMs for long enough
 _CLUSTER_SHORT_CONTEXT = 1024  # at or below, with the SMs full: Triton's occupancy wins
 _CLUSTER_FEW_PAIRS_PER_SM = 1 / 16  # pairs <= SMs/16 (8 on 132 SMs) trail; 16 pairs lead

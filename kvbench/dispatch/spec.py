@@ -82,17 +82,11 @@ def cuda_only(device: torch.device) -> str | None:
 
 def cuda_sm90_with_nvcc(device: torch.device) -> str | None:
     """CUDA-source rows (kvbench/kernels/cuda/): an sm_90+ device, and nvcc to build the
-    library on first use (kvbench.kernels.cuda_build; light to import, no kernel module)."""
-    reason = cuda_only(device)
-    if reason:
-        return reason
-    if torch.cuda.get_device_capability(device) < (9, 0):
-        return "needs sm_90+ (thread-block clusters and distributed shared memory)"
-    from kvbench.kernels.cuda_build import find_nvcc
+    library on first use (the kernels layer's rule, kvbench.kernels.cuda_build; light to
+    import, no kernel module)."""
+    from kvbench.kernels.cuda_build import unavailable_reason
 
-    if find_nvcc() is None:
-        return "needs nvcc to build its CUDA source on first use (none on PATH or in $CUDA_HOME)"
-    return None
+    return unavailable_reason(device)
 
 
 # ---- the declarations ----------------------------------------------------------------------

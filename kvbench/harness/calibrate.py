@@ -1,15 +1,15 @@
 """Measured bandwidth ceilings: what a streaming kernel can actually reach on this device.
 
-The spec peak (clock x bus) is never reached; an H200 copies at ~4.27 TB/s of its 4.81. A
-decode kernel at 3.9 TB/s is at 81% of spec but 91% of what the memory system delivers, and
-that second number is the one that says whether there is anything left to win. calibrate()
+The spec peak (clock x bus) is never reached (an H200 copies at under 90% of it), so a decode
+kernel's share of the spec peak understates how close it is to what the memory system
+delivers, and that second number is the one that says whether there is anything left to win. calibrate()
 measures three streams with the same cold-L2 timer the benchmarks use:
 
 - copy  dst.copy_(src):   bytes = read + write  (the ceiling of a scatter/gather)
 - read  the faster of torch.sum(x) and, on CUDA, kvbench's streaming read kernel
-        (harness/stream_read.py): bytes = read (the ceiling of decode attention). torch's
-        bf16 sum read 4.26 TB/s on the H200, below what decode kernels reach (4.34-4.54), so
-        %ceil of decode read above 100%; the streaming kernel reads 4.52 TB/s.
+        (harness/stream_read.py): bytes = read (the ceiling of decode attention). On the
+        H200 torch's bf16 sum reads slower than decode kernels do, which put decode's %ceil
+        above 100%; the streaming kernel reads faster than both (docs/decisions.md).
 - write dst.fill_(1):     bytes = written
 
 and caches the result as JSON in the cache root (kvbench.core.paths: KVBENCH_CACHE_DIR, else

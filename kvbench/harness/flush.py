@@ -89,53 +89,28 @@ def _cuda_buffer(index: int) -> torch.Tensor:
     return torch.zeros(n, dtype=torch.int32, device=torch.device("cuda", index))
 
 
-#: How the CUDA flush evicts L2, switchable for the ablations in docs/harness.md:
-#:   "sum_int32" torch.sum of the int32 buffer accumulating in int32: one read of the buffer,
-#:               one scalar written (the default since the 2026-11-30 ablation: the same
-#:               timed results within run-to-run spread, 37 us per flush instead of 181);
-#:   "sum_int64" the same sum into an int64 scalar (the default before that): torch casts the
-#:               whole buffer to int64 first, so it also writes and re-reads a 2x temporary;
-#:   "write"     zero_(), as triton's do_bench does.
-#: Measured and dropped (2026-11-30): the load-only streaming read kernel as a flush. It left
-#: the same cold state as the int32 sum (a 16 MiB load-only read 8.42-8.45 us cold after
-#: either, 6.40-6.46 warm) and cost 32 us against 37: no reason to need Triton for the flush.
-CUDA_FLUSH_MODES = ("sum_int32", "sum_int64", "write")
-DEFAULT_CUDA_FLUSH = "sum_int32"
-
-
 @functools.cache
-def _cuda_flush(index: int, mode: str = DEFAULT_CUDA_FLUSH) -> Callable[[], None]:
-    """The flush of CUDA device `index` in `mode` (CUDA_FLUSH_MODES), built once.
+def _cuda_flush(index: int) -> Callable[[], None]:
+    """The flush of CUDA device `index`, built once: a read of the whole buffer.
 
-    Why a read by default (docs/harness.md, flush ablation of 2026-11-30, H200): a write
-    flush leaves up to one L2 of dirty lines, and the timed kernel then pays their write-back:
-    after zero_() batch 1 x 4k decode read 17.5 us and 64 x 8k 511.9 us, after a pure read
-    15.3 and 504.2. Why int32 (a pure read) and not the old int64 sum: the cast's temporary
-    made each flush 181 us instead of 37, for the same timed results (two runs; one showed
-    small kernels 0.5-0.7 us slower after the int64 sum, the other did not).
+    Why a read and not a write (zero_(), as triton's do_bench does): a write flush leaves up to
+    one L2 of dirty lines, and the timed kernel then pays their write-back; measured on the
+    H200, the difference showed in small decode kernels' times (docs/decisions.md).
     """
-    if mode not in CUDA_FLUSH_MODES:
-        raise ValueError(f"flush mode must be one of {CUDA_FLUSH_MODES}, got {mode!r}")
-    buf = _cuda_buffer(index)
-    if mode == "write":
-        return buf.zero_
-    return read_flush(buf, accumulate_int32=mode == "sum_int32")
+    return read_flush(_cuda_buffer(index))
 
 
-def read_flush(buf: torch.Tensor, *, accumulate_int32: bool = True) -> Callable[[], None]:
-    """A closure that reads all of 1-D `buf` (an int sum into a preallocated scalar).
+def read_flush(buf: torch.Tensor) -> Callable[[], None]:
+    """A closure that reads all of 1-D int32 `buf` (a sum into a preallocated scalar).
 
-    accumulate_int32=True (the default) sums in the buffer's own int32 (it is all zeros:
-    nothing overflows): the buffer is read once and only the scalar written. False (the
-    "sum_int64" ablation mode) is not a pure read: torch casts an int32 `buf` to the int64 of
-    `out` before reducing (its reductions skip the cast only for half/bf16 into fp32), so the
-    flush also writes and re-reads a 2x temporary (docs/harness.md)."""
-    dtype = torch.int32 if accumulate_int32 else torch.int64
-    out = torch.zeros((), dtype=dtype, device=buf.device)
-    accumulate = {"dtype": torch.int32} if accumulate_int32 else {}  # int64: torch's default
+    The sum accumulates in the buffer's own int32 (it is all zeros: nothing overflows), so the
+    buffer is read once and only the scalar is written. An int64 sum would not be a pure read:
+    torch casts an int32 input to the int64 of `out` before reducing (its reductions skip the
+    cast only for half/bf16 into fp32), writing and re-reading a 2x temporary."""
+    out = torch.zeros((), dtype=torch.int32, device=buf.device)
 
     def flush() -> None:
-        torch.sum(buf, dim=0, out=out, **accumulate)  # torch 2.11: no full-reduction out=
+        torch.sum(buf, dim=0, out=out, dtype=torch.int32)  # torch 2.11: no full-reduction out=
 
     return flush
 
@@ -154,7 +129,7 @@ def _flush_cpu() -> None:
     _cpu_buffer().fill(_cpu_counter)
 
 
-def flusher(device: object = None, *, mode: str = DEFAULT_CUDA_FLUSH) -> Callable[[], None]:
+def flusher(device: object = None) -> Callable[[], None]:
     """The flush of `device` as a zero-argument callable, resolved once.
 
     Timers call this once and the result inside their loops, so the per-iteration cost is the
@@ -162,7 +137,7 @@ def flusher(device: object = None, *, mode: str = DEFAULT_CUDA_FLUSH) -> Callabl
     """
     dev = resolve_device(device)
     if dev.type == "cuda":
-        return _cuda_flush(dev.index, mode)
+        return _cuda_flush(dev.index)
     _cpu_buffer()  # allocate outside any timed loop
     return _flush_cpu
 

@@ -50,8 +50,8 @@ def commit() -> str:
     ASV_COMMIT is set by asv for the commit it is measuring (the package is then installed in
     .asv/env/... inside the repository, where git would name the working tree's commit).
     KVBENCH_COMMIT comes before git: whoever copies the tree to another machine (the GPU device
-    sessions) names the commit explicitly, and such a copy may carry a stale .git (on
-    2026-11-29 the device copy's git answered 0a03dd9-dirty for code several commits later).
+    sessions) names the commit explicitly, and such a copy may carry a stale .git (a device
+    copy's git has named, dirty, a commit several commits older than the code it held).
     Only a checkout whose top level is the directory holding the kvbench package counts.
     """
     explicit = os.environ.get("ASV_COMMIT") or os.environ.get("KVBENCH_COMMIT")

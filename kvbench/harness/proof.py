@@ -3,8 +3,8 @@
 A check before timing proves that a kernel can compute the right answer once. It does not
 prove that the calls being timed did: a kernel that memoizes its output (returns the previous
 result for the same input tensors) or skips work after its first call passes that check and
-then gets a number for doing nothing (on the CPU, a memoizing torch gather row read 47 us
-against ~40 ms of real work: 239 GB/s on a machine that copies at 6 GB/s).
+then gets a number for doing nothing (a memoizing row reports a bandwidth far above what the
+machine can copy, which a table would show as a win).
 
 So a timer given a TimedProof does, around its last timed iteration and outside the timed
 window:

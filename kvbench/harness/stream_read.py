@@ -8,10 +8,10 @@ case at that case's size: the ceiling is measured on 2 GiB, where launch and ram
 amortised; a 16 MiB decode (batch 1 x 4k) cannot read at that rate, and this row says what
 reading its pages alone costs under the same timer.
 
-Why not only ``torch.sum``: on the H200 a bf16 ``torch.sum`` read 2 GiB at 4257-4315 GB/s while
-decode kernels read their KV at 4340-4540 GB/s in the same tables (docs/perf.md), so %ceil of
-decode came out above 100% and the "read ceiling" was a property of torch's reduction, not of
-the memory system. This kernel does nothing but load: 16-byte vectors, a grid-stride loop
+Why not only ``torch.sum``: on the H200 a bf16 ``torch.sum`` of 2 GiB reads slower than decode
+kernels read their KV in the same tables (docs/decisions.md), so %ceil of decode came out
+above 100% and the "read ceiling" was a property of torch's reduction, not of the memory
+system. This kernel does nothing but load: 16-byte vectors, a grid-stride loop
 over ``programs`` persistent programs, an XOR fold in registers (integer, so no arithmetic can
 be slower than the loads), one int32 written per program. ``calibrate()`` measures it beside
 torch's reduction and keeps the faster of the two.
@@ -28,8 +28,8 @@ import triton.language as tl
 from kvbench.harness.verify import verify
 
 #: Launch configuration: int32 words per program per iteration, warps, loop pipelining stages,
-#: persistent programs per SM. H200 sweep (docs/perf-notes.md, experiment 13): 4508-4519 GB/s,
-#: within 0.3% of the best point, against 4257-4263 GB/s for a bf16 torch.sum.
+#: persistent programs per SM. From an H200 sweep: within 0.3% of the best point, and well
+#: above a bf16 torch.sum (docs/decisions.md).
 CONFIG = {"BLOCK": 4096, "num_warps": 8, "num_stages": 1, "programs_per_sm": 8}
 
 
@@ -93,13 +93,11 @@ def stream_read_fn(
 
 
 #: page_read_fn's launch configuration: int32 words per (page, chunk) item, warps, loop
-#: stages, persistent programs per SM. H200 sweep of 24 points on the 7 decode cases
-#: (docs/perf-notes.md, experiment 15; docs/data/h200-2026-11-30/sweep_page_read_fb52b15.json): this
-#: point's time is within 0.6% of each case's best point on geometric mean and 1.4% at worst
-#: (the previous, unswept 2048 / 4 warps / 8 per SM: 1.5% and 3.3%). The best point differs per
-#: case (1 x 32k fp16 at 1024 / 4 / 32, 64 x 8k fp16 at 2048 / 8 / 4), so the row is the bound
-#: to within ~1.4%, not exactly. One stage: the loop has no dot for the pipeliner to feed, and
-#: its sm_90 code is the same at 1, 2 and 3 stages (triton 3.9).
+#: stages, persistent programs per SM. From an H200 sweep over the decode cases
+#: (docs/decisions.md): the best point differs per case, and this one is within about 1.4% of
+#: each case's best, so the row is the bound to within that, not exactly. One stage: the loop
+#: has no dot for the pipeliner to feed, and its sm_90 code is the same at 1, 2 and 3 stages
+#: (triton 3.9).
 PAGE_READ_CONFIG = {"CHUNK": 2048, "num_warps": 8, "num_stages": 1, "programs_per_sm": 32}
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from kvbench.core.device import resolve_device
-from kvbench.harness.flush import DEFAULT_CUDA_FLUSH, flusher
+from kvbench.harness.flush import flusher
 from kvbench.harness.proof import TimedProof, run_proof
 
 #: bench(): timed work per measurement (seconds) and the repeat clamp.
@@ -118,8 +118,8 @@ def _result(
 #: the spin's own launch, the two event records and fn) + HEAD_START_PAD_US.
 #: Why: the events time the device timeline, and when the host needs longer to enqueue a call
 #: (Python validation, Triton's launcher) than the GPU needs to run the previous one, the GPU
-#: idles between the start event and the kernel and that launch gap lands in the sample. On
-#: the H200 a 4k-token decode measured ~100 us that way, host-bound (docs/harness.md). The
+#: idles between the start event and the kernel and that launch gap lands in the sample (a
+#: 4k-token decode on the H200 measured its host's time that way: docs/harness.md). The
 #: spin keeps the queue ahead of the GPU, so samples are device time; the host cost is kept
 #: separately as TimingResult.host_us. Sized on the whole iteration, not on fn alone: the
 #: records and the spin's own launch cost the host time too, and a warm loop has no flush
@@ -130,8 +130,8 @@ HEAD_START_PAD_US = 5.0
 #: Backlog: before the first timed iteration the GPU gets one spin that lasts BACKLOG_FACTOR x
 #: the host's estimated time to enqueue the whole loop (repeat x one iteration), at most
 #: BACKLOG_MAX_US. Why: the head start keeps pace with the host's *measured* enqueue time,
-#: but a host slower than measured during the loop (a fresh machine: 15-41 us per call on
-#: the H200) eats the margin call after call, and on warm rows, with no flush kernel to absorb
+#: but a host slower than measured during the loop (a fresh machine's enqueue time per call
+#: varies several-fold) eats the margin call after call, and on warm rows, with no flush kernel to absorb
 #: it, the gap lands in the samples (docs/harness.md, warm vs cold). While the backlog spins,
 #: the host enqueues iterations ahead of the GPU, so a slow enqueue is absorbed by the queue
 #: and not timed. The cap bounds the wall time; should the driver's launch queue fill first,
@@ -176,11 +176,6 @@ def _syncs_host(iteration: Callable[[], object]) -> bool:
         finally:
             torch.cuda.set_sync_debug_mode(previous)
     return any("synchronizing CUDA operation" in str(w.message) for w in caught)
-
-
-#: The CUDA flush mode every timer uses (flush.DEFAULT_CUDA_FLUSH; the other
-#: flush.CUDA_FLUSH_MODES are for the ablations in docs/harness.md).
-FLUSH_MODE = DEFAULT_CUDA_FLUSH
 
 
 def _spin(dev: torch.device, us: float) -> Callable[[], None]:
@@ -320,7 +315,7 @@ def bench(
     if l2 not in ("cold", "warm"):
         raise ValueError(f"l2 must be 'cold' (flush before each call) or 'warm', got {l2!r}")
     dev = resolve_device(device)
-    flush = flusher(dev, mode=FLUSH_MODE) if l2 == "cold" else _noop
+    flush = flusher(dev) if l2 == "cold" else _noop
     if dev.type == "cuda":
         with torch.cuda.device(dev):
             fn()  # untimed: JIT compile, autotune, lazy allocation
@@ -374,7 +369,7 @@ def bench_stateful(
     _check_proof(proof)
     repeat = _check_repeat(repeat)
     dev = resolve_device(device)
-    flush = flusher(dev, mode=FLUSH_MODE)
+    flush = flusher(dev)
     if dev.type == "cuda":
         with torch.cuda.device(dev):
             reset()
@@ -422,9 +417,9 @@ def bench_host(
     is_cuda = dev.type == "cuda"
     # The GPU's L2 is flushed (outside the window) so fn's device work runs cold as in every
     # other timer; the CPU caches are NOT: the state a host-side call walks (allocator free
-    # lists, dispatch tables) is hot in an engine's decode loop, and flushing it made a 4 us
-    # allocator call read 110-150 us on the 2-core CPU machine (docs/allocator.md).
-    flush = flusher(dev, mode=FLUSH_MODE) if is_cuda else _noop
+    # lists, dispatch tables) is hot in an engine's decode loop, and flushing it made an
+    # allocator call read tens of times slower than it runs there (docs/allocator.md).
+    flush = flusher(dev) if is_cuda else _noop
     do_reset = reset if reset is not None else _noop
 
     def sync() -> None:
@@ -510,7 +505,7 @@ def bench_kernel(
     dev = resolve_device(device)
     if dev.type != "cuda":
         raise ValueError(f"bench_kernel needs a CUDA device (CUPTI kernel times), got {dev}")
-    flush = flusher(dev, mode=FLUSH_MODE) if l2 == "cold" else _noop
+    flush = flusher(dev) if l2 == "cold" else _noop
     samples = []
     with torch.cuda.device(dev):
         fn()  # untimed: JIT compile, autotune, lazy allocation

@@ -28,7 +28,7 @@ import torch
 from kvbench.core.device import resolve_device
 from kvbench.core.jsonfile import output_path, write_json_atomic
 from kvbench.harness.calibrate import calibrate
-from kvbench.harness.flush import DEFAULT_CUDA_FLUSH, flush_bytes
+from kvbench.harness.flush import flush_bytes
 from kvbench.harness.meta import format_metadata, metadata
 from kvbench.harness.peaks import device_peaks
 from kvbench.harness.report import report
@@ -146,8 +146,8 @@ def compare_copy(size_bytes: int, device: object = None):
 def l2_ablation(device: object = None, size_bytes: int = SMALL_COPY_BYTES):
     """(cold, warm) bench() of a copy, and of a read (sum), whose working sets fit in L2.
 
-    Both kept: on the H200 the copy timed warm SLOWER than cold (15.3 vs 8.1 us, 2026-11-29;
-    cause not established), so the read is the row that tests "warm is the optimistic bound".
+    Both kept: on the H200 the copy has timed warm slower than cold (cause not established),
+    so the read is the row that tests "warm is the optimistic bound".
     """
     src, dst = copy_buffers(size_bytes, device)
     total = torch.zeros((), dtype=src.dtype, device=src.device)
@@ -165,12 +165,12 @@ def l2_ablation(device: object = None, size_bytes: int = SMALL_COPY_BYTES):
 
 
 def timer_ablation(device: object = None) -> list[tuple[str, str, object]]:
-    """bench() under flush mode {write, read} x head start {off, on}, on two small cases.
+    """bench() with the head start off and on, on two small cases.
 
     Cases: the L2-sized 8 MiB copy, and a tiny kernel behind ~50 us of host work (a Python
-    launcher's validation). Tests two hypotheses (docs/harness.md): a write flush makes the
-    timed kernel pay the dirty lines' write-back; without a head start a host-bound launcher's
-    gap lands in the event interval. Returns (case, setting, TimingResult) triples.
+    launcher's validation). Tests the hypothesis (docs/harness.md) that without a head start a
+    host-bound launcher's gap lands in the event interval. Returns (case, setting,
+    TimingResult) triples.
     """
     from kvbench.harness import timers
 
@@ -186,27 +186,19 @@ def timer_ablation(device: object = None) -> list[tuple[str, str, object]]:
             pass
         tiny.add_(1)
 
-    saved = (
-        timers.FLUSH_MODE, timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US,
-        timers.BACKLOG_FACTOR,
-    )
+    saved = (timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US, timers.BACKLOG_FACTOR)
     out = []
     try:
-        for mode in ("write", DEFAULT_CUDA_FLUSH):
-            for head in (False, True):
-                timers.FLUSH_MODE = mode
-                # "off" takes away both spins: the per-call head start and the backlog.
-                (timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US, timers.BACKLOG_FACTOR) = (
-                    saved[1:] if head else (0.0, 0.0, 0.0)
-                )
-                setting = f"flush={mode} head_start={'on' if head else 'off'}"
-                out.append(("8 MiB copy", setting, bench(copy, device=device)))
-                out.append(("tiny kernel + 50us host", setting, bench(host_heavy, device=device)))
+        for head in (False, True):
+            # "off" takes away both spins: the per-call head start and the backlog.
+            (timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US, timers.BACKLOG_FACTOR) = (
+                saved if head else (0.0, 0.0, 0.0)
+            )
+            setting = f"head_start={'on' if head else 'off'}"
+            out.append(("8 MiB copy", setting, bench(copy, device=device)))
+            out.append(("tiny kernel + 50us host", setting, bench(host_heavy, device=device)))
     finally:
-        (
-            timers.FLUSH_MODE, timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US,
-            timers.BACKLOG_FACTOR,
-        ) = saved
+        (timers.HEAD_START_FACTOR, timers.HEAD_START_PAD_US, timers.BACKLOG_FACTOR) = saved
     return out
 
 

@@ -131,7 +131,7 @@ def v_cache_dim_major(v_cache: torch.Tensor) -> bool:
 
     ``v_cache`` is ``[num_pages, page_size, kv_heads, head_dim]``. Dim-major pages let the fp8
     decode feed V to the MMA with vector shared-memory reads instead of byte reads
-    (docs/perf-notes.md, experiment 16). The decode kernel tells the compiler that a page's
+    (docs/decisions.md). The decode kernel tells the compiler that a page's
     slots are adjacent and start at a multiple of page_size elements, so the page stride must
     be a multiple of page_size.
     """

@@ -29,6 +29,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import torch
+
 from kvbench.core import paths
 from kvbench.core.jsonfile import write_json_atomic
 
@@ -53,6 +55,19 @@ def find_nvcc() -> str | None:
     for c in candidates:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return c
+    return None
+
+
+def unavailable_reason(device: torch.device) -> str | None:
+    """None when a kernel of cuda/ can run on `device`, else why not: it needs a CUDA device
+    of sm_90+ (thread-block clusters and distributed shared memory) and nvcc to build its
+    library on first use."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return f"needs a CUDA device, problem is on {device}"
+    if torch.cuda.get_device_capability(device) < (9, 0):
+        return "needs sm_90+ (thread-block clusters and distributed shared memory)"
+    if find_nvcc() is None:
+        return "needs nvcc to build its CUDA source on first use (none on PATH or in $CUDA_HOME)"
     return None
 
 

@@ -9,7 +9,7 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
   temporary and lose the update (and is the measurement mistake seed 000 warns about).
   ``k_cache`` is token-major (stride 1 in head_dim); ``v_cache`` token-major or dim-major
   (stride 1 in page_size: the pool's ``v_dim_major`` storage, which the fp8 decode reads with
-  vector loads, docs/perf-notes.md experiment 16). A dim-major V tile is stored with a warp's
+  vector loads, docs/decisions.md). A dim-major V tile is stored with a warp's
   threads along tokens, so consecutive slots of one page are written side by side.
 - ``slot_mapping``: int64 [N]; token i goes to ``page = slot // page_size``,
   ``offset = slot % page_size``. A **negative slot means "skip this token"**: engines pad a
@@ -73,9 +73,9 @@ _TILE_ELEMS = 4096
 _HEAD_TILE_ELEMS = 1024
 _NUM_WARPS = 4
 # Decode shapes (N <= 64) would get only N / 4 programs from the tile above, each thread
-# running a serial chain of 64 fp8 quantizations (an IEEE division each). Nsight Compute on
-# the H200 (docs/perf-notes.md, experiment 12): decode-64 kernels took 2.9 us (fp16) and
-# 5.0 us (fp8) on 16 programs. So a small grid shrinks its tile (tokens first, then heads)
+# running a serial chain of 64 fp8 quantizations (an IEEE division each); spreading the
+# same work over one program per SM cut the fp8 decode write's device time by about a third
+# (docs/decisions.md). So a small grid shrinks its tile (tokens first, then heads)
 # until it has one program per SM, and a small tile runs on fewer warps (one warp per 256
 # elements, 8 fp16 = one 16-byte vector per thread) instead of leaving threads idle.
 _ELEMS_PER_WARP = 32 * 8

@@ -13,7 +13,7 @@ Design (why it looks like this):
   page 16): one block-table entry is looked up per token row, which keeps any power-of-two page
   size correct and puts tens of KiB in flight per iteration.
 * Online softmax in fp32 in the log2 domain (``exp2``); fp8 bytes are widened to q's dtype
-  (``FP8_DEQUANT`` below picks how), with ``k_scale`` folded into the score scale and
+  (a bitcast and a float convert), with ``k_scale`` folded into the score scale and
   ``v_scale`` into the output, never multiplied per element.
 * Split-KV (flash-decode) for small batches: grid (B, Hkv, splits), each split a contiguous
   token range; partial outputs and log-sum-exps go to an fp32 scratch and a second kernel
@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -50,46 +49,26 @@ import triton.language as tl
 from kvbench.kernels import _validate as V
 from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import bf16_bits_to_f32
+from kvbench.kernels.common import LOG2E, DecodeProblem, used_entries, validate_decode_inputs
 
-# Launch configuration, module-level so the H200 sweep (scripts/sweep_paged_decode.py) can
-# change it without editing kernels. BLOCK_N: KV tokens per loop iteration (>= 16 for
-# tl.dot). Chosen from the sweep on the H200 (docs/perf-notes.md, experiment 2): fp16
-# BLOCK_N 128 / 4 warps / 2 stages is within 3% of the best point at every issue-6 case and
-# 25% faster than BLOCK_N 64 at batch 32 x 4k (133 vs 169 us); fp8 split 128 / 4 / 3, fp8
-# single pass 128 / 4 / 2 under a register cap (below).
-#
-# "v_page_rows" (every decode entry): a dim-major V page of a whole tile loads as one
-# contiguous row (whole 128-byte lines) instead of PAGE_SIZE-byte pieces of 8 pages; the
-# pieces cost one L2 tag lookup per 64 bytes and held fp8 at the L2's tag rate (82% of peak,
-# DRAM 65%). H200, one call (docs/perf-notes.md, experiment 19): fp8 b64 x 8k 345 -> 264 us,
-# b32 x 4k 122 -> 90, b1 x 32k 36.7 -> 30.5; fp16 dim-major b64 x 8k 535 -> 504. It applies
-# only to dim-major V with pages shorter than a tile; other storages compile as before.
+# Launch configuration per kernel and cache kind, chosen by sweeping the H200 (the sweep and
+# the alternatives it measured: docs/decisions.md). BLOCK_N is the KV tokens per loop
+# iteration (>= 16 for tl.dot); "bt_ahead" loads each tile's block-table entries one
+# iteration ahead (_attend_range), which lets the split kernels, whose few programs per SM
+# must keep their own tiles in flight, double-buffer K/V with 3 stages; the single-pass
+# kernels, at several programs per SM, gain nothing from it. "maxnreg" caps registers per
+# thread: the fp8 single-pass kernel holds twice the resident programs under the cap and is
+# faster for it despite some spills; the other entries were slower under every cap tried.
+# "reduce": SPLIT_BLOCK split partials per combine iteration, enough to combine the auto split
+# count of a batch-1 problem in one or two dependent rounds.
 CONFIG: dict[str, dict[str, int | bool]] = {
-    "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "v_page_rows": True},
-    "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128,
-                        "v_page_rows": True},
-    # Split programs (few per SM) keep more of their own tiles in flight: block-table entries
-    # one tile ahead ("bt_ahead", see _attend_range) with 3 stages double-buffers K/V.
-    # H200, 3 alternating rounds (docs/perf-notes.md, experiment 17): fp16 b1 x 32k 45.0-46.2
-    # -> 41.9-43.0 us at BLOCK_N 64 (b8 x 4k, b1 x 4k within their spread); fp8 b1 x 32k
-    # 38.9-40.0 -> 34.2-35.2 us. Single pass (4 CTAs per SM) gained nothing from it.
-    "split_kv": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "bt_ahead": True,
-                 "v_page_rows": True},
-    "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "bt_ahead": True,
-                     "v_page_rows": True},
-    # SPLIT_BLOCK: split partials per reduce iteration; 32 loads the auto split count of
-    # batch 1 (32-33 splits) in one or two dependent rounds instead of two or three
-    # (experiment 7: batch 1 x 4k 17.6 -> 16.5 us, no case slower).
+    "single_pass": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "bt_ahead": False},
+    "single_pass_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "bt_ahead": False,
+                        "maxnreg": 128},
+    "split_kv": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
+    "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
     "reduce": {"SPLIT_BLOCK": 32, "num_warps": 4},
 }
-# An optional "bt_ahead" key loads block-table entries a tile ahead (_attend_range).
-# An optional "maxnreg" key in a CONFIG entry caps registers per thread (Triton's compile
-# option), trading spills for resident CTAs. ncu on the H200 showed the fp8 single-pass
-# kernel at 2 CTAs (8 warps) per SM, limited by ~200 registers, at 53% of DRAM bandwidth;
-# capped at 128 (4 CTAs per SM, some spills) batch 64 x 8k went 426 -> 376 us
-# (docs/perf-notes.md, experiment 7). The split kernel's fp8 entry stays uncapped: its
-# programs do not fill the SMs, and the cap cost 41 -> 47 us at batch 1 x 32k. fp16 is
-# bandwidth-bound already and every cap was slower (504 -> 724 us at batch 64 x 8k).
 # Split policy (see choose_num_splits). Programs already >= FILL_WAVES x SMs: no split.
 # Otherwise aim for TARGET_WAVES x SMs programs, each split >= MIN_TOKENS_PER_SPLIT tokens.
 SPLIT_POLICY: dict[str, float] = {
@@ -103,85 +82,32 @@ SPLIT_POLICY: dict[str, float] = {
 # bf16 operands are widened to fp32 (after the same bf16 rounding of p) before tl.dot. The
 # compiled GPU path dots bf16 directly; the `gpu` tests cover it.
 
-# How fp8 e4m3 bytes become dot operands of q's dtype. Module-level so the H200 sweep can
-# ablate it (scripts/sweep_paged_decode.py). Why "bits" exists: at batch 64 x 8k the fp8 row
-# ran 424 us vs 503 us for fp16 (half the bytes, 16% faster): dequant-bound, suspected cvt.
-#   "cvt":  bitcast to tl.float8e4nv, then a float convert (cvt.*.e4m3x2 on sm_90; bf16 has no
-#           direct e4m3 convert and goes through f16/f32).
-#   "bits": integer ops only, on 16-bit lanes. For byte b (sign s, 4-bit exponent e, 3-bit
-#           mantissa m), the fp16 bits ((b & 0x80) << 8) | ((b & 0x7F) << 7) put e into fp16's
-#           5-bit exponent field and m on top of its mantissa: the fp16 value is the e4m3
-#           value x 2^(7 - 15) = x 2^-8 exactly, subnormals included (e4m3 subnormals land on
-#           fp16 subnormals, same m / 8 x 2^(1 - bias) form). For bf16 q the same trick with
-#           << 4 targets bf16's 8-bit exponent: value x 2^(7 - 127) = x 2^-120. The powers of
-#           two are folded into scalars, never applied per element: 2^8 / 2^120 into the score
-#           scale on the host (a python float, exact), 2^8 into v_scale in the kernel (once per
-#           program). For bf16 the 2^-120 V operand would push P @ V products below fp32's
-#           normal range (2^-126; a tensor-core flush would drop them), so the bf16 path also
-#           computes P x 2^112 (folded into the exp2 row maximum, a [GROUP] vector op) and
-#           scales the row sums back, leaving the accumulator at the fp16 path's x 2^-8.
-#           Codes 0x7f / 0xff (NaN in e4m3fn) map to finite values (+-480 x 2^-8 in fp16) in
-#           this path; kvbench.fixtures.quant never produces them (it clamps to +-448).
-# Both are exact for all 254 finite codes (tests/test_paged_decode.py checks every code).
-# A third mode, "words" (bytes loaded as int32 words and widened in an inline-asm block so the
-# tile reaches the MMA as fp16 through ldmatrix, no element-wise byte reads), cut the executed
-# instructions at batch 64 x 8k by 31% and was slower at every launch config and split count
-# (best 377-382 us vs 369-375 us): measured and removed, code at 3a4c2da (docs/perf-notes.md,
-# experiment 11).
-# The default stays "cvt" until the H200 sweep (scripts/sweep_paged_decode.py --focus) says
-# otherwise: sm_90 SASS shows "cvt" already uses one packed F2FP per 2 elements for fp16 q,
-# while "bits" removes 256 F2F for bf16 q (docs/perf-notes.md, experiment 3).
-FP8_DEQUANT = "cvt"
-_FP8_DEQUANT_MODES = ("bits", "cvt")
-# Host-side fold of the "bits" widening factor into the score scale, by q's dtype.
-_BITS_K_FOLD = {torch.float16: 2.0**8, torch.bfloat16: 2.0**120}
-# Left shift of (b & 0x7F) into each target's exponent field (mirrored by the CPU exactness test).
-_BITS_SHIFT = {torch.float16: 7, torch.bfloat16: 4}
+# fp8 e4m3 bytes become dot operands of q's dtype by a bitcast to tl.float8e4nv and a float
+# convert (one packed cvt per two elements on sm_90), with k_scale folded into the score scale
+# and v_scale into the output. The conversion is not what limits fp8 decode: an integer-only
+# widening and a word-wise inline-asm widening were measured and neither was consistently
+# faster (docs/decisions.md).
 
-# Launch the reduce kernel with programmatic dependent launch (sm_90+): the split kernel allows
-# it at its start (griddepcontrol.launch_dependents), so the reduce's CTAs are launched while
-# the split kernel runs and wait on griddepcontrol.wait, which returns once the split kernel has
-# completed and its partials are visible: the launch gap between the two kernels is hidden.
-# At small batch, where each split program runs one or two tiles and the time is a chain of
-# latencies, it took 1.1-1.3 us off (b1 x 4k 16.4 -> 15.3 us; docs/perf-notes.md, experiment
-# 9, which also measured, and dropped, loading V before QK^T and the reduce's loads first).
-REDUCE_PDL = True
-
-_Q_DTYPES = (torch.float16, torch.bfloat16)
-#: fp8 e4m3 caches: bytes in a uint8 container, or the same bytes as float8_e4m3fn.
-_FP8_CACHES = (torch.uint8, torch.float8_e4m3fn)
-_HEAD_DIMS = "a power of two in [16, 256]"
-_LOG2E = 1.4426950408889634
+# The reduce kernel is launched with programmatic dependent launch on sm_90+ (_pdl_supported):
+# the split kernel allows it at its start (griddepcontrol.launch_dependents), so the reduce's
+# CTAs are launched while the split kernel runs and wait on griddepcontrol.wait, which returns
+# once the split kernel has completed and its partials are visible. That hides the launch gap
+# between the two kernels, which matters at small batch, where a call is a chain of latencies.
 
 
 # ----------------------------------------------------------------------------- Triton kernels
 
 
 @triton.jit
-def _widen_e4m3(x, q, FP8_BITS: tl.constexpr):
-    """e4m3 bytes (uint8) -> q's dtype; "bits" scales by 2^-8 (fp16) / 2^-120 (bf16)."""
-    if FP8_BITS:
-        # Sign-extend the byte to 16 bits (bits 8-15 = sign), shift, clear what lies between
-        # the sign and the exponent: same bits as ((b & 0x80) << 8) | ((b & 0x7F) << SHIFT),
-        # two ALU ops after an extend that PTX's prmt / cvt.s16.s8 does.
-        b = x.to(tl.int8, bitcast=True).to(tl.int16)
-        if q.dtype == tl.bfloat16:
-            w = (b << 4) & -30736  # 0x87F0 as int16: sign | (b & 0x7F) << 4
-        else:
-            w = (b << 7) & -16512  # 0xBF80 as int16: sign | (b & 0x7F) << 7
-        # A frontend that promotes int16 op python-int to int32 would break the 16-bit
-        # bitcast; truncating keeps the low 16 bits, which are the answer (no-op on 3.9).
-        out = w.to(tl.int16).to(q.dtype, bitcast=True)
-    else:
-        out = x.to(tl.float8e4nv, bitcast=True).to(q.dtype)
-    return out
+def _widen_e4m3(x, q):
+    """e4m3 bytes (uint8) -> q's dtype, exactly (bitcast to float8e4nv, then convert)."""
+    return x.to(tl.float8e4nv, bitcast=True).to(q.dtype)
 
 
 @triton.jit
 def _to_f32(x):
     """Interpreter-only dot operand widening (DOT_F32): bf16 by shifting its bits, because
-    the interpreter's bf16 -> fp32 cast mangles bf16 subnormals (see kernels/_fp8.py), which
-    the "bits" path produces for e4m3 subnormals."""
+    the interpreter's bf16 -> fp32 cast mangles bf16 subnormals (see kernels/_fp8.py)."""
     if x.dtype == tl.bfloat16:
         out = bf16_bits_to_f32(x)
     else:
@@ -211,8 +137,6 @@ def _attend_tile(
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
     DOT_F32: tl.constexpr,
-    FP8_BITS: tl.constexpr,
-    P_SCALED: tl.constexpr,
     V_DMAJOR: tl.constexpr,
     MASKED: tl.constexpr,
     V_PAGE_ROWS: tl.constexpr,
@@ -221,8 +145,10 @@ def _attend_tile(
     """Online-softmax update of (m_i, l_i, acc) by tokens [start, start + BLOCK_N).
 
     MASKED: the tile ends past ``hi`` (the tail); unmasked tiles load whole rows, which is
-    what lets a dim-major V tile load 16 bytes per access. ``page_in``: the tile's page per
-    token (0 past ``hi``), loaded one tile ahead by ``_attend_range``; None: load it here.
+    what lets a dim-major V tile load 16 bytes per access. V_PAGE_ROWS: V is dim-major with
+    pages shorter than a tile, stored [HEAD_DIM][PAGE_SIZE] per (page, head): an unmasked
+    tile loads each page as one contiguous row. ``page_in``: the tile's page per token (0 past
+    ``hi``), loaded one tile ahead by ``_attend_range``; None: load it here.
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -245,7 +171,7 @@ def _attend_tile(
     else:
         k = tl.load(k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :])
     if FP8:
-        k = _widen_e4m3(k, q, FP8_BITS)
+        k = _widen_e4m3(k, q)
     if DOT_F32:
         scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
     else:
@@ -254,21 +180,16 @@ def _attend_tile(
         scores = tl.where(mask_n[None, :], scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, 1))
     alpha = tl.exp2(m_i - m_new)
-    if P_SCALED:
-        # bf16 "bits" path: p = exp2(s - m) x 2^112 so that P @ V (V = e4m3 x 2^-120) stays
-        # fp32-normal; the row sum is scaled back exactly (a power of two).
-        p = tl.exp2(scores - (m_new - 112.0)[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1) * 1.925929944387236e-34  # 2^-112
-    else:
-        p = tl.exp2(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+    p = tl.exp2(scores - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
     if V_PAGE_ROWS and not MASKED:
         # A dim-major page of one head is [HEAD_DIM][PAGE_SIZE] contiguous (stride_vd ==
         # PAGE_SIZE, checked on the host): each page loads as one contiguous row, so a warp's
         # loads cover whole 128-byte lines (one L2 tag lookup each) instead of PAGE_SIZE-byte
         # pieces of BLOCK_N / PAGE_SIZE pages; the reorder to [tokens, d] is a register
         # relabelling (sm_90 TTGIR: the shared-memory tile is read straight into the dot
-        # operand's layout). docs/perf-notes.md, experiment 19.
+        # operand's layout). Page-sized pieces cost one L2 tag lookup each and held fp8 at
+        # the L2's tag rate (docs/decisions.md).
         PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE
         page_p = tl.max(tl.reshape(page, (PAGES, PAGE_SIZE)), 1)  # equal over a page's slots
         offs_f = tl.arange(0, HEAD_DIM * PAGE_SIZE)
@@ -295,7 +216,7 @@ def _attend_tile(
         else:
             v = tl.load(v_ptrs)
     if FP8:
-        v = _widen_e4m3(v, q, FP8_BITS)
+        v = _widen_e4m3(v, q)
     if DOT_F32:
         pv = tl.dot(_to_f32(p.to(q.dtype)), _to_f32(v))
     else:
@@ -327,8 +248,6 @@ def _attend_range(
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
     DOT_F32: tl.constexpr,
-    FP8_BITS: tl.constexpr,
-    P_SCALED: tl.constexpr,
     V_DMAJOR: tl.constexpr,
     MASKED: tl.constexpr,
     BT_AHEAD: tl.constexpr,
@@ -353,7 +272,7 @@ def _attend_range(
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, V_DMAJOR, MASKED,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
                 V_PAGE_ROWS, page,
             )
     else:
@@ -361,7 +280,7 @@ def _attend_range(
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, V_DMAJOR, MASKED,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
                 V_PAGE_ROWS,
             )
     return m_i, l_i, acc
@@ -402,8 +321,6 @@ def _decode_kernel(
     SCALE_PTR: tl.constexpr,
     SPLIT: tl.constexpr,
     DOT_F32: tl.constexpr,
-    FP8_BITS: tl.constexpr,
-    P_SCALED: tl.constexpr,
     PDL: tl.constexpr,
     V_DMAJOR: tl.constexpr,
     BT_AHEAD: tl.constexpr,
@@ -443,9 +360,7 @@ def _decode_kernel(
         else:
             ks = k_scale
             vs = v_scale
-        scale = scale * ks  # with FP8_BITS, qk_scale already carries 2^8 / 2^120 (host)
-        if FP8_BITS:
-            vs = vs * 256.0  # the V operand is the e4m3 value x 2^-8 (see FP8_DEQUANT)
+        scale = scale * ks
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
@@ -461,14 +376,14 @@ def _decode_kernel(
         m_i, l_i, acc = _attend_range(
             q, m_i, l_i, acc, lo, full_end, hi, bt_row, k_head, v_head, scale,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, False, BT_AHEAD,
+            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, False, BT_AHEAD,
             V_PAGE_ROWS,
         )
         if full_end < hi:
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, True, True,
+                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, True,
                 V_PAGE_ROWS,
             )
     else:
@@ -477,7 +392,7 @@ def _decode_kernel(
         m_i, l_i, acc = _attend_range(
             q, m_i, l_i, acc, lo, hi, hi, bt_row, k_head, v_head, scale,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, FP8_BITS, P_SCALED, False, True, BT_AHEAD,
+            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, False, True, BT_AHEAD,
             False,
         )
 
@@ -548,36 +463,6 @@ _INTERPRET = type(_decode_kernel).__name__ == "InterpretedFunction"
 # ----------------------------------------------------------------------------- host side
 
 
-@dataclass(frozen=True)
-class _Problem:
-    """Validated inputs plus the sizes the launchers need."""
-
-    batch: int
-    q_heads: int
-    kv_heads: int
-    head_dim: int
-    page_size: int
-    num_pages: int
-    max_pages: int
-    fp8: bool
-    v_dim_major: bool
-    sm_scale: float
-    k_scale: torch.Tensor | float
-    v_scale: torch.Tensor | float
-    #: The index tensors to launch with: the caller's, or in safe mode on CUDA copies whose
-    #: out-of-range values were replaced by in-range ones (kernels/_validate.py).
-    block_table: torch.Tensor
-    seq_lens: torch.Tensor
-    #: Safe mode: [B] bool, the sequences whose output must be poisoned (NaN), else None.
-    poison: torch.Tensor | None
-
-    def finish(self, out: torch.Tensor) -> torch.Tensor:
-        """The output as returned: NaN rows for the sequences a safe-mode check caught."""
-        if self.poison is not None:
-            out.masked_fill_(self.poison[:, None, None], float("nan"))
-        return out
-
-
 def _validate(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -589,138 +474,12 @@ def _validate(
     v_scale: torch.Tensor | float | None,
     *,
     triton_kernel: bool,
-) -> _Problem:
-    V.check_dtype("q", q, _Q_DTYPES)
-    V.check_ndim("q", q, 3, "[batch, q_heads, head_dim]")
-    V.check_last_dim_contiguous("q", q)
-    accepted_cache = (q.dtype, *_FP8_CACHES)
-    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        V.check_dtype(name, cache, accepted_cache)
-        V.check_ndim(name, cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
-    V.check_last_dim_contiguous("k_cache", k_cache)
-    v_dim_major = V.v_cache_dim_major(v_cache)
-    if v_cache.dtype != k_cache.dtype:
-        raise ValueError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
-    V.check_shape("v_cache", v_cache, tuple(k_cache.shape))
-    batch, q_heads, head_dim = q.shape
-    num_pages, page_size, kv_heads, cache_dim = k_cache.shape
-    if cache_dim != head_dim:
-        raise ValueError(f"k_cache head_dim {cache_dim} must equal q head_dim {head_dim}")
-    if not (16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0):
-        raise ValueError(f"head_dim must be {_HEAD_DIMS}, got {head_dim}")
-    V.check_power_of_two("page_size (k_cache.shape[1])", page_size)
-    if num_pages < 1 or kv_heads < 1:
-        raise ValueError(
-            f"k_cache must have >= 1 page and >= 1 kv head, got {tuple(k_cache.shape)}"
-        )
-    if q_heads % kv_heads != 0:
-        raise ValueError(f"q heads ({q_heads}) must be a multiple of kv heads ({kv_heads})")
-    V.check_dtype("block_table", block_table, (torch.int32,))
-    V.check_shape("block_table", block_table, (batch, None))
-    V.check_last_dim_contiguous("block_table", block_table)
-    V.check_dtype("seq_lens", seq_lens, (torch.int32,))
-    V.check_shape("seq_lens", seq_lens, (batch,))
-    V.check_contiguous("seq_lens", seq_lens)
-    device = V.check_same_device(
-        q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens
-    )
-    if triton_kernel and device.type != "cuda" and not _INTERPRET:
-        raise ValueError(
-            f"inputs are on {device}; the Triton kernels need a CUDA device "
-            "(or TRITON_INTERPRET=1 set before kvbench.kernels is imported)"
-        )
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(head_dim)
-    elif (
-        isinstance(sm_scale, bool)
-        or not isinstance(sm_scale, (int, float))
-        or not math.isfinite(sm_scale)
-        or sm_scale <= 0
-    ):
-        raise ValueError(f"sm_scale must be None or a finite float > 0, got {sm_scale!r}")
-    fp8 = k_cache.dtype in _FP8_CACHES
-    checks = V.device_checks(device)
-    if fp8:
-        for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
-            V.check_scale(name, sc, device)
-            V.check_scale_value(name, sc, checks)
-    else:
-        for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
-            if sc is not None:
-                raise ValueError(f"{name} is only accepted with fp8 (e4m3) caches; pass None")
-    max_pages = block_table.shape[1]
-    poison = None
-    if V.values_checked(device):
-        _check_values(block_table, seq_lens, page_size, num_pages)
-    elif checks is not None:
-        block_table, seq_lens, poison = _checked_on_device(checks, block_table, seq_lens,
-                                                           page_size, num_pages)
-        checks.submit()
-    return _Problem(
-        batch=batch,
-        q_heads=q_heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        page_size=page_size,
-        num_pages=num_pages,
-        max_pages=max_pages,
-        fp8=fp8,
-        v_dim_major=v_dim_major,
-        sm_scale=float(sm_scale),
-        k_scale=1.0 if k_scale is None else k_scale,
-        v_scale=1.0 if v_scale is None else v_scale,
-        block_table=block_table,
-        seq_lens=seq_lens,
-        poison=poison,
-    )
+) -> DecodeProblem:
+    """common.validate_decode_inputs with this module's interpret mode."""
+    return validate_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, sm_scale,
+                                  k_scale, v_scale, triton_kernel=triton_kernel,
+                                  interpreted=_INTERPRET)
 
-
-def _check_values(
-    block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, num_pages: int
-) -> None:
-    """seq_lens within the table's capacity; the pages they use within the pool."""
-    if seq_lens.numel() == 0:
-        return
-    cap = block_table.shape[1] * page_size
-    lo, hi = int(seq_lens.min()), int(seq_lens.max())
-    if lo < 0 or hi > cap:
-        raise ValueError(
-            f"seq_lens must lie in [0, block_table.shape[1] * page_size = {cap}], got [{lo}, {hi}]"
-        )
-    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < (
-        (seq_lens[:, None] + page_size - 1) // page_size
-    )
-    V.check_index_range("block_table entries used by seq_lens", block_table[used], num_pages,
-                        what="pages of the cache")
-
-
-def _used_entries(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
-    """[B, max_pages] bool: the block-table entries the sequences' lengths reach (no sync)."""
-    pages = (seq_lens.to(torch.int64)[:, None] + page_size - 1) // page_size
-    return torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages
-
-
-def _checked_on_device(
-    checks: V.DeviceChecks, block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
-    num_pages: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Safe mode on CUDA: _check_values's rules evaluated on the device.
-
-    Returns (block table, seq_lens, poison): a length outside [0, capacity] becomes 0 and an
-    out-of-range page id becomes page 0, so the kernels stay in bounds; ``poison`` marks the
-    sequences either touched, whose outputs are then NaN.
-    """
-    cap = block_table.shape[1] * page_size
-    lens = checks.bounds("seq_lens", seq_lens, 0, cap + 1, replacement=0,
-                         what="block_table.shape[1] * page_size is the capacity")
-    used = _used_entries(block_table, lens, page_size)
-    in_range = (block_table >= 0) & (block_table < num_pages)
-    bad = used & ~in_range
-    checks.flag("block_table entries used by seq_lens", bad, torch.where(used, block_table, 0),
-                f"must lie in [0, {num_pages}) (pages of the cache)")
-    table = torch.where(in_range, block_table, torch.zeros_like(block_table))
-    poison = bad.any(dim=1) | (lens != seq_lens)
-    return table, lens, poison
 
 
 def choose_num_splits(
@@ -770,7 +529,7 @@ def _register_cap(cfg: dict[str, int]) -> dict[str, int]:
 
 
 def _launch(
-    p: _Problem,
+    p: DecodeProblem,
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -787,11 +546,8 @@ def _launch(
     cfg = CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if p.fp8 else "")]
     group = p.q_heads // p.kv_heads
     scale_ptr = isinstance(p.k_scale, torch.Tensor)
-    if FP8_DEQUANT not in _FP8_DEQUANT_MODES:
-        raise ValueError(f"FP8_DEQUANT must be one of {_FP8_DEQUANT_MODES}, got {FP8_DEQUANT!r}")
-    fp8_bits = p.fp8 and FP8_DEQUANT == "bits"
-    pdl = split and REDUCE_PDL and _pdl_supported(q.device)
-    qk_scale = p.sm_scale * _LOG2E * (_BITS_K_FOLD[q.dtype] if fp8_bits else 1.0)
+    pdl = split and _pdl_supported(q.device)
+    qk_scale = p.sm_scale * LOG2E
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
         raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
     if split:
@@ -837,13 +593,11 @@ def _launch(
         SCALE_PTR=scale_ptr,
         SPLIT=split,
         DOT_F32=_INTERPRET and q.dtype == torch.bfloat16,
-        FP8_BITS=fp8_bits,
-        P_SCALED=fp8_bits and q.dtype == torch.bfloat16,
         PDL=pdl,
         V_DMAJOR=p.v_dim_major,
-        BT_AHEAD=bool(cfg.get("bt_ahead", False)),
-        V_PAGE_ROWS=bool(cfg.get("v_page_rows", False)) and p.v_dim_major
-        and v_cache.stride(3) == p.page_size and p.page_size < cfg["BLOCK_N"],
+        BT_AHEAD=cfg["bt_ahead"],
+        V_PAGE_ROWS=p.v_dim_major and v_cache.stride(3) == p.page_size
+        and p.page_size < cfg["BLOCK_N"],
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
@@ -937,7 +691,7 @@ def paged_decode_gather_sdpa(
         return torch.zeros((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
     seq_lens = p.seq_lens
     # Only the entries seq_lens reaches are read: padding entries may hold anything.
-    used = _used_entries(p.block_table, seq_lens, p.page_size)
+    used = used_entries(p.block_table, seq_lens, p.page_size)
     idx = torch.where(used, p.block_table, torch.zeros_like(p.block_table)).long()
     length = p.max_pages * p.page_size
 

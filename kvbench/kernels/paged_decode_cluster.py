@@ -5,7 +5,8 @@ how one CTA works); this module validates the inputs, picks the split count (= t
 size) and launches it through ctypes on torch's current stream. The library is built with nvcc
 on first use (``kvbench.kernels.cuda_build``).
 
-Accepted inputs, beyond paged_decode's (its ``_validate`` runs first, same messages): CUDA
+Accepted inputs, beyond paged_decode's (``common.validate_decode_inputs`` runs first, same
+messages): CUDA
 tensors on an sm_90+ device; head_dim 128; q heads per kv head 1, 2, 4 or 8; fp16 / bf16
 caches with K and V token-major (d contiguous), or fp8 e4m3 bytes with fp16 q, K token-major
 and V dim-major pages (``paged_pool(storage="v_dim_major")``; page_size >= 16, so 16 tokens of
@@ -21,10 +22,10 @@ import math
 
 import torch
 
-from kvbench.dispatch.spec import cuda_sm90_with_nvcc
 from kvbench.kernels import cuda_build
 from kvbench.kernels._device import sm_count
 from kvbench.kernels._validate import check_optional_int_range
+from kvbench.kernels.common import LOG2E, validate_decode_inputs
 
 LIBRARY = "cluster_decode"
 HEAD_DIM = 128
@@ -69,11 +70,10 @@ def _library() -> ctypes.CDLL:
     return configure_library(cuda_build.load(LIBRARY))
 
 
-def configure_library(lib: ctypes.CDLL, *, check_constants: bool = True) -> ctypes.CDLL:
+def configure_library(lib: ctypes.CDLL) -> ctypes.CDLL:
     """Declare the C interface's argument types on a loaded build of cluster_decode.cu and
-    check its DecodeArgs, and (``check_constants``) the constants this module mirrors, against
-    this module's. Experiments load older builds through this; builds before d6615c6 have no
-    ``kvb_constant`` and are loaded with ``check_constants=False``."""
+    check its DecodeArgs and the constants this module mirrors against this module's: a
+    build from a source edited on one side only is refused by name, not launched."""
     lib.kvb_cluster_decode.argtypes = [ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.c_void_p]
     lib.kvb_max_active_clusters.argtypes = [
         ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.POINTER(ctypes.c_int)
@@ -84,8 +84,6 @@ def configure_library(lib: ctypes.CDLL, *, check_constants: bool = True) -> ctyp
             f"{LIBRARY}: DecodeArgs is {lib.kvb_args_size()} bytes in CUDA, "
             f"{ctypes.sizeof(DecodeArgs)} in Python: the two definitions disagree"
         )
-    if not check_constants:
-        return lib
     lib.kvb_constant.argtypes = [ctypes.c_char_p]
     mirrored = {"HEAD_DIM": HEAD_DIM, "TILE_N": TILE_N, "MAX_SPLITS": MAX_SPLITS,
                 "MAX_GROUP": max(GROUPS)}
@@ -108,7 +106,7 @@ def _check(code: int, what: str) -> None:
 def unavailable_reason(device: torch.device) -> str | None:
     """None when the kernel can run on ``device``, else why not (the registry row's check;
     cached: the launcher asks on every call, and the answer needs a PATH search)."""
-    return cuda_sm90_with_nvcc(device)
+    return cuda_build.unavailable_reason(device)
 
 
 @functools.lru_cache(maxsize=64)
@@ -149,9 +147,10 @@ def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> in
     at once. A split count qualifies when programs x splits CTAs fit the SMs (one CTA per SM:
     the ring takes 192 KiB of shared memory), all clusters are resident together, and each
     split keeps >= MIN_TOKENS_PER_SPLIT tokens. Among those, the fewest TILE_N-token tiles per
-    split (the chain each CTA runs), then the fewest CTAs: on the H200 batch 1 x 4k ran 15.3 us
-    at 8 splits (4 whole tiles each) and 16.4 at 9 (3 tiles and a tail). Any size, not only
-    powers of two (the H200 holds 7 clusters of 16, 9 of 9). 1 when none qualifies.
+    split (the chain each CTA runs: a partial tail tile costs about a whole one, so 3 tiles
+    and a tail is no faster than 4 whole tiles), then the fewest CTAs. Any size, not only
+    powers of two (how many clusters fit is not monotone in their size). 1 when none
+    qualifies.
     """
     best, best_tiles = 1, math.ceil(max_context / TILE_N)
     for splits in range(2, MAX_SPLITS + 1):
@@ -168,9 +167,9 @@ def choose_cluster_splits(programs: int, max_context: int, sms: int, fits) -> in
 def auto_splits(device: torch.device, kv_dtype: torch.dtype, group: int, programs: int,
                 max_context: int) -> int:
     """choose_cluster_splits with this device's SM count and cluster occupancy (the launcher's
-    choice when num_splits is None). Cached: the launcher asks on every call, and the search
-    over 15 split counts cost ~5.5 us of host time per call (2-core EPYC) where a cache hit
-    costs well under 1; a decode loop repeats few (programs, context) pairs."""
+    choice when num_splits is None). Cached: the launcher asks on every call, the search over
+    15 split counts costs several microseconds of host time where a cache hit costs well
+    under one, and a decode loop repeats few (programs, context) pairs."""
     return choose_cluster_splits(
         programs, max_context, sm_count(device),
         lambda s: max_active_clusters(device, kv_dtype, group, s),
@@ -226,13 +225,8 @@ def paged_decode_cluster(
     ``num_splits=None`` picks ``choose_cluster_splits`` from the shape (the block table's width
     x page_size as the context bound: the host never reads seq_lens).
     """
-    # Imported here: this module stays light for the registry's shape gate and availability
-    # (importing paged_decode decorates its Triton kernels, which fixes interpret mode).
-    from kvbench.kernels.paged_decode import _LOG2E
-    from kvbench.kernels.paged_decode import _validate as _validate_decode
-
-    p = _validate_decode(q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale,
-                         triton_kernel=False)
+    p = validate_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale,
+                               v_scale, triton_kernel=False)
     _check_cluster_inputs(q, k_cache, v_cache, p)
     check_optional_int_range("num_splits", num_splits, 1, MAX_SPLITS)
     out = torch.empty((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
@@ -253,7 +247,7 @@ def paged_decode_cluster(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         p.block_table.stride(0), out.stride(0), out.stride(1),
         p.batch, p.q_heads, p.kv_heads, int(math.log2(p.page_size)), num_splits,
-        p.sm_scale * _LOG2E, *scale_vals,
+        p.sm_scale * LOG2E, *scale_vals,
     )
     stream = torch.cuda.current_stream(q.device).cuda_stream
     code = _FP8_CODE if p.fp8 else _DTYPE_CODE[q.dtype]

@@ -1,14 +1,14 @@
 // Paged decode attention whose KV splits combine inside a thread-block cluster (sm_90).
 //
-// Why this kernel exists (docs/perf-notes.md, experiments 5, 9, 15, 18): at batch 1 x 4k the
-// Triton split-KV path is a split kernel plus a reduce kernel, and the reduce's launch and its
-// dependent DRAM/L2 round trips cost ~3 us on top of the split kernel. Triton's `tl` gives a
+// Why this kernel exists (docs/decisions.md): at small batch the Triton split-KV path is a
+// split kernel plus a reduce kernel, and the reduce's launch and its dependent DRAM/L2 round
+// trips are a large share of a call that lasts microseconds. Triton's `tl` gives a
 // program no access to another program's shared memory, so the splits of one (sequence, kv
 // head) cannot combine without a second kernel. Here they are the CTAs of one cluster: each
 // CTA reduces its token range to a partial (max, sum, unnormalised output) and pushes each
 // output's value to the CTA that owns that output (st.async into the owner's shared memory,
 // counted in bytes by the owner's mbarrier); each CTA waits for its own bytes only, combines its
-// slice of the outputs and stores it. No cluster-wide barrier after the loop (experiment 22).
+// slice of the outputs and stores it. No cluster-wide barrier after the loop.
 //
 // Structure of one CTA (8 warps, TILE_N = 128 tokens per stage, a cp.async ring of NSTAGE):
 //   * K and V rows are staged unpadded, XOR-swizzled by 16-byte chunk (Stage below), so a
@@ -21,8 +21,8 @@
 //     ldmatrix, V through ldmatrix.trans, and P^T turned from S^T's accumulator into the B
 //     operand by movmatrix.trans, in registers. fp8 KV: S = q K^T and O += P V, the q heads as
 //     the 16 rows (the rest zero), so twice the MMAs per tile (its byte operands come from
-//     ldmatrix in the layouts described below). A first version on CUDA cores (one token per
-//     lane, commit ad4ef61) took ~2.7 us per tile on the H200, slower than Triton.
+//     ldmatrix in the layouts described below). CUDA cores alone (one token per lane) were
+//     slower than Triton's tensor-core tiles (docs/decisions.md).
 //   * Online softmax per warp over its 16 tokens, P in registers. At 16 bits a warp computes on
 //     the rows it copies, so the warps run their loops without a CTA barrier; fp8 keeps one per
 //     tile (its V^T chunks are copied across warps).
@@ -62,9 +62,8 @@ constexpr int MAX_SPLITS = 16;                  // non-portable cluster size lim
 
 // One stage of the ring, by KV element, with no padding: a warp's cp.async of contiguous
 // global bytes must land in contiguous shared memory, or the copy is split into smaller L2
-// requests. With the padded 272 / 144-byte rows of 707ffb7-5e8359f the fp8 kernel made 6.5 L2
-// requests per 128-byte line (54.7 M at b64 x 8k; Triton's kernel 2.0) and ran at 80% of the
-// L2's tag-lookup rate; unpadded, 2.0 and 31% (Nsight Compute, docs/perf-notes.md exp. 19).
+// requests: padded rows (272 / 144 bytes) made the fp8 kernel issue about three times the L2
+// requests per 128-byte line and run near the L2's tag-lookup limit (docs/decisions.md).
 //   16-bit KV: K and V tiles [TILE_N tokens][HEAD_DIM], 256-byte rows (3 stages: 192 KiB).
 //   fp8 KV: K [TILE_N tokens][HEAD_DIM bytes], 128-byte rows, and V^T as [TILE_N / 16 token
 //   chunks][HEAD_DIM d][16 tokens] (dim-major V pages: the P @ V operand runs along tokens,
@@ -161,25 +160,6 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-
-// Phase trace (built only with -DKVB_TRACE, by scripts/trace_cluster_decode.py; the shipped
-// build has none of it): thread 0 of every CTA reads %globaltimer (ns, one clock for all SMs)
-// at TRACE_POINTS marks, so an experiment sees where a launch's time goes per phase and per
-// CTA, which the event timer (one number per launch) and Nsight Compute (averages) do not.
-constexpr int TRACE_POINTS = 8;
-constexpr int TRACE_MAX_CTAS = 4096;
-#ifdef KVB_TRACE
-__device__ unsigned long long kvb_trace[TRACE_MAX_CTAS * TRACE_POINTS];
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-#define KVB_MARK(i) \
-  if (threadIdx.x == 0) trace_ns[i] = global_ns()
-#else
-#define KVB_MARK(i)
-#endif
 
 // Shared memory besides the ring (floats). The receive buffer takes the peers' pushed partials
 // (see the kernel's end): this CTA owns outputs o with o % splits == rank, so from each of the
@@ -282,19 +262,14 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   using S = Stage<FP8>;
   constexpr int NSTAGE = S::NSTAGE;
   // No static __shared__ anywhere in this kernel: static shared memory is placed before the
-  // dynamic ring, which then starts 16 bytes in, and a 4-byte static int (d9b9205) made the
-  // same launches 8-15% slower (b8 x 4k 46.0 vs 40.2 us without it, b1 x 4k 16.1 vs 14.9 on the
-  // H200; docs/perf-notes.md, experiment 21). tests/test_paged_decode_cluster.py checks the PTX.
+  // dynamic ring, which then starts 16 bytes in, and one 4-byte static int made every launch
+  // measurably slower (docs/decisions.md). tests/test_paged_decode_cluster.py checks the PTX.
   extern __shared__ __align__(16) unsigned char smem[];
   float* wml_s = reinterpret_cast<float*>(smem + NSTAGE * S::BYTES);
   float* recv_o = wml_s + Side<GROUP>::WML;       // [splits][slots]
   float* recv_ml = recv_o + Side<GROUP>::RECV_O;  // [splits][2 GROUP]: maxima, then sums
   uint64_t* recv_bar = reinterpret_cast<uint64_t*>(wml_s + Side<GROUP>::FLOATS);
 
-#ifdef KVB_TRACE
-  unsigned long long trace_ns[TRACE_POINTS] = {};
-#endif
-  KVB_MARK(0);  // entry
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int splits = static_cast<int>(cluster.num_blocks());
@@ -343,10 +318,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   // fp8 V^T copies in memory order: one warp-wide copy is 512 contiguous bytes of a page (a
   // dim-major page of one head is [128 d][page_size] bytes), landing in 512 contiguous bytes of
   // the V^T chunk at page_size 16. Lanes run over a page's chunks of one d row first (up to 8:
-  // 128 bytes), then over d rows, then over runs of chunks. It replaced a mapping of 8 chunks x
-  // 4 d rows per copy (eight 64-byte pieces) together with the padded rows; alone, over padded
-  // rows, it bought nothing (docs/perf-notes.md, experiment 19), and the two were not measured
-  // apart after the padding went.
+  // 128 bytes), then over d rows, then over runs of chunks.
   const int v8_run = min(S::V_CHUNKS, 1 << max(0, a.page_shift - 4));  // chunks per d row run
   auto v8_chunk = [&](int j) {
     const int c = j * THREADS + tid;
@@ -417,7 +389,6 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   }
   int pages_ahead[NPAGES];
   load_pages(NSTAGE - 1, pages_ahead);
-  KVB_MARK(1);  // the first tiles' copies issued (their block-table entries loaded)
 
   // q, straight from global memory: for 16-bit KV the B operand of S^T = K q^T (column r =
   // lane / 4 a q head, columns >= GROUP zero), for fp8 the A operand of S = q K^T (row r; rows
@@ -461,7 +432,7 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   const int lr = lane & 7;
   // 16-bit: warp w computes on the token rows it copies itself (issue_tile: rows 2w and 2w + 1
   // of each 16-row group), so no warp reads a row another copied and the loop needs no CTA
-  // barrier (experiments 24-26): the MMA's row rho (0-15) is tile row warp_row(rho). The 16
+  // barrier: the MMA's row rho (0-15) is tile row warp_row(rho). The 16
   // rows of an MMA need not be consecutive tokens; the mask below uses the same map.
   static_assert(FP8 || THREADS / S::K_CHUNKS == 16, "a 16-bit warp copies 2 rows of each 16");
   auto warp_row = [&](int rho) { return 2 * warp + (rho & 1) + 16 * (rho >> 1); };
@@ -491,9 +462,6 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     cp_async_commit();
     load_pages(i + NSTAGE, pages_ahead);
 
-#ifdef KVB_TRACE
-    if (i == 0) KVB_MARK(2);  // the first tile landed
-#endif
     const uint32_t ks = smem_addr(smem + (i % NSTAGE) * S::BYTES);
     const uint32_t vs = ks + S::K_BYTES;
     const int tile_base = start + i * TILE_N;
@@ -503,9 +471,8 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       // O^T += V^T P^T, so the MMA's 16 rows are tokens and d, never padding; the 8 columns
       // hold the group's heads (4 of 8 used at the Llama-3-8B group). With heads as the rows
       // (the fp8 path below) 12 of 16 rows are zero at a group of 4 and each tile takes twice
-      // the MMAs. The loop's math, not its copies, sets the tile's pace at batch 1, but halving
-      // the MMAs took only ~10% off it (1 x 32k, math alone 15.75 -> 14.25 us): the math is
-      // bound by its chain's latency, not by MMA issue (experiment 22).
+      // the MMAs. The loop's math, not its copies, sets the tile's pace at batch 1, and it is
+      // bound by its dependency chain's latency more than by MMA issue (docs/decisions.md).
       float st0[4] = {0.f, 0.f, 0.f, 0.f}, st1[4] = {0.f, 0.f, 0.f, 0.f};  // two chains
 #pragma unroll
       for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
@@ -623,7 +590,6 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   }
 
   // ---- the CTA's partial: combine its warps (the ring is free once every copy has landed)
-  KVB_MARK(3);  // thread 0's warp done with the last tile
   cp_async_wait<0>();
   __syncthreads();
   float* wacc = reinterpret_cast<float*>(smem);  // [WARPS][GROUP][HEAD_DIM]
@@ -661,12 +627,11 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     }
   }
   __syncthreads();
-  KVB_MARK(4);  // the warps' partials in shared memory
   // ---- push: output o of this CTA's partial goes to CTA o % splits (its owner), slot o / splits
   // of this CTA's row there; each head's max and sum go to every owner. No barrier follows: an
   // owner waits for its bytes alone (recv_bar), and nothing reads this CTA's shared memory
-  // from outside, so it may exit as soon as its own slice is stored. This replaced two cluster
-  // barriers around a combine that read the peers' memory (docs/perf-notes.md, experiment 22).
+  // from outside, so it may exit as soon as its own slice is stored (no cluster barrier around
+  // a combine that reads the peers' memory).
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");  // peers' barriers armed
   const uint32_t recv_o_addr = smem_addr(recv_o), recv_ml_addr = smem_addr(recv_ml);
   const uint32_t bar_addr = smem_addr(recv_bar);
@@ -697,14 +662,12 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
       push_f32(ml + GROUP * 4, sum_l, bar);
     }
   }
-  KVB_MARK(5);  // this CTA's partial pushed
 
   // ---- this CTA's outputs, from every CTA's partial (its own included)
   asm volatile(
       "{\n.reg .pred done;\nWAIT_%=:\n"
       "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
       "@!done bra WAIT_%=;\n}\n" ::"r"(bar_addr) : "memory");
-  KVB_MARK(6);  // every peer's partial of this CTA's outputs received
   T* out_row = static_cast<T*>(a.out) + b * a.out_stride_b + (hk * GROUP) * a.out_stride_h;
   for (int o = rank + splits * tid; o < OUTS; o += splits * THREADS) {
     const int h = o / HEAD_DIM;
@@ -723,13 +686,6 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
     out_row[h * a.out_stride_h + (o % HEAD_DIM)] =
         Elem<T>::from(den > 0.f ? num / den * v_scale : 0.f);
   }
-#ifdef KVB_TRACE
-  KVB_MARK(7);  // this CTA's outputs stored
-  const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  if (threadIdx.x == 0 && cta < TRACE_MAX_CTAS) {
-    for (int i = 0; i < TRACE_POINTS; ++i) kvb_trace[cta * TRACE_POINTS + i] = trace_ns[i];
-  }
-#endif
 }
 
 template <typename T, bool FP8, int GROUP>
@@ -804,29 +760,12 @@ extern "C" const char* kvb_error_string(int code) {
 
 extern "C" int kvb_args_size() { return static_cast<int>(sizeof(DecodeArgs)); }
 
-// The last launch's phase marks (a -DKVB_TRACE build only): ctas x TRACE_POINTS globaltimer
-// readings (ns) into dst, CTAs numbered x-fastest over the grid (split, kv head, sequence).
-// cudaErrorNotSupported from a shipped build.
-extern "C" int kvb_trace_read(void* dst, int ctas) {
-#ifdef KVB_TRACE
-  if (ctas < 0 || ctas > TRACE_MAX_CTAS) return static_cast<int>(cudaErrorInvalidValue);
-  return static_cast<int>(cudaMemcpyFromSymbol(
-      dst, kvb_trace, static_cast<size_t>(ctas) * TRACE_POINTS * sizeof(unsigned long long)));
-#else
-  (void)dst;
-  (void)ctas;
-  return static_cast<int>(cudaErrorNotSupported);
-#endif
-}
-
 // The compile-time constants the Python launcher mirrors (paged_decode_cluster.py checks them
 // when it loads the library); -1 for a name it does not know.
 extern "C" int kvb_constant(const char* name) {
   if (std::strcmp(name, "HEAD_DIM") == 0) return HEAD_DIM;
   if (std::strcmp(name, "TILE_N") == 0) return TILE_N;
   if (std::strcmp(name, "MAX_SPLITS") == 0) return MAX_SPLITS;
-  if (std::strcmp(name, "TRACE_POINTS") == 0) return TRACE_POINTS;
-  if (std::strcmp(name, "TRACE_MAX_CTAS") == 0) return TRACE_MAX_CTAS;
   if (std::strcmp(name, "MAX_GROUP") == 0) return MAX_GROUP;
   return -1;
 }

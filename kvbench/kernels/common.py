@@ -1,0 +1,208 @@
+"""What both paged-decode kernels share: the input contract, its validation, and constants.
+
+The Triton kernels (paged_decode.py) and the CUDA cluster kernel (paged_decode_cluster.py)
+accept the same arguments and reject bad ones with the same messages; this module holds that
+contract so neither kernel module imports the other's private names. It imports no Triton:
+the cluster module and the registry's shape gates stay light to import.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kvbench.kernels import _validate as V
+
+#: q (and 16-bit cache) dtypes.
+Q_DTYPES = (torch.float16, torch.bfloat16)
+#: fp8 e4m3 caches: bytes in a uint8 container, or the same bytes as float8_e4m3fn.
+FP8_CACHES = (torch.uint8, torch.float8_e4m3fn)
+HEAD_DIMS = "a power of two in [16, 256]"
+#: log2(e): the kernels' softmax runs in the exp2 domain.
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class DecodeProblem:
+    """Validated inputs plus the sizes the launchers need."""
+
+    batch: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    page_size: int
+    num_pages: int
+    max_pages: int
+    fp8: bool
+    v_dim_major: bool
+    sm_scale: float
+    k_scale: torch.Tensor | float
+    v_scale: torch.Tensor | float
+    #: The index tensors to launch with: the caller's, or in safe mode on CUDA copies whose
+    #: out-of-range values were replaced by in-range ones (kernels/_validate.py).
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    #: Safe mode: [B] bool, the sequences whose output must be poisoned (NaN), else None.
+    poison: torch.Tensor | None
+
+    def finish(self, out: torch.Tensor) -> torch.Tensor:
+        """The output as returned: NaN rows for the sequences a safe-mode check caught."""
+        if self.poison is not None:
+            out.masked_fill_(self.poison[:, None, None], float("nan"))
+        return out
+
+
+def validate_decode_inputs(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm_scale: float | None,
+    k_scale: torch.Tensor | float | None,
+    v_scale: torch.Tensor | float | None,
+    *,
+    triton_kernel: bool,
+    interpreted: bool = False,
+) -> DecodeProblem:
+    """The checked problem, or ValueError naming the argument and what is accepted (the
+    contract in kvbench/kernels/paged_decode.py's docstring).
+
+    ``triton_kernel``: the caller launches Triton kernels, which need CUDA tensors unless
+    ``interpreted`` (its kernels were decorated under TRITON_INTERPRET). Value checks run on
+    the host for CPU tensors and, in safe mode on CUDA, on the device (returned in the
+    problem's block_table / seq_lens / poison).
+    """
+    V.check_dtype("q", q, Q_DTYPES)
+    V.check_ndim("q", q, 3, "[batch, q_heads, head_dim]")
+    V.check_last_dim_contiguous("q", q)
+    accepted_cache = (q.dtype, *FP8_CACHES)
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        V.check_dtype(name, cache, accepted_cache)
+        V.check_ndim(name, cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
+    V.check_last_dim_contiguous("k_cache", k_cache)
+    v_dim_major = V.v_cache_dim_major(v_cache)
+    if v_cache.dtype != k_cache.dtype:
+        raise ValueError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
+    V.check_shape("v_cache", v_cache, tuple(k_cache.shape))
+    batch, q_heads, head_dim = q.shape
+    num_pages, page_size, kv_heads, cache_dim = k_cache.shape
+    if cache_dim != head_dim:
+        raise ValueError(f"k_cache head_dim {cache_dim} must equal q head_dim {head_dim}")
+    if not (16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0):
+        raise ValueError(f"head_dim must be {HEAD_DIMS}, got {head_dim}")
+    V.check_power_of_two("page_size (k_cache.shape[1])", page_size)
+    if num_pages < 1 or kv_heads < 1:
+        raise ValueError(
+            f"k_cache must have >= 1 page and >= 1 kv head, got {tuple(k_cache.shape)}"
+        )
+    if q_heads % kv_heads != 0:
+        raise ValueError(f"q heads ({q_heads}) must be a multiple of kv heads ({kv_heads})")
+    V.check_dtype("block_table", block_table, (torch.int32,))
+    V.check_shape("block_table", block_table, (batch, None))
+    V.check_last_dim_contiguous("block_table", block_table)
+    V.check_dtype("seq_lens", seq_lens, (torch.int32,))
+    V.check_shape("seq_lens", seq_lens, (batch,))
+    V.check_contiguous("seq_lens", seq_lens)
+    device = V.check_same_device(
+        q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens
+    )
+    if triton_kernel and device.type != "cuda" and not interpreted:
+        raise ValueError(
+            f"inputs are on {device}; the Triton kernels need a CUDA device "
+            "(or TRITON_INTERPRET=1 set before kvbench.kernels is imported)"
+        )
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(head_dim)
+    elif (
+        isinstance(sm_scale, bool)
+        or not isinstance(sm_scale, (int, float))
+        or not math.isfinite(sm_scale)
+        or sm_scale <= 0
+    ):
+        raise ValueError(f"sm_scale must be None or a finite float > 0, got {sm_scale!r}")
+    fp8 = k_cache.dtype in FP8_CACHES
+    checks = V.device_checks(device)
+    if fp8:
+        for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
+            V.check_scale(name, sc, device)
+            V.check_scale_value(name, sc, checks)
+    else:
+        for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if sc is not None:
+                raise ValueError(f"{name} is only accepted with fp8 (e4m3) caches; pass None")
+    max_pages = block_table.shape[1]
+    poison = None
+    if V.values_checked(device):
+        check_decode_values(block_table, seq_lens, page_size, num_pages)
+    elif checks is not None:
+        block_table, seq_lens, poison = checked_on_device(checks, block_table, seq_lens,
+                                                           page_size, num_pages)
+        checks.submit()
+    return DecodeProblem(
+        batch=batch,
+        q_heads=q_heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        page_size=page_size,
+        num_pages=num_pages,
+        max_pages=max_pages,
+        fp8=fp8,
+        v_dim_major=v_dim_major,
+        sm_scale=float(sm_scale),
+        k_scale=1.0 if k_scale is None else k_scale,
+        v_scale=1.0 if v_scale is None else v_scale,
+        block_table=block_table,
+        seq_lens=seq_lens,
+        poison=poison,
+    )
+
+
+def check_decode_values(
+    block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, num_pages: int
+) -> None:
+    """seq_lens within the table's capacity; the pages they use within the pool."""
+    if seq_lens.numel() == 0:
+        return
+    cap = block_table.shape[1] * page_size
+    lo, hi = int(seq_lens.min()), int(seq_lens.max())
+    if lo < 0 or hi > cap:
+        raise ValueError(
+            f"seq_lens must lie in [0, block_table.shape[1] * page_size = {cap}], got [{lo}, {hi}]"
+        )
+    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < (
+        (seq_lens[:, None] + page_size - 1) // page_size
+    )
+    V.check_index_range("block_table entries used by seq_lens", block_table[used], num_pages,
+                        what="pages of the cache")
+
+
+def used_entries(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
+    """[B, max_pages] bool: the block-table entries the sequences' lengths reach (no sync)."""
+    pages = (seq_lens.to(torch.int64)[:, None] + page_size - 1) // page_size
+    return torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages
+
+
+def checked_on_device(
+    checks: V.DeviceChecks, block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
+    num_pages: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Safe mode on CUDA: check_decode_values's rules evaluated on the device.
+
+    Returns (block table, seq_lens, poison): a length outside [0, capacity] becomes 0 and an
+    out-of-range page id becomes page 0, so the kernels stay in bounds; ``poison`` marks the
+    sequences either touched, whose outputs are then NaN.
+    """
+    cap = block_table.shape[1] * page_size
+    lens = checks.bounds("seq_lens", seq_lens, 0, cap + 1, replacement=0,
+                         what="block_table.shape[1] * page_size is the capacity")
+    used = used_entries(block_table, lens, page_size)
+    in_range = (block_table >= 0) & (block_table < num_pages)
+    bad = used & ~in_range
+    checks.flag("block_table entries used by seq_lens", bad, torch.where(used, block_table, 0),
+                f"must lie in [0, {num_pages}) (pages of the cache)")
+    table = torch.where(in_range, block_table, torch.zeros_like(block_table))
+    poison = bad.any(dim=1) | (lens != seq_lens)
+    return table, lens, poison
