@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# One batched GPU session (the device tool gives minutes, not hours): install the carried
-# wheels, then run the requested stages, writing logs and JSON under $OUT (default ./gpu-out).
+# One batched GPU session on the device machine (the device tool gives minutes, not hours):
+# install the carried wheels (.whl/) and kvbench, then run the requested stages in order,
+# writing logs and JSON under $OUT (default ./gpu-out).
+#
 #   bash scripts/gpu_session.sh tests harness tables
-# Stages: env, tests (pytest -m gpu), alloc (allocator GPU tests + alloc_report), harness
-# (validate_gpu + calibrate), tables (kvbench table for every op), grid (issue-3 decode grid),
-# sweep (decode config x splits), sweep-fp8, sweep-page-read (the read bound of each decode
-# case, docs/perf-notes.md experiment 15), ablate-flush (every CUDA flush mode on the cases a
-# flush could change, docs/harness.md), ablate-split (a split-KV decode's kernels timed apart,
-# experiment 15), profile (where
-# the asv suite's per-commit time goes), tune (kvbench tune + table after).
+#
+# Stages: env (nvidia-smi + kvbench env), tests (pytest -m gpu), alloc (allocator GPU tests +
+# alloc_report), profile (where the asv suite's per-commit time goes, scripts/profile_suite.py),
+# harness (validate_gpu + calibrate), tables (kvbench table for every op), grid (the decode
+# table over its whole case grid), tune (kvbench tune for every op). An unknown stage is named
+# and skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -49,21 +50,6 @@ for stage in "$@"; do
         ;;
     grid)
         kv table paged_decode --grid --no-ablations --json "$OUT/grid.json" 2>&1 | tee "$OUT/grid.log"
-        ;;
-    sweep)
-        python3 scripts/sweep_paged_decode.py --quick --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log" | tail -12
-        ;;
-    ablate-flush)
-        python3 scripts/ablate_flush.py --json "$OUT/ablate_flush.json" 2>&1 | tee "$OUT/ablate_flush.log" | tail -10
-        ;;
-    ablate-split)
-        python3 scripts/ablate_split_decode.py --json "$OUT/ablate_split_decode.json" 2>&1 | tee "$OUT/ablate_split_decode.log" | tail -6
-        ;;
-    sweep-page-read)
-        python3 scripts/sweep_page_read.py --json "$OUT/sweep_page_read.json" 2>&1 | tee "$OUT/sweep_page_read.log" | tail -9
-        ;;
-    sweep-fp8)
-        python3 scripts/sweep_paged_decode.py --focus --json "$OUT/sweep_fp8.json" 2>&1 | tee "$OUT/sweep_fp8.log" | tail -6
         ;;
     tune)
         for op in paged_decode kv_write kv_gather_fp8 kv_alloc; do

@@ -1,11 +1,11 @@
-"""Between-process noise of the host-side series, per estimator (issue 21).
+"""Between-process noise of the host-side series, per estimator.
 
 Runs `--processes` fresh interpreters (what asv does for identical commits); each measures a
 few host-side series (KVAlloc states, the cached dispatch lookup) `--repeats` times with
 bench_host, optionally pinned to one core (os.sched_setaffinity). Per series and estimator it
 prints the median and max |relative change| between successive processes:
 
-  first      the first measurement's median (what the suite stored before issue 21)
+  first      the first measurement's median (what a single measurement per process gives)
   min        the least of the per-repeat medians
   median     the median of the per-repeat medians
 
@@ -21,6 +21,8 @@ import os
 import statistics
 import subprocess
 import sys
+
+from kvbench.core.jsonfile import output_path, write_json_atomic
 
 SERIES = ("alloc freelist bump n=1", "alloc legacy run_search n=64", "dispatch cached")
 
@@ -55,14 +57,15 @@ def changes(values: list[float]) -> tuple[float, float]:
     return statistics.median(rel), max(rel)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--processes", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--pin", action="store_true")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, type=output_path,
+                    help="also write the table here (atomically)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.processes < 2 or args.repeats < 1:
         ap.error("--processes must be >= 2 and --repeats >= 1")
     if args.worker:
@@ -86,9 +89,8 @@ def main() -> None:
                           for k, c in table[name].items())
         print(f"  {name:30s} {cells}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"pinned": args.pin, "processes": args.processes,
-                       "repeats": args.repeats, "series": table}, f, indent=1)
+        write_json_atomic(args.json, {"pinned": args.pin, "processes": args.processes,
+                                      "repeats": args.repeats, "series": table}, indent=1)
 
 
 if __name__ == "__main__":

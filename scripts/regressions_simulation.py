@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kvbench.core.jsonfile import output_path, write_json_atomic
+
 MACHINE = "simbox"
 ENV = "sim-py3.11"
 LATENCY = "sim.Latency.track_us"
@@ -326,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", type=int, default=45)
     parser.add_argument("--series", type=int, default=200,
                         help="series per scenario and noise model (default %(default)s)")
-    parser.add_argument("--json", default=None, help="also write the rates here")
+    parser.add_argument("--json", default=None, type=output_path,
+                        help="also write the rates here (atomically)")
     parser.add_argument("--plant-on", default=None, metavar="MACHINE",
                         help="instead: plant a step in a new run on top of results/MACHINE")
     parser.add_argument("--plant-size", type=float, default=0.04,
@@ -347,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     result = simulate(seed=args.seed, n_commits=args.commits, per_scenario=args.series)
     print(format_table(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        write_json_atomic(args.json, result, indent=2)
     return 0
 
 

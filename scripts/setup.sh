@@ -4,6 +4,8 @@
 # the dashboard test, and the dashboard's JavaScript assets (npm tarballs, cached per user).
 # Run it again at any time: every step is skipped when its result is already there.
 #
+#   bash scripts/setup.sh          (then: python3 -m pytest -q)
+#
 # Which torch. A machine that already has torch (the GPU image: torch 2.11 + triton 3.6)
 # keeps its own. Otherwise:
 #   - with an NVIDIA GPU (`nvidia-smi` answers): plain `torch`, PyPI's CUDA build, the one

@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,7 @@ def _script(name: str):
     path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_kvbench_script_{name}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module's annotations there
     spec.loader.exec_module(module)
     return module
 
@@ -103,19 +105,17 @@ def _commands_with_json(monkeypatch):
     monkeypatch.setattr(alloc_report, "host_floor", measured, raising=False)
     monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", measured)
     monkeypatch.setattr(validate_gpu, "calibrate", measured)
-    sweep = _script("sweep_paged_decode")
-    first_call = _script("alloc_first_call")
-    monkeypatch.setattr(first_call, "rows", measured)
-    experiment = _script("gpu_experiment")
+    simulation = _script("regressions_simulation")
+    monkeypatch.setattr(simulation, "simulate", measured)
+    host_noise = _script("host_noise")
+    monkeypatch.setattr(host_noise, "worker", measured)
+    monkeypatch.setattr(host_noise.subprocess, "run", measured)
     return [
         ("kvbench table", lambda argv: table_mod.main(["kv_alloc", *argv])),
         ("alloc_report", alloc_report.main),
         ("validate_gpu", validate_gpu.main),
-        ("scripts/sweep_paged_decode.py", sweep.main),
-        ("scripts/alloc_first_call.py", first_call.main),
-        ("scripts/gpu_experiment.py parsers",
-         lambda argv: experiment.start_experiment(experiment.experiment_parser(None, rounds=1),
-                                                  argv)),
+        ("scripts/regressions_simulation.py", simulation.main),
+        ("scripts/host_noise.py", host_noise.main),
     ]
 
 

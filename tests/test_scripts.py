@@ -1,14 +1,17 @@
-"""The device-session scripts' pure-Python parts (their GPU parts run on the device only).
+"""scripts/ holds the tools a user or maintainer runs again, each documented.
 
-scripts/ is not a package: each script is loaded from its path. What is checked here is
-what a wrong edit would silently break on the device, where a failed call costs minutes:
-that a register cap reaches only compiled launches, and that the suite profiler refuses an
-unknown class by name.
+scripts/ is not a package: a script is loaded from its path. Checked here: every script is
+listed in README.md's "Tools" section and every listed one exists (a one-off experiment that
+lands in scripts/ fails here: git history keeps those, docs/decisions.md names them); each
+script's header says how to run it; and what a wrong edit would silently break on the device,
+where a failed call costs minutes (the suite profiler refuses an unknown class by name).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from kvbench.kernels import paged_decode as pd
-from kvbench.ops.paged_decode import check_page_read, page_read_xor
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
 
 
 def _load(name: str):
@@ -26,6 +29,51 @@ def _load(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _scripts() -> list[str]:
+    return sorted(p.relative_to(ROOT).as_posix() for p in SCRIPTS.rglob("*")
+                  if p.is_file() and p.suffix in (".py", ".sh") and "__pycache__" not in p.parts)
+
+
+def _tools_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    match = re.search(r"^## Tools\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert match, "README.md has no '## Tools' section"
+    return match.group(1)
+
+
+def test_every_script_is_a_listed_tool_and_every_listed_tool_exists():
+    listed = set(re.findall(r"`(scripts/[\w./-]+\.(?:py|sh))", _tools_section()))
+    present = set(_scripts())
+    assert present - listed == set(), (
+        f"scripts not in README.md's Tools section: {sorted(present - listed)} (a tool gets a "
+        "line there; a one-off experiment is not committed to scripts/)")
+    assert listed - present == set(), f"README.md's Tools lists missing scripts: {sorted(listed - present)}"
+
+
+def _header(path: Path) -> str:
+    text = path.read_text()
+    if path.suffix == ".py":
+        return ast.get_docstring(ast.parse(text)) or ""
+    lines = text.splitlines()[1:]  # after the shebang: the leading comment block
+    block = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        block.append(line)
+    return "\n".join(block)
+
+
+@pytest.mark.parametrize("script", _scripts())
+def test_every_script_header_says_what_it_is_for_and_how_to_run_it(script):
+    header = _header(ROOT / script)
+    runner = "bash" if script.endswith(".sh") else "python3?"
+    assert re.search(rf"{runner} {re.escape(script)}", header), (
+        f"{script}: its header (module docstring, or the comment block after the shebang) "
+        f"must show how to run it ('{runner.rstrip('3?')} {script} ...')")
+    assert len(header.split()) >= 15, f"{script}: its header must say what it is for"
+
 
 def test_register_cap_only_reaches_compiled_launches(monkeypatch):
     cfg = {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128}
@@ -49,117 +97,6 @@ def test_profile_suite_knows_every_suite_class():
     profile = _load("profile_suite")
     grouped = {(m, f, c) for entries in _common.GROUPS.values() for m, f, c in entries}
     assert {(m, f, c) for c, (m, f) in profile.CLASSES.items()} == grouped
-
-
-def test_page_read_sweep_points_all_run_on_decode_pages(monkeypatch):
-    """Every point of sweep_page_read's grid (and the shipped config) is accepted by
-    page_read_fn on fp16 and fp8 pages of the decode geometry (a refused point would end the
-    device run it was part of); one point per chunk size also runs and is checked in the
-    interpreter, which ignores warps and stages."""
-    from kvbench.fixtures.pool import paged_pool
-    from kvbench.harness.stream_read import PAGE_READ_CONFIG, page_read_fn
-
-    monkeypatch.syspath_prepend(str(SCRIPTS))  # it imports sweep_paged_decode's CASES
-    mod = _load("sweep_page_read")
-    assert PAGE_READ_CONFIG in mod.GRID, "the shipped config must be one of the swept points"
-    for dtype in ("fp16", "fp8"):
-        pool = paged_pool(1, 20, kv_heads=8, head_dim=128, page_size=16, dtype=dtype,
-                          num_pages=6, min_l2_multiple=0, device="cpu")
-        want = page_read_xor(pool)
-        ids = pool.attended_page_ids()
-        for cfg in mod.GRID:
-            read = page_read_fn(pool.k_cache, pool.v_cache, ids, 1, cfg)
-            if cfg["num_warps"] == 4 and cfg["num_stages"] == 1 and cfg["programs_per_sm"] == 4:
-                check_page_read(read, pool, want)  # one run per chunk size: interpreter time
-    rounds = [{"bytes": 16_781_312, "decode": 15.5, "shipped": 9.0, "empty": 4.7,
-               "page_read": [{"us": 10.0 + i} for i in range(len(mod.GRID))],
-               "contiguous": [{"us": 8.0}, {"us": 7.5}]}]
-    line = mod.summary_line("b1_c4k:fp16", rounds)
-    assert line.split()[:7] == ["b1_c4k:fp16", "16.8", "15.50", "9.00", "10.00", "7.50", "4.70"]
-
-
-@pytest.mark.parametrize("script", ["ablate_split_decode", "sweep_page_read",
-                                    "bench_cluster_decode", "bench_fp8_v_lines",
-                                    "trace_cluster_decode"])
-def test_gpu_experiments_name_bad_arguments_before_needing_a_gpu(script, monkeypatch, capsys):
-    """A bad --rounds or --case is named at once (on a device call it would otherwise cost the
-    machine's start); without CUDA the script says it needs one and exits 2, measuring nothing."""
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    mod = _load(script)
-    with pytest.raises(SystemExit) as exc:
-        mod.main(["--rounds", "0"])
-    assert exc.value.code == 2 and "--rounds must be >= 1, got 0" in capsys.readouterr().err
-    if script == "sweep_page_read":
-        with pytest.raises(SystemExit):
-            mod.main(["--case", "b3_c5k:fp16"])
-        assert "accepted cases are b1_c32k:fp16" in capsys.readouterr().err
-    if script == "bench_cluster_decode":
-        for bad in ("4", "4,8k", "4,8192,fp32", "4,8192,fp16,paged", "0,8192"):
-            with pytest.raises(SystemExit):
-                mod.main(["--case", bad])
-            err = capsys.readouterr().err
-            assert repr(bad) in err and "--case" in err, err
-        assert mod.parse_case("4,32768") == ("b4_c32768", 4, 32768, "fp16", "combined")
-        assert mod.parse_case("2,8192,fp8") == ("b2_c8192", 2, 8192, "fp8", "v_dim_major")
-    if script == "trace_cluster_decode":
-        for bad, what in ((["--reps", "0"], "--reps must be >= 1, got 0"),
-                          (["--splits", "8,x"], "--splits wants comma-separated split counts"),
-                          (["--case", "4"], "--case wants BATCH,CONTEXT")):
-            with pytest.raises(SystemExit):
-                mod.main(bad)
-            assert what in capsys.readouterr().err
-    if script.startswith("bench_"):
-        with pytest.raises(SystemExit):
-            mod.main(["--cluster-lib", "no-label-here"])
-        assert "--cluster-lib wants LABEL=PATH, got 'no-label-here'" in capsys.readouterr().err
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    assert mod.main([]) == 2
-    assert "needs a CUDA device" in capsys.readouterr().err
-
-
-def test_experiment_rounds_and_mean_table(monkeypatch, tmp_path, capsys):
-    """gpu_experiment.run_rounds: every case once per round, in order, the JSON rewritten after
-    each case; mean_table: the mean over rounds per column, '-' where a case lacks one."""
-    import json
-
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    mod = _load("gpu_experiment")
-    calls = []
-
-    def run(case):
-        calls.append(case[0])
-        return {"a": 1.0 + len(calls), **({"b": 5.0} if case[0] == "x" else {})}
-
-    path = tmp_path / "r.json"
-    results = mod.run_rounds(2, [("x",), ("y",)], lambda c: c[0], run, str(path), {"m": 1})
-    assert calls == ["x", "y", "x", "y"]
-    assert results == {"x": [{"a": 2.0, "b": 5.0}, {"a": 4.0, "b": 5.0}],
-                       "y": [{"a": 3.0}, {"a": 5.0}]}
-    assert json.loads(path.read_text()) == {"metadata": {"m": 1}, "results": results}
-    table = mod.mean_table(results, ["a", "b"], 8, lambda rounds: f" n={len(rounds)}")
-    assert [line.split() for line in table.splitlines()] == [
-        ["case", "(mean", "us)", "a", "b"], ["x", "3.00", "5.00", "n=2"], ["y", "4.00", "-", "n=2"]]
-
-
-def test_trace_summary_spans_phases_and_resolution(monkeypatch):
-    """trace_cluster_decode.summarize: the span runs from the first CTA's entry to the last
-    CTA's end; each phase is a difference of consecutive marks, median and max over CTAs, then
-    the median over launches; tick is the smallest step between marks."""
-    monkeypatch.syspath_prepend(str(SCRIPTS))
-    mod = _load("trace_cluster_decode")
-    import torch
-
-    one = torch.tensor([[0, 1000, 2000, 5000, 5100, 5200, 5300, 6000],
-                        [500, 1600, 2600, 5500, 5600, 5700, 5800, 7000]])
-    two = one + torch.tensor([[0, 0, 0, 0, 0, 0, 0, 2000], [0] * 8])  # CTA 0 ends 2 us later
-    s = mod.summarize([one, two, one])
-    assert s["span"] == 7.0 and s["entry_skew"] == 0.5
-    # torch's median of an even count is the lower middle value
-    assert s["entry->issued med"] == 1.0 and s["entry->issued max"] == pytest.approx(1.1)
-    assert s["received->stored max"] == pytest.approx(1.2)  # the median launch, not the slow one
-    assert s["tick"] == pytest.approx(0.1)
-    text = mod.table({"b1_c4096:fp16": [{"s8 cold": s}]})
-    assert "b1_c4096:fp16 s8 cold" in text and "p6 received->stored" in text
 
 
 def test_no_fixed_names_in_the_shared_temp_directory():

@@ -1,6 +1,9 @@
-"""H200 evidence for issue 21 (run by scripts/device/proof_h200.sh): CUPTI vs event time for
-the small decode and write cases, the compiled decode rows' error figures, and the NVML state
-the sidecar records. Writes JSON to argv[1] and prints a short table last."""
+"""The timing proof's evidence on a GPU: CUPTI vs event time for the small decode and write
+cases, the compiled decode rows' error figures, and the NVML state the sidecar records.
+Writes JSON to argv[1] and prints a short table last. Run by scripts/device/proof_h200.sh:
+
+    python3 scripts/device/proof_h200.py OUT.json
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# Issue 21 on the H200 (the lead runs it; outputs under $OUT, the short tables last):
+# The timing proof's evidence on the H200: does the event timer agree with CUPTI where kernels
+# are short, and what do the stored sidecars record? Run on the device machine from the repo
+# root; outputs under $OUT (default ./gpu-out), the short tables last:
+#
+#   bash scripts/device/proof_h200.sh
+#
 #   1. GPU tests of the proof, the criterion and bench_kernel (pytest -m gpu)
 #   2. CUPTI vs event table for the small decode and write cases, the compiled decode rows'
 #      error figures and Triton resources, NVML state (scripts/device/proof_h200.py)
