@@ -27,7 +27,15 @@ _ENTRY_POINTS = {
     "raise_pending": "kvbench.ops.common",
 }
 
-__all__ = ["__version__", *_ENTRY_POINTS]
+__all__ = [
+    "KVCacheManager",
+    "__version__",
+    "kv_gather_fp8",
+    "kv_write",
+    "last_selection",
+    "paged_decode",
+    "raise_pending",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -260,7 +260,7 @@ MEASURES = {
     "dispatch_overhead": dispatch_overhead.measure,
 }
 #: Skip reasons a CPU machine may give; anything else is a bug.
-CPU_SKIPS = ("Triton rows need CUDA", "CUDA rows need a GPU", "GPU-size case")
+CPU_SKIPS = (pipeline.CPU_TRITON_SKIP, pipeline.CPU_CUDA_SKIP, "GPU-size case")
 #: Skips any machine may give: rows of a cross product left out of the suite on purpose, and
 #: rows whose registry row does not read the case's input.
 ALWAYS_SKIPS = (_common.TRIMMED, pipeline.UNSERVED)

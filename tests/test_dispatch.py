@@ -885,9 +885,9 @@ def test_tune_at_another_dtype_keeps_the_other_dtypes_entries():
     assert by_dtype["fp16"] == [{"bucket": "decode", "spec": "torch/index_copy", "us": 9.0,
                                  "dtype": "fp16"}]  # kept as it was, its dtype explicit
     assert [e["us"] for e in by_dtype["fp8"]] == [7.0]
-    built = tune._build(cases[0], torch.device("cpu"))
-    write_tags = sorted(built.problem.tags)  # the problem's layout tags, as tune records them
-    built.release()
+    inputs, release = tune._inputs(cases[0], torch.device("cpu"))
+    write_tags = sorted(inputs.problem.tags)  # the problem's layout tags, as tune records them
+    release()
     assert by_dtype["bf16"] and all(e["tags"] == write_tags for e in by_dtype["bf16"])
     tune.tune("kv_write", device="cpu", cases=cases)  # bf16 again: replaces bf16 only
     second = json.loads(path.read_text())["entries"]
@@ -949,7 +949,7 @@ def test_tune_over_an_unreadable_table_moves_it_aside_before_measuring(content, 
         assert not path.exists(), "moved aside before the first measurement"
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(tune, "_build", no_measuring)
+    monkeypatch.setattr(tune, "_inputs", no_measuring)
     with pytest.warns(UserWarning, match="moved it to") as record, \
             pytest.raises(RuntimeError, match="stop here"):
         tune.tune("kv_alloc", device="cpu")
@@ -969,7 +969,7 @@ def test_tune_refuses_to_measure_when_a_corrupt_table_cannot_be_moved_aside(monk
         raise PermissionError(13, "Permission denied", str(self))
 
     monkeypatch.setattr(Path, "rename", refuse)
-    monkeypatch.setattr(tune, "_build", lambda *a: pytest.fail("measured"))
+    monkeypatch.setattr(tune, "_inputs", lambda *a: pytest.fail("measured"))
     with pytest.raises(RuntimeError, match="could not be moved aside"):
         tune.tune("kv_alloc", device="cpu")
     assert path.read_text() == "{broken"
@@ -994,12 +994,35 @@ def test_tune_cases_at_fp8_dim_major_build_that_layout():
     """--dtype fp8 --storage v_dim_major: the decode cases' problems carry the dim-major tag,
     so their entries answer dim-major problems."""
     case = tune.default_cases("paged_decode", "cpu", dtype="fp8", storage="v_dim_major")[0]
-    built = tune._build(case, torch.device("cpu"))
+    inputs, release = tune._inputs(case, torch.device("cpu"))
     try:
-        assert built.problem.dtype == "fp8"
-        assert {"kv:paged", "kv:fp8-scaled", "kv:v-dim-major"} <= built.problem.tags
+        assert inputs.problem.dtype == "fp8"
+        assert {"kv:paged", "kv:fp8-scaled", "kv:v-dim-major"} <= inputs.problem.tags
     finally:
-        built.release()
+        release()
+
+
+def test_a_row_that_fails_its_gate_gets_no_entry_and_the_tune_goes_on(monkeypatch):
+    """A verified row whose full-size gate fails (here: its output scaled by 1.005) is skipped
+    with the reason, recorded unverified, and the other rows of the case are still measured."""
+    from kvbench.kernels import kv_write as kernels
+
+    real = kernels.kv_write_torch
+
+    def scaled(k, v, k_cache, v_cache, *args, **kwargs):
+        real(k, v, k_cache, v_cache, *args, **kwargs)
+        if k.shape[0] >= 64:  # wrong at the tuned size only: the tiny selfcheck still passes
+            k_cache.mul_(1.005)
+
+    monkeypatch.setattr(kernels, "kv_write_torch", scaled)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cases = tune.default_cases("kv_write", "cpu")[1:]  # n = 96
+    with pytest.warns(UserWarning, match="gets no entry"):
+        table = tune.tune("kv_write", device="cpu", cases=cases)
+    assert [s["spec"] for s in table["skipped"]] == ["torch/index_copy"]
+    assert "VerificationError" in table["skipped"][0]["reason"]
+    specs = {e["spec"] for e in table["entries"] if e["bucket"] != "any"}
+    assert specs == {"triton/scatter"}
 
 
 def test_cluster_row_gate_refuses_fp8_pages_shorter_than_16():

@@ -11,7 +11,7 @@ import torch
 
 from kvbench.fixtures.pool import paged_pool
 from kvbench.measure import flashinfer_peer as fp
-from kvbench.measure.table import _flashinfer_peers
+from kvbench.measure.peers import flashinfer_peers
 from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
 
 
@@ -74,7 +74,7 @@ def test_flashinfer_workspace_is_under_the_private_cache_root(monkeypatch, tmp_p
 def test_table_lists_the_peers_with_their_reason_on_cpu():
     pool = paged_pool(2, 40, kv_heads=2, head_dim=64, min_l2_multiple=0, device="cpu")
     q = make_decode_query(pool, 4)
-    peers = _flashinfer_peers(pool, q)
+    peers = flashinfer_peers(pool, q)
     assert set(peers) == {"peer:flashinfer/decode", "peer:flashinfer/decode_tc"}
     for fn in peers.values():
         with pytest.raises(fp.PeerUnavailable, match="CUDA only"):
@@ -103,7 +103,7 @@ def test_flashinfer_matches_the_reference_on_the_fragmented_pool(dtype):
     pool = paged_pool(4, [1000, 1023, 977, 16], dtype=dtype, device="cuda")
     q = make_decode_query(pool, 32)
     try:
-        for fn in _flashinfer_peers(pool, q).values():
+        for fn in flashinfer_peers(pool, q).values():
             check_paged_decode(fn, pool, q)  # raises on a mismatch or an unavailable peer
     except fp.PeerUnavailable as exc:
         pytest.skip(f"FlashInfer not available here: {exc}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 from kvbench.core import progress
+from kvbench.measure import pipeline
 from kvbench.measure.table import skipped_summary
 
 
@@ -36,7 +37,7 @@ def test_status_line_drawn_on_a_terminal_and_quiet_on_request(monkeypatch):
 
 def test_skipped_rows_are_one_line_per_reason():
     """27 skipped rows of paged_decode on a CPU were 27 lines; one line per reason now."""
-    triton = "Triton rows are not timed on a CPU: the interpreter's timings mean nothing"
+    triton = pipeline.CPU_TRITON_SKIP
     cuda = "RuntimeError: cuda/cluster_decode needs a CUDA device"
     skipped = {f"triton/{k} @ b{b} fp16": triton for k in ("single_pass", "split_kv")
                for b in range(12)}

@@ -38,7 +38,7 @@ def _scripts() -> list[str]:
 
 def _tools_section() -> str:
     text = (ROOT / "README.md").read_text()
-    match = re.search(r"^## Tools\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    match = re.search(r"^## Tools\n(.*?)(?=^## |\Z)", text, re.DOTALL | re.MULTILINE)
     assert match, "README.md has no '## Tools' section"
     return match.group(1)
 

@@ -175,14 +175,22 @@ def test_a_row_that_syncs_the_host_gets_a_bench_host_row_beside_it():
     import torch
 
     from kvbench.harness import Work
-    from kvbench.measure.table import _device_rows
+    from kvbench.measure.table import Table, _measured_rows
+    from kvbench.ops.common import OpInputs, Problem
+
+    def inputs() -> OpInputs:  # one bare call as the op: no gate, no proof
+        problem = Problem("kv_write", "fp16", frozenset(), {"n": 1}, torch.device("cuda", 0))
+        return OpInputs(problem, (), {}, Work(moved=4096), check=lambda fn: 0.0,
+                        calls=lambda fn, row: [(fn, None)])
 
     x = torch.ones(1 << 10, device="cuda")
-    clean = _device_rows("k", "c", lambda: x.mul_(1.0), Work(moved=4096))
+    table = Table("kv_write")
+    clean = _measured_rows(table, inputs(), "k", "c", lambda: x.mul_(1.0))
     assert [r.timer for r in clean] == ["bench", "bench_kernel"]
-    syncing = _device_rows("k", "c", lambda: torch.nonzero(x), Work(moved=4096))
+    syncing = _measured_rows(table, inputs(), "k", "c", lambda: torch.nonzero(x))
     assert [(r.timer, r.host_syncs) for r in syncing] == [("bench", True), ("bench_host", False)]
-    assert _device_rows("k", "c", lambda: torch.nonzero(x), Work(moved=4096), l2="warm")[0].l2 == "warm"
+    warm = _measured_rows(table, inputs(), "k", "c", lambda: torch.nonzero(x), l2="warm")
+    assert warm[0].l2 == "warm"
 
 
 @pytest.mark.parametrize("flag", ["--grid", "--no-ablations"])

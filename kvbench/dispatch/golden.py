@@ -1,7 +1,7 @@
 """Golden verification of registry rows: a row is verified by running its check, nothing else.
 
 The first time dispatch considers a row for a (dtype, device kind), it imports the row's
-target and its `selfcheck` (kvbench.kernels.kv_alloc.selfcheck_<op>, a tiny problem against the torch
+target and its `selfcheck` (kvbench.ops.<op>.selfcheck_<op>, a tiny problem against the torch
 reference) and runs it; the outcome is a GoldenRecord cached for the process. A check that
 raises, for any reason (mismatch, a kernel that fails to compile, a module that does not
 exist at this commit), leaves the row unverified, and auto never selects an unverified row;

@@ -15,6 +15,7 @@ written once.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,13 +23,21 @@ from typing import Any
 
 from kvbench.core.env import AUTO, selector_var
 from kvbench.dispatch.core import Selection, active_registry, record_golden
-from kvbench.harness import Row, bench, bench_host, device_peaks, violations
-from kvbench.harness.timers import TimingResult
+from kvbench.harness import (
+    Row,
+    bench,
+    bench_host,
+    bench_kernel,
+    device_peaks,
+    event_floor,
+    violations,
+)
+from kvbench.harness.timers import KERNEL_TIMER_FLOOR_FACTOR, TimingResult
 from kvbench.ops.common import OpInputs
 
 #: Why a Triton row gets no number on a CPU, even with TRITON_INTERPRET=1: the interpreter's
 #: timings describe the interpreter, and take minutes per table.
-CPU_TRITON_SKIP = "Triton rows need CUDA (the interpreter's CPU timings mean nothing)"
+CPU_TRITON_SKIP = "Triton rows are not timed on a CPU: the interpreter's timings mean nothing"
 #: Why a CUDA row gets no number on a CPU.
 CPU_CUDA_SKIP = "CUDA rows need a GPU"
 
@@ -149,6 +158,52 @@ def time_call(inputs: OpInputs, fn: Callable[..., Any], *, row: str = "", l2: st
     (call, _), = calls
     verified = inputs.proof(fn) if proof and inputs.proof is not None else None
     return bench(call, l2=l2, device=inputs.problem.device, proof=verified)
+
+
+@functools.cache
+def _event_floor_us(device: str) -> float:
+    return event_floor(device).median_us
+
+
+def companion_timings(inputs: OpInputs, fn: Callable[..., Any], timing: TimingResult, *,
+                      l2: str = "cold") -> list[tuple[TimingResult, str]]:
+    """The second timers a row's event timing needs, each with its note:
+
+    - within KERNEL_TIMER_FLOOR_FACTOR of the event timer's floor the events may time the
+      timer, so the kernel time (CUPTI) is measured beside them;
+    - a call that makes the host wait for the GPU (host_syncs) holds host gaps in its event
+      samples, so what the caller waits (the host timer) is measured beside them (cold L2
+      only: the host timer flushes).
+    """
+    if inputs.host:
+        return []
+    ((call, _),) = inputs.timed_calls(fn)
+    out = []
+    if (timing.timer == "bench" and timing.device.startswith("cuda")
+            and timing.median_us <= KERNEL_TIMER_FLOOR_FACTOR * _event_floor_us(timing.device)):
+        out.append((bench_kernel(call, l2=l2, device=inputs.problem.device), "CUPTI kernel time"))
+    if timing.host_syncs and l2 == "cold":
+        out.append((bench_host(call, device=inputs.problem.device),
+                    "syncs the host: what the caller waits"))
+    return out
+
+
+def graph_replay_timing(inputs: OpInputs, fn: Callable[..., Any]) -> TimingResult:
+    """`fn` captured in a CUDA graph and its replay timed (with the same proof): the device
+    time without the launch overhead. Raises for a call that cannot be captured."""
+    import torch
+
+    ((call, _),) = inputs.timed_calls(fn)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()  # warm up on the side stream, as CUDA graph capture requires
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    proof = inputs.proof(fn) if inputs.proof is not None else None
+    return bench(graph.replay, device=inputs.problem.device, proof=proof)
 
 
 def implausible(name: str, timing: TimingResult, inputs: OpInputs,

@@ -8,7 +8,7 @@ of its own. Per case it
      selected is the row the table names (seed 000: `sel.spec.name == _IMPL`),
   3. runs the row's correctness check against the op's torch reference (a wrong row gets no number),
   4. times it with the op's timer (bench, or bench_host for the allocator); the last timed
-     call runs on a perturbed input and its output is verified too (kvbench.kernels.kv_alloc.proof_*,
+     call runs on a perturbed input and its output is verified too (kvbench.ops.<op>.proof_*,
      harness/proof.py): a row that memoizes or skips work after its first call gets no number,
      and the error figures of that call go to the JSON ("error"),
 and prints report() (throughput first), the dispatch explain() of `auto`, the host floor where
@@ -24,28 +24,28 @@ else, under the same timer (the bytes-only bound at that size; docs/harness.md).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from functools import partial
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
 
 from kvbench.core import progress
-from kvbench.core.env import selector_var
 from kvbench.core.jsonfile import check_writable, output_path, write_json_atomic
 from kvbench.dispatch.core import dispatch, spec_names
-from kvbench.fixtures.pool import paged_pool
+from kvbench.fixtures.gather_pool import (
+    TOPK_PAD_ROWS,
+    build_gather_pool,
+    build_page_table_flat,
+    gather_pool_tokens,
+)
 from kvbench.harness import (
     Row,
     Work,
     bench,
     bench_host,
-    bench_kernel,
     device_peaks,
     event_floor,
     host_floor,
@@ -56,34 +56,23 @@ from kvbench.harness import (
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
 from kvbench.harness.report import EVENT_TIMERS
-from kvbench.harness.timers import KERNEL_TIMER_FLOOR_FACTOR
+from kvbench.measure import pipeline
+from kvbench.measure.peers import decode_peers
 from kvbench.measure.plots import CEILING_FOR_OP
-from kvbench.ops.common import last_selection
+from kvbench.ops.common import OpInputs
+from kvbench.ops.kv_alloc import alloc_inputs
 from kvbench.ops.kv_gather_fp8 import (
-    check_kv_gather_fp8,
-    kv_gather_fp8,
-    kv_gather_fp8_work,
-    proof_kv_gather_fp8,
+    gather_inputs,
 )
 from kvbench.ops.kv_write import (
-    check_kv_write,
-    kv_write,
-    kv_write_work,
-    make_write_inputs,
-    proof_kv_write,
+    write_inputs,
 )
 from kvbench.ops.paged_decode import (
     check_page_read,
-    check_paged_decode,
-    make_decode_query,
+    decode_inputs,
+    decode_pool,
     page_read_work,
-    paged_decode,
-    paged_decode_work,
-    proof_paged_decode,
 )
-
-#: Llama-3-8B decode geometry (issue 6): 32 query heads over 8 KV heads, head_dim 128.
-Q_HEADS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 32, 8, 128, 16
 
 #: (case label, batch, context) on a GPU. The first five are the roofline targets of issue 6.
 DECODE_CASES_GPU: tuple[tuple[str, int, int], ...] = (
@@ -152,46 +141,6 @@ class Table:
         }
 
 
-@contextlib.contextmanager
-def forced(op: str, name: str) -> Iterator[None]:
-    """Force `op`'s selector to `name` for the block, restoring the caller's value after."""
-    var = selector_var(op)
-    before = os.environ.get(var)
-    os.environ[var] = name
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = before
-
-
-def _run_forced(op: str, name: str, call: Callable[[], Any]) -> Callable[..., Any]:
-    """Run `call` (an ops.* call) with the row forced; return the target dispatch selected.
-
-    Raises if dispatch ran another row: the table must never name one kernel while another ran.
-    """
-    with forced(op, name):
-        call()
-    sel = last_selection(op)
-    if sel is None or sel.spec.name != name:
-        ran = None if sel is None else sel.spec.name
-        raise AssertionError(f"{op}: table row {name!r} but dispatch ran {ran!r}")
-    return sel.target
-
-
-def _auto_explain(op: str, call: Callable[[], Any]) -> str:
-    """What `auto` picks for this problem, and why: the decision chain from the real op call."""
-    try:
-        with forced(op, "auto"):
-            call()
-        sel = last_selection(op)
-        return "(no selection)" if sel is None else sel.explain()
-    except Exception as exc:  # noqa: BLE001 - explain is informative; its failure is reported
-        return f"(auto failed: {type(exc).__name__}: {exc})"
-
-
 def _device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -200,23 +149,24 @@ def _skip(table: Table, label: str, exc: BaseException) -> None:
     table.skipped[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-#: Why a Triton row gets no number on a CPU, even with TRITON_INTERPRET=1 set: the asv suite
-#: skips them the same way (benchmarks/_common.check_then_time).
-CPU_TRITON_SKIP = "Triton rows are not timed on a CPU: the interpreter's timings mean nothing"
-
-
-def _timed_rows(table: Table, op: str, case: str, dev: torch.device,
-                names: Sequence[str] | None = None) -> list[str]:
-    """The registry rows of `op` to check and time at `case` (all of them, or `names`). On a
-    CPU the Triton rows are listed as skipped with CPU_TRITON_SKIP instead: through the
-    interpreter they take minutes per table and their times describe the interpreter."""
-    names = list(spec_names(op) if names is None else names)
-    if dev.type != "cpu":
-        return names
-    for name in names:
-        if name.startswith("triton/"):
-            table.skipped[f"{name} @ {case}"] = CPU_TRITON_SKIP
-    return [n for n in names if not n.startswith("triton/")]
+def _rows_to_time(table: Table, inputs: OpInputs, case: str,
+                  names: Sequence[str] | None = None) -> dict[str, Callable[..., Any]]:
+    """{row name: the kernel dispatch runs for it} for the registry rows of the op (all, or
+    `names`) at `case`: each selected with its selector pinned and asserted (the table never
+    names one kernel while another ran). A row that cannot run here is listed as skipped with
+    the reason (on a CPU: the Triton and CUDA rows, pipeline.cpu_skip)."""
+    op = inputs.problem.op
+    found: dict[str, Callable[..., Any]] = {}
+    for name in spec_names(op) if names is None else names:
+        why = pipeline.cpu_skip(name, inputs.problem.device.type)
+        if why:
+            table.skipped[f"{name} @ {case}"] = why
+            continue
+        try:
+            found[name] = pipeline.select(inputs, name).target
+        except Exception as exc:  # noqa: BLE001 - an unavailable row is listed with its reason
+            _skip(table, f"{name} @ {case}", exc)
+    return found
 
 
 def _ceilings() -> Any:
@@ -225,35 +175,19 @@ def _ceilings() -> Any:
     return load_ceilings(device_peaks().name)
 
 
-@functools.cache
-def _event_floor_us() -> float:
-    return event_floor().median_us
-
-
-def _near_event_floor(timing: Any) -> bool:
-    """A CUDA event-timed row within KERNEL_TIMER_FLOOR_FACTOR of the event timer's floor."""
-    return (timing.timer == "bench" and timing.device.startswith("cuda")
-            and timing.median_us <= KERNEL_TIMER_FLOOR_FACTOR * _event_floor_us())
-
-
-def _device_rows(impl: str, case: str, call: Callable[[], Any], work: Work, *,
-                 l2: str = "cold", proof: Any = None, table: Table | None = None) -> list[Row]:
-    """The event-timed row of an idempotent call, and, when the call makes the host wait for
-    the GPU (TimingResult.host_syncs: report() flags it), its bench_host row beside it: the
-    event samples of such a call hold host gaps, so only the caller's wall time is a number
-    to compare (docs/harness.md). Warm ablation rows get no host row: bench_host flushes.
-    proof: the op's TimedProof (kvbench.kernels.kv_alloc.proof_<op>): the last timed call's output is
-    verified, its error figures kept in table.errors."""
-    timing = bench(call, l2=l2, proof=proof)
-    if table is not None and timing.proof is not None:
-        table.errors[f"{impl} @ {case}"] = timing.proof
-    rows = [Row.from_timing(impl, case, timing, work)]
-    if _near_event_floor(timing):  # the events may time the timer here: kernel time beside
-        rows.append(Row.from_timing(impl, case, bench_kernel(call, l2=l2), work,
-                                    note="CUPTI kernel time"))
-    if timing.host_syncs and l2 == "cold":
-        rows.append(Row.from_timing(impl, case, bench_host(call), work,
-                                    note="syncs the host: what the caller waits"))
+def _measured_rows(table: Table, inputs: OpInputs, name: str, case: str,
+                   fn: Callable[..., Any], *, l2: str = "cold") -> list[Row]:
+    """The gate, then the rows of one kernel on one case: its event-timed row (its last timed
+    call verified, the error figures kept in table.errors) and the pipeline's companion
+    timings (CUPTI kernel time near the event floor; the caller's wall time for a call that
+    makes the host wait). The gate's error goes to table.checks."""
+    table.checks[f"{name} @ {case}"] = pipeline.check(inputs, fn)
+    timing = pipeline.time_call(inputs, fn, row=name, l2=l2)
+    if timing.proof is not None:
+        table.errors[f"{name} @ {case}"] = timing.proof
+    rows = [Row.from_timing(name, case, timing, inputs.work)]
+    for extra, note in pipeline.companion_timings(inputs, fn, timing, l2=l2):
+        rows.append(Row.from_timing(name, case, extra, inputs.work, note=note))
     return rows
 
 
@@ -266,83 +200,6 @@ def _free(*objs: Any) -> None:
 
 
 # ---- paged_decode ---------------------------------------------------------------------------
-
-
-def _decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
-    """Peers a user would pick instead, on the same inputs, built outside the timed region.
-
-    - torch/sdpa_contiguous: SDPA on a contiguous copy of the same KV (the unpaged upper
-      bound; the copy itself is the measurement mistake seed 000 warns about, so it is made
-      here, untimed, and only when every sequence has the same length).
-    - torch/flex_attention: torch.compile'd flex_attention on that contiguous copy (GPU only).
-    - flashinfer/decode, flashinfer/decode_tc: FlashInfer's paged decode (CUDA-core and
-      tensor-core kernels) on the pool's own combined buffer (GPU, fp16/bf16; see
-      kvbench.measure.flashinfer_peer for where FlashInfer comes from). Planned here, untimed.
-    """
-    peers: dict[str, Callable[[], torch.Tensor]] = {}
-    if q.is_cuda and pool.kv_dtype_name != "fp8":
-        peers.update(_flashinfer_peers(pool, q))
-    lens = pool.seq_lens_list
-    if pool.kv_dtype_name == "fp8" or len(set(lens)) != 1:
-        return peers
-    length = lens[0]
-    pages = -(-length // pool.page_size)
-    idx = pool.block_table[:, :pages].long()
-
-    def contiguous(cache: torch.Tensor) -> torch.Tensor:
-        rows = cache[idx]  # [B, pages, page, Hkv, D]
-        rows = rows.reshape(q.shape[0], pages * pool.page_size, pool.kv_heads, pool.head_dim)
-        return rows[:, :length].transpose(1, 2).contiguous()  # [B, Hkv, L, D]
-
-    k, v = contiguous(pool.k_cache), contiguous(pool.v_cache)
-    q4 = q.unsqueeze(2)  # [B, Hq, 1, D]
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def sdpa_contiguous(*_: Any, **__: Any) -> torch.Tensor:
-        return sdpa(q4, k, v, enable_gqa=True).squeeze(2)
-
-    peers["peer:torch/sdpa_contiguous"] = sdpa_contiguous
-    if q.is_cuda:
-        try:
-            from torch.nn.attention.flex_attention import flex_attention
-
-            flex = torch.compile(flex_attention, dynamic=False)
-
-            def flex_contiguous(*_: Any, **__: Any) -> torch.Tensor:
-                return flex(q4, k, v, enable_gqa=True).squeeze(2)
-
-            peers["peer:torch/flex_attention"] = flex_contiguous
-        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
-            peers["peer:torch/flex_attention"] = partial(_raise, exc)
-    return peers
-
-
-def _flashinfer_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[..., torch.Tensor]]:
-    """FlashInfer's two decode kernels as peers; a row that cannot run carries its reason."""
-    from kvbench.measure.flashinfer_peer import make_flashinfer_decode
-
-    peers: dict[str, Callable[..., torch.Tensor]] = {}
-    for name, tensor_cores in (("decode", False), ("decode_tc", True)):
-        try:
-            run = make_flashinfer_decode(
-                # FlashInfer's NHD layout is the combined token-major buffer only.
-                pool.buffer if pool.storage == "combined" else None,
-                pool.block_table, pool.seq_lens, q_heads=q.shape[1],
-                use_tensor_cores=tensor_cores,
-            )
-        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
-            peers[f"peer:flashinfer/{name}"] = partial(_raise, exc)
-            continue
-
-        def flashinfer_decode(q: torch.Tensor, *_: Any, _run: Any = run, **__: Any) -> Any:
-            return _run(q)  # the KV arguments were bound at plan time
-
-        peers[f"peer:flashinfer/{name}"] = flashinfer_decode
-    return peers
-
-
-def _raise(exc: BaseException, *_: Any, **__: Any) -> Any:
-    raise exc
 
 
 def decode_case(
@@ -362,38 +219,20 @@ def decode_case(
     """Check then time every paged_decode row (and peers) on one fixture construction."""
     dev = _device()
     _free()  # the previous case's tensors are gone once its function returned
-    mult = (8 if dev.type == "cuda" else 0) if min_l2_multiple is None else min_l2_multiple
-    pool = paged_pool(  # dtype by name: the pool's names are the table's
-        batch, context, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
-        dtype=dtype, layout=layout, storage=storage, min_l2_multiple=mult, device=dev,
-    )
-    q = make_decode_query(pool, Q_HEADS)
-    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-    work = paged_decode_work(
-        pool.seq_lens_list, q_heads=Q_HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM,
-        kv_dtype=dtype, q_bytes=q.element_size(), page_size=PAGE_SIZE,
-    )
+    pool = decode_pool(batch, context, dtype, dev, layout=layout, storage=storage,
+                       min_l2_multiple=min_l2_multiple)
+    inputs = decode_inputs(pool)
     case = f"{label} {dtype}" + ("" if (layout, storage) == ("fragmented", "combined") else f" {layout}/{storage}")
-    if mult not in (0, 8):
-        case += f" pool>={mult:g}xL2"
-    table.explains[case] = _auto_explain("paged_decode", lambda: paged_decode(*args, **kwargs))
-    candidates: dict[str, Callable[..., Any]] = {}
-    for name in _timed_rows(table, "paged_decode", case, dev, rows):
-        try:
-            candidates[name] = _run_forced("paged_decode", name, lambda: paged_decode(*args, **kwargs))
-        except Exception as exc:  # noqa: BLE001 - an unavailable row is listed with its reason
-            _skip(table, f"{name} @ {case}", exc)
+    if min_l2_multiple not in (None, 0, 8):
+        case += f" pool>={min_l2_multiple:g}xL2"
+    table.explains[case] = pipeline.explain(inputs)
+    candidates = _rows_to_time(table, inputs, case, rows)
     if with_peers:
-        candidates.update(_decode_peers(pool, q))
+        candidates.update(decode_peers(pool, inputs.extra["q"]))
     for name, fn in candidates.items():
         progress.report(f"{name} @ {case}", rows=len(table.rows))
-        call = partial(fn, *args, **kwargs)
         try:
-            table.checks[f"{name} @ {case}"] = check_paged_decode(fn, pool, q)
-            proof = proof_paged_decode(fn, pool, q)
-            table.rows.extend(_device_rows(name, case, call, work, l2=l2, proof=proof,
-                                           table=table))
+            table.rows.extend(_measured_rows(table, inputs, name, case, fn, l2=l2))
         except Exception as exc:  # noqa: BLE001
             _skip(table, f"{name} @ {case}", exc)
     if dev.type == "cuda":
@@ -455,64 +294,34 @@ def table_paged_decode(*, grid: bool = False, ablations: bool = True,
 # ---- kv_write --------------------------------------------------------------------------------
 
 
-def _graph_row(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """`fn` captured in a CUDA graph: the replay shows device time without launch overhead."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()  # warm up on the side stream, as CUDA graph capture requires
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
-
-
 def write_case(table: Table, label: str, n: int, dtype: str, *, storage: str = "combined",
                order: str = "scattered") -> None:
     """Check then time every kv_write row writing ``n`` tokens into a fresh pool (plus a CUDA
     graph replay beside each decode-size row on a GPU); ``order``: the slots' order
     (make_write_inputs)."""
     dev = _device()
-    on_gpu = dev.type == "cuda"
-    seqs = max(1, -(-n // 4096))
-    pool = paged_pool(
-        seqs, 4096, kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=PAGE_SIZE,
-        dtype=dtype, storage=storage, min_l2_multiple=8 if on_gpu else 0, device=dev,
-    )
-    k, v, slots = make_write_inputs(pool, n, order=order)
-    args = (k, v, pool.k_cache, pool.v_cache, slots)
-    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-    work = kv_write_work(
-        n, kv_heads=KV_HEADS, head_dim=HEAD_DIM, in_bytes=k.element_size(), cache_dtype=dtype,
-    )
+    pool = decode_pool(max(1, -(-n // 4096)), 4096, dtype, dev, storage=storage)
+    inputs = write_inputs(pool, n, order=order)
     case = (f"{label} {dtype}" + ("" if storage == "combined" else f" {storage}")
             + ("" if order == "scattered" else f" {order}-order"))
-    table.explains[case] = _auto_explain("kv_write", lambda: kv_write(*args, **kwargs))
-    for name in _timed_rows(table, "kv_write", case, dev):
+    table.explains[case] = pipeline.explain(inputs)
+    for name, fn in _rows_to_time(table, inputs, case).items():
         progress.report(f"{name} @ {case}", rows=len(table.rows))
         try:
-            fn = _run_forced("kv_write", name, lambda: kv_write(*args, **kwargs))
-            table.checks[f"{name} @ {case}"] = check_kv_write(fn, pool, k, v, slots)
-            call = partial(fn, *args, **kwargs)
-            proof = proof_kv_write(fn, pool, k, v, slots)
-            rows = _device_rows(name, case, call, work, proof=proof, table=table)
+            rows = _measured_rows(table, inputs, name, case, fn)
             table.rows.extend(rows)
         except Exception as exc:  # noqa: BLE001
             _skip(table, f"{name} @ {case}", exc)
             continue
-        if rows[0].host_syncs:
+        if rows[0].host_syncs or dev.type != "cuda" or n > 64:
             continue  # a call that waits for the host cannot be captured in a graph
-        if on_gpu and n <= 64:
-            try:
-                replay = _graph_row(call)
-                table.rows.append(
-                    Row.from_timing(name, case, bench(replay, proof=proof), work,
-                                    note="CUDA graph replay")
-                )
-            except Exception as exc:  # noqa: BLE001 - a row that syncs cannot be captured
-                _skip(table, f"{name} @ {case} (CUDA graph)",
-                      RuntimeError(f"not capturable in a CUDA graph: {exc}"))
+        try:
+            timing = pipeline.graph_replay_timing(inputs, fn)
+            table.rows.append(Row.from_timing(name, case, timing, inputs.work,
+                                              note="CUDA graph replay"))
+        except Exception as exc:  # noqa: BLE001 - a row that syncs cannot be captured
+            _skip(table, f"{name} @ {case} (CUDA graph)",
+                  RuntimeError(f"not capturable in a CUDA graph: {exc}"))
     _free(pool)
 
 
@@ -537,13 +346,6 @@ def table_kv_write(*, table: Table | None = None) -> Table:
 
 
 def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
-    from kvbench.fixtures.gather_pool import (
-        TOPK_PAD_ROWS,
-        build_gather_pool,
-        build_page_table_flat,
-        gather_pool_tokens,
-    )
-
     table = Table("kv_gather_fp8") if table is None else table
     dev = _device()
     cases = GATHER_CASES_GPU if dev.type == "cuda" else GATHER_CASES_CPU
@@ -551,22 +353,13 @@ def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
     kv_cache = build_gather_pool(pool_tokens, device=dev)
     for label, kv_len in cases:
         pt = build_page_table_flat([kv_len], pool_tokens, device=dev)
-        work = kv_gather_fp8_work(kv_len, TOPK_PAD_ROWS)
+        inputs = gather_inputs(kv_cache, pt, TOPK_PAD_ROWS)
         case = f"{label}+{TOPK_PAD_ROWS}pad"
-        table.explains[case] = _auto_explain(
-            "kv_gather_fp8", lambda: kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS)  # noqa: B023 - called before the loop moves on
-        )
-        for name in _timed_rows(table, "kv_gather_fp8", case, dev):
+        table.explains[case] = pipeline.explain(inputs)
+        for name, fn in _rows_to_time(table, inputs, case).items():
             progress.report(f"{name} @ {case}", rows=len(table.rows))
             try:
-                fn = _run_forced(
-                    "kv_gather_fp8", name,
-                    lambda: kv_gather_fp8(kv_cache, pt, extra_rows=TOPK_PAD_ROWS),  # noqa: B023 - called before the loop moves on
-                )
-                table.checks[f"{name} @ {case}"] = check_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
-                call = partial(fn, kv_cache, pt, extra_rows=TOPK_PAD_ROWS)
-                proof = proof_kv_gather_fp8(fn, kv_cache, pt, TOPK_PAD_ROWS)
-                table.rows.extend(_device_rows(name, case, call, work, proof=proof, table=table))
+                table.rows.extend(_measured_rows(table, inputs, name, case, fn))
             except Exception as exc:  # noqa: BLE001
                 _skip(table, f"{name} @ {case}", exc)
     return table
@@ -576,38 +369,22 @@ def table_kv_gather_fp8(*, table: Table | None = None) -> Table:
 
 
 def table_kv_alloc(*, table: Table | None = None) -> Table:
-    """Allocator states through bench_host (host stalls are invisible to CUDA events)."""
-    from kvbench.ops.kv_alloc import KVCacheManager, checked_alloc, prepare_state
-
+    """Allocator states through the host timer (host stalls are invisible to CUDA events)."""
     table = Table("kv_alloc") if table is None else table
     dev = _device()
     table.floor_us = host_floor(dev).median_us
-    for name in spec_names("kv_alloc"):
-        for state in ALLOC_STATES:
-            for n in ALLOC_SIZES:
-                case = f"{state} n={n}"
+    for state in ALLOC_STATES:
+        for n in ALLOC_SIZES:
+            case = f"{state} n={n}"
+            inputs = alloc_inputs(ALLOC_ROWS, n, dev, states=(state,))
+            for name, fn in _rows_to_time(table, inputs, case).items():
                 progress.report(f"{name} @ {case}", rows=len(table.rows))
                 try:
-                    manager = KVCacheManager(ALLOC_ROWS, device=dev, impl=name)
-                    held: list[torch.Tensor] = []
-
-                    def reset(manager=manager, state=state, n=n, held=held) -> None:
-                        held.clear()
-                        prepare_state(manager, state, n=n)
-
-                    def alloc(manager=manager, n=n, held=held) -> None:
-                        held.append(manager.alloc(n))
-
-                    reset()
-                    checked_alloc(manager, n)  # distinct rows, all free before: gate first
-                    table.checks[f"{name} @ {case}"] = 0.0
-                    timing = bench_host(alloc, reset)
-                    table.rows.append(
-                        Row.from_timing(name, case, timing, Work(), note=f"state={state}")
-                    )
+                    rows = _measured_rows(table, inputs, name, case, fn)
+                    table.rows.extend(replace(r, note=f"state={state}") for r in rows)
                 except Exception as exc:  # noqa: BLE001
                     _skip(table, f"{name} @ {case}", exc)
-    # The cost of a cached dispatch decision, a tracked number of its own (issue 4).
+    # The cost of a cached dispatch decision, a tracked number of its own.
     try:
         dispatch("kv_alloc", dtype="int64", shape={"n": 1}, device=dev)
         timing = bench_host(lambda: dispatch("kv_alloc", dtype="int64", shape={"n": 1}, device=dev))

@@ -5,7 +5,7 @@ asks dispatch which rows pass every filter and their golden check (verified_rows
 row's full-size correctness check (installed with record_golden), then times it with the
 harness: bench() (cold L2) for the idempotent kernels, bench_host() for the allocator, whose
 cost is the host waiting. The last timed call of a kernel runs on a perturbed input and its
-output is verified (kvbench.kernels.kv_alloc.proof_<op>): a row that memoizes or skips work after its
+output is verified (kvbench.ops.<op>.proof_<op>): a row that memoizes or skips work after its
 first call raises VerificationError instead of entering the table. The table is JSON under
 the kvbench cache dir (kvbench.core.paths: <cache root>/perf, KVBENCH_CACHE_DIR moves the
 root), one file per (device name, op):
@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -60,10 +60,19 @@ from kvbench.dispatch.perf_tables import (
     write_table,
 )
 from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, check_op
-from kvbench.ops.common import Problem
-from kvbench.ops.kv_gather_fp8 import describe_kv_gather_fp8
-from kvbench.ops.kv_write import describe_kv_write
-from kvbench.ops.paged_decode import describe_paged_decode
+from kvbench.fixtures.gather_pool import (
+    build_gather_pool,
+    build_page_table_flat,
+    gather_pool_tokens,
+)
+from kvbench.harness.calibrate import load_ceilings
+from kvbench.harness.verify import VerificationError
+from kvbench.measure import pipeline
+from kvbench.ops.common import OpInputs
+from kvbench.ops.kv_alloc import alloc_inputs
+from kvbench.ops.kv_gather_fp8 import gather_inputs
+from kvbench.ops.kv_write import write_inputs
+from kvbench.ops.paged_decode import decode_inputs, decode_pool
 
 
 @dataclass(frozen=True)
@@ -172,127 +181,31 @@ def default_cases(
     return tuple(replace(c, **changes) for c in cases) if changes else cases
 
 
-# ---- building and timing one case -------------------------------------------------------------
+# ---- one case's inputs -----------------------------------------------------------------------
 
 
-@dataclass
-class _Built:
-    """A case's inputs: the dispatch problem, a correctness gate and a timer for any row."""
-
-    problem: Any  # kvbench.ops.Problem
-    check: Callable[[Callable[..., Any]], float]
-    time: Callable[[Callable[..., Any]], Any]  # -> harness TimingResult
-    release: Callable[[], None]
-
-
-def _build(case: TuneCase, dev: torch.device) -> _Built:
-    from kvbench.harness import bench, bench_host
-
+def _inputs(case: TuneCase, dev: torch.device) -> tuple[OpInputs, Callable[[], None]]:
+    """The case's inputs, built by its op module on the project fixtures as the asv suite
+    builds them (pools >= 8x L2 on a GPU), and what frees them."""
     p = case.params
     small = dev.type != "cuda"
-
-    def case_pool(num_seqs: int):
-        """The case's fragmented pool at its dtype and storage (>= 8x L2 on a GPU), as the asv
-        suite builds it."""
-        from kvbench.fixtures.pool import paged_pool
-
-        return paged_pool(
-            num_seqs,
-            p["seq_len"],
-            kv_heads=p["kv_heads"],
-            head_dim=p["head_dim"],
-            page_size=p["page_size"],
-            dtype=case.dtype,
-            storage=case.storage,
-            min_l2_multiple=0 if small else 8,
-            device=dev,
+    if case.op in ("paged_decode", "kv_write"):
+        pool = decode_pool(
+            p["batch"] if case.op == "paged_decode" else p["num_seqs"], p["seq_len"],
+            case.dtype, dev, storage=case.storage, min_l2_multiple=0 if small else 8,
+            kv_heads=p["kv_heads"], head_dim=p["head_dim"], page_size=p["page_size"],
         )
-
-    if case.op == "paged_decode":
-        from kvbench.ops.paged_decode import (
-            check_paged_decode,
-            make_decode_query,
-            proof_paged_decode,
-        )
-
-        pool = case_pool(p["batch"])
-        q = make_decode_query(pool, p["q_heads"])
-        args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-        kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-        return _Built(
-            describe_paged_decode(*args[:4], **kw),
-            lambda fn: check_paged_decode(fn, pool, q),
-            lambda fn: bench(lambda: fn(*args, **kw), device=dev,
-                             proof=proof_paged_decode(fn, pool, q)),
-            pool.free,
-        )
-    if case.op == "kv_write":
-        from kvbench.ops.kv_write import check_kv_write, make_write_inputs, proof_kv_write
-
-        pool = case_pool(p["num_seqs"])
-        k, v, slots = make_write_inputs(pool, p["n"])
-        args = (k, v, pool.k_cache, pool.v_cache, slots)
-        kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
-        return _Built(
-            describe_kv_write(*args[:4], **kw),
-            lambda fn: check_kv_write(fn, pool, k, v, slots),
-            lambda fn: bench(lambda: fn(*args, **kw), device=dev,
-                             proof=proof_kv_write(fn, pool, k, v, slots)),
-            pool.free,
-        )
+        if case.op == "paged_decode":
+            return decode_inputs(pool, p["q_heads"]), pool.free
+        return write_inputs(pool, p["n"]), pool.free
     if case.op == "kv_gather_fp8":
-        from kvbench.fixtures.gather_pool import (
-            build_gather_pool,
-            build_page_table_flat,
-            gather_pool_tokens,
-        )
-        from kvbench.ops.kv_gather_fp8 import check_kv_gather_fp8, proof_kv_gather_fp8
-
-        # The suite's fixture: >= 8x L2 on a GPU (the case's pool_tokens is the CPU size).
+        # The CPU case's pool_tokens; on a GPU the suite's size (>= 8x L2).
         tokens = p["pool_tokens"] if small else gather_pool_tokens(p["kv_len"], dev)
         kv_cache = build_gather_pool(tokens, device=dev)
-        pt = build_page_table_flat([p["kv_len"]], tokens, device=dev)
-        extra = p["extra_rows"]
-        return _Built(
-            describe_kv_gather_fp8(kv_cache, pt),
-            lambda fn: check_kv_gather_fp8(fn, kv_cache, pt, extra),
-            lambda fn: bench(lambda: fn(kv_cache, pt, extra_rows=extra), device=dev,
-                             proof=proof_kv_gather_fp8(fn, kv_cache, pt, extra)),
-            lambda: None,
-        )
-    # kv_alloc: the row is a class; time alloc(n) in every state and keep the worst, since a
-    # serving engine reaches all three and the row must be ranked on the state that hurts.
-    from kvbench.ops.kv_alloc import STATES, checked_alloc, prepare_state
-
-    n, num_rows = p["n"], p["num_rows"]
-
-    def check(cls) -> float:
-        m = cls(num_rows, dev)  # the row's class is the allocator (a KVCacheManager backend)
-        for state in STATES:
-            prepare_state(m, state, n=n)
-            checked_alloc(m, n)
-        return 0.0
-
-    def time_worst(cls):
-        m = cls(num_rows, dev)
-        results = [
-            bench_host(lambda: m.alloc(n), reset=lambda s=s: prepare_state(m, s, n=n), device=dev)
-            for s in STATES
-        ]
-        return max(results, key=lambda r: r.median_us)
-
-    return _Built(
-        Problem("kv_alloc", "int64", frozenset(), {"n": n}, dev),
-        check,
-        time_worst,
-        lambda: None,
-    )
-
-
-# ---- storage and the provider ------------------------------------------------------------------
-
-
-# ---- tune --------------------------------------------------------------------------------------
+        table = build_page_table_flat([p["kv_len"]], tokens, device=dev)
+        return gather_inputs(kv_cache, table, p["extra_rows"]), lambda: None
+    # kv_alloc: timed in every fragmentation state, ranked by the worst (alloc_inputs).
+    return alloc_inputs(p["num_rows"], p["n"], dev), lambda: None
 
 
 def tune(
@@ -324,23 +237,21 @@ def tune(
             raise ValueError(f"cases must be TuneCase entries for {op}, got {c!r}")
     repair_stored_table(name, op)  # before minutes of measuring, not after
     entries = []
+    skipped: list[dict] = []  # rows that failed their gate, proof or plausibility, with why
     picks = []  # what `auto` selects per case before this table exists, and after
     for case in cases:
-        built = _build(case, dev)
+        inputs, release = _inputs(case, dev)
         try:
-            prob = built.problem
+            prob = inputs.problem
             bucket_name = prob.bucket
             picks.append({"case": case.label, "bucket": bucket_name, "problem": prob,
                           "before": _auto_pick(op, prob, dev)})
             for spec in core.verified_rows(
                 op, dtype=prob.dtype, tags=prob.tags, shape=prob.shape, device=dev
             ):
-                fn = spec.load()
-                diff = built.check(fn)  # full-size gate before any timing
-                record_golden(
-                    op, spec.name, prob.dtype, dev, max_abs_diff=diff, detail=f"tune {case.label}"
-                )
-                t = built.time(fn)
+                t = _measure(inputs, spec, case, skipped)
+                if t is None:
+                    continue
                 entries.append(
                     {
                         "bucket": bucket_name,
@@ -355,7 +266,7 @@ def tune(
                     }
                 )
         finally:
-            built.release()
+            release()
     entries += _any_bucket_entries(entries, len(cases))
     path = table_path(name, op)
     table = {
@@ -374,7 +285,35 @@ def tune(
     for pick in picks:
         pick["after"] = _auto_pick(op, pick.pop("problem"), dev)
     table["picks"] = picks
+    table["skipped"] = skipped
     return table
+
+
+def _measure(inputs: OpInputs, spec, case: TuneCase, skipped: list[dict]):
+    """One verified row on one case through the measuring pipeline: the full-size gate
+    (recorded as the row's golden record), then the timing with its last timed call verified,
+    then plausibility. A row that fails any of them gets no entry: it is recorded unverified
+    (auto then never selects it), listed in `skipped` with the reason, and the tune goes on."""
+    fn = spec.load()
+    prob = inputs.problem
+    try:
+        diff = pipeline.check(inputs, fn)  # full-size gate before any timing
+        record_golden(prob.op, spec.name, prob.dtype, prob.device, max_abs_diff=diff,
+                      detail=f"tune {case.label}")
+        timing = pipeline.time_call(inputs, fn, row=spec.name)
+        ceilings = load_ceilings(core.device_name(prob.device))
+        bad = pipeline.implausible(spec.name, timing, inputs, ceilings)
+        if bad:
+            raise pipeline.Implausible(bad[0])
+    except (VerificationError, pipeline.Implausible, AssertionError) as exc:
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        record_golden(prob.op, spec.name, prob.dtype, prob.device, max_abs_diff=None,
+                      verified=False, detail=f"tune {case.label}: {reason}")
+        skipped.append({"case": case.label, "spec": spec.name, "reason": reason})
+        warnings.warn(f"kvbench tune: {spec.name} @ {case.label} gets no entry: {reason}",
+                      stacklevel=3)
+        return None
+    return timing
 
 
 def _kept_entries(path: Path, device_name: str, op: str, new: list[dict]) -> list[dict]:
@@ -474,4 +413,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\nauto picks per case (before this table -> after it):")
     for pick in table["picks"]:
         print(f"  {pick['case']:<28} {pick['bucket']:<22} {pick['before']} -> {pick['after']}")
+    for skip in table["skipped"]:
+        print(f"  no entry: {skip['spec']} @ {skip['case']}: {skip['reason']}")
     return 0

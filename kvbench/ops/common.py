@@ -197,7 +197,8 @@ class OpInputs:
     problem: Problem
     args: tuple
     kwargs: dict[str, Any]
-    #: The theoretical cost (bytes moved) a GB/s is scored against; None for host-side ops.
+    #: The theoretical cost (harness.Work) a GB/s is scored against; Work() (nothing moved)
+    #: for a host-side op.
     work: Any
     #: row callable -> max |out - ref|; raises VerificationError on a wrong output.
     check: Callable[[Callable[..., Any]], float]

@@ -9,6 +9,7 @@ import torch
 
 from kvbench.core.device import resolve_device
 from kvbench.dispatch import core
+from kvbench.harness.work import Work
 from kvbench.kernels.kv_alloc import AllocError, Backend, check_count, rows_preview
 from kvbench.ops.common import OpInputs, Problem
 
@@ -215,4 +216,4 @@ def alloc_inputs(num_rows: int, n: int, device: torch.device | str, *,
         return [(lambda: m.alloc(n), lambda s=s: prepare_state(m, s, n=n)) for s in states]
 
     problem = Problem("kv_alloc", "int64", frozenset(), {"n": n}, dev)
-    return OpInputs(problem, (), {}, None, check=check, host=True, calls=calls)
+    return OpInputs(problem, (), {}, Work(), check=check, host=True, calls=calls)
