@@ -20,10 +20,15 @@ regression detection). One timing feeds both series. The price: a CUDA fault in 
 poisons the context for the later cases of that group in that process; each case's
 exception is recorded and shown, so the first failure names the culprit.
 
-Old commits lack parts of kvbench. The suite imports kvbench only inside setup_cache and
-turns a missing module or name into a recorded skip, so `asv run` over old history skips
-those rows instead of failing. Nothing here imports torch at module level: discovery and the
-lookup processes stay fast, and no CUDA state exists before asv forks.
+Each case is one call into the commit's measuring pipeline (measure_case ->
+kvbench.measure.pipeline.measure_row, with the OpInputs the op module builds): this suite
+selects cases, groups them by fixture and records results; it does not time, check or assert
+a row itself. Old commits lack parts of kvbench: the suite imports kvbench only inside
+setup_cache and turns a missing module or name into a recorded skip, so `asv run` over old
+history skips those rows instead of failing (commits before kvbench.measure.pipeline are
+measured with the suite of their own tree: docs/history.md). The params stay literal here:
+nothing imports torch at module level, so discovery and the lookup processes stay fast, and
+no CUDA state exists before asv forks.
 
 Measuring one case (`kvbench bisect`). When KVBENCH_ASV_SELECT names one case as
 "Class(param, ...)" (the params repr'd as asv names a combination, e.g.

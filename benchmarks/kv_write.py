@@ -6,9 +6,9 @@ sequences) is launch-bound, where GB/s means little and the latency series is th
 read. fp8 writes quantize on the fly (e4m3 bytes + caller-side scales) and move half the
 bytes: a different row, not a dtype axis.
 
-Timer: bench() - writing the same rows to the same slots again is idempotent. Each case
-first writes through kvbench.ops under its selector, asserts the row, and checks the rows
-read back through the destination slots (check_kv_write) on the fragmented layout.
+Timer: bench() - writing the same rows to the same slots again is idempotent. Each case goes
+through the measuring pipeline: the row asserted, the rows read back through the destination
+slots (check_kv_write) on the fragmented layout, then timed with the last call verified.
 """
 
 from __future__ import annotations

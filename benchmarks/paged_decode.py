@@ -1,15 +1,16 @@
 """paged_decode: one decode step over the fragmented paged KV pool, per selector x dtype x shape.
 
-Geometry: Llama-3/Qwen3 decode (32 query heads, 8 KV heads, head_dim 128, 16-token pages).
+Geometry: kvbench.ops.paged_decode's (Llama-3/Qwen3 decode: 32 query heads, 8 KV heads,
+head_dim 128, 16-token pages).
 Cases name batch x context ("b8_c4k" = 8 sequences of 4096 tokens). fp16, bf16 and fp8 are
 separate rows, not a dtype axis to compare along: fp8 halves the bytes but is dequant-bound,
 so a lower fp8 GB/s is a different limit, not a regression (seed 000).
 
-Timer: bench() (idempotent, L2 flushed before each call). The timed callable is the kernel
-row dispatch selected (Selection.target), called with the pool's tensors: dispatch's own
-host overhead is measured separately in dispatch_overhead.py. Each case first runs the op
-once through kvbench.ops under its selector, asserts the row that ran, and checks it against
-kvbench.reference (check_paged_decode) before any timing.
+Each case is one call into kvbench's measuring pipeline (kvbench.measure.pipeline): the row
+the selector names is selected and asserted, checked against the op's fp64 reference
+(check_paged_decode), then timed by bench() (cold L2) with its last timed call verified. The
+timed callable is the kernel row dispatch selected, called with the pool's tensors:
+dispatch's own host overhead is measured separately in dispatch_overhead.py.
 """
 
 from __future__ import annotations

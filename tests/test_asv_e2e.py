@@ -5,7 +5,7 @@ files; results/ and html/ left out), then commits are added on top:
 
     c0 base   c1 harmless   c2 PLANT   c3 harmless   c4 harmless   c5 harmless
 
-The plant appends to kvbench/alloc.py a wrapper that makes the production allocator
+The plant appends to kvbench/kernels/kv_alloc.py a wrapper that makes the production allocator
 (HostFreeListAllocator.alloc, registry row host/freelist) busy-wait PLANT_US more per call:
 a host-side slowdown a CUDA-event timer would not even see. Then, with PIP_NO_INDEX=1, a
 machine record written by kvbench.history.machine into a temporary HOME, and only the allocator
@@ -122,7 +122,7 @@ def harmless(n: int):
 
 
 def plant(repo: Path) -> None:
-    with open(repo / "kvbench" / "alloc.py", "a") as f:
+    with open(repo / "kvbench" / "kernels" / "kv_alloc.py", "a") as f:
         f.write(PLANT)
 
 

@@ -4,7 +4,7 @@ The history (built as in test_asv_e2e.py, from this checkout):
 
     c0 base   c1 harmless   c2 BREAKS the series   c3 restores it   c4 PLANT   c5 harmless
 
-c2 deletes kvbench.ops.kv_alloc.checked_alloc, so the allocator suite records a skip there (an old
+c2 deletes kvbench.ops.kv_alloc.alloc_inputs, so the allocator suite records a skip there (an old
 commit lacking an API looks the same); c4 appends test_asv_e2e.PLANT, a 400 us busy-wait in
 HostFreeListAllocator.alloc (~100x the ~4 us fragmented-state alloc: unmistakable on a
 loaded 2-core runner). The series is one combination of the allocator benchmark.
@@ -35,15 +35,15 @@ SERIES = "kv_alloc.KVAlloc.track_us('host/freelist', 'fragmented', 64)"
 
 
 def break_series(repo: Path) -> None:
-    with open(repo / "kvbench" / "alloc.py", "a") as f:
-        f.write("\ndel checked_alloc  # e2e: this commit cannot run the allocator suite\n")
+    with open(repo / "kvbench" / "ops" / "kv_alloc.py", "a") as f:
+        f.write("\ndel alloc_inputs  # e2e: this commit cannot run the allocator suite\n")
 
 
 def restore_series(repo: Path) -> None:
-    path = repo / "kvbench" / "alloc.py"
+    path = repo / "kvbench" / "ops" / "kv_alloc.py"
     text = path.read_text()
     path.write_text(text.replace(
-        "\ndel checked_alloc  # e2e: this commit cannot run the allocator suite\n", ""))
+        "\ndel alloc_inputs  # e2e: this commit cannot run the allocator suite\n", ""))
 
 
 def bisect(hist, range_text: str, json_path: Path, *extra: str) -> tuple[int, dict, str]:
@@ -82,7 +82,7 @@ def test_bisect_names_the_planted_commit_and_says_no_regression_on_a_flat_range(
     assert report["confirmation"]["outcome"] == "regression"
     assert report["confirmation"]["effect"] > 10  # 400 us on ~4 us
     assert list(report["skipped"]) == [c["c2"]], report["skipped"]
-    assert "checked_alloc" in report["skipped"][c["c2"]]
+    assert "alloc_inputs" in report["skipped"][c["c2"]]
     assert [s["commit"] for s in report["search"]] == [c["c3"], c["c4"]]
     assert {r["phase"] for r in report["runs"]} == {"endpoints", "search", "confirmation"}
     assert all(r["samples"] > 0 for r in report["runs"] if r["status"] == "ok")

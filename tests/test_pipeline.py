@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from kvbench.dispatch import clear_decisions
 from kvbench.harness import TimingResult
 from kvbench.harness.peaks import DevicePeaks
 from kvbench.harness.verify import VerificationError
@@ -21,6 +22,7 @@ ROW = "torch/index_copy"
 @pytest.fixture
 def inputs(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # auto must pick a torch row
+    clear_decisions()  # decisions cached by earlier tests may have been made with it set
     pool = decode_pool(1, 64, "fp16", "cpu", kv_heads=2, head_dim=32)
     yield write_inputs(pool, 8)
     pool.free()

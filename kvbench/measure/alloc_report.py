@@ -35,7 +35,7 @@ from functools import partial
 import torch
 
 from kvbench.core.jsonfile import output_path, write_json_atomic
-from kvbench.ops.kv_alloc import STATES, KVCacheManager, checked_alloc, prepare_state
+from kvbench.ops.kv_alloc import STATES, KVCacheManager, alloc_inputs, prepare_state
 from kvbench.ops.paged_decode import paged_decode
 
 IMPLS = ("torch/legacy", "host/freelist")
@@ -51,27 +51,34 @@ def _median(values: Sequence[float]) -> float:
 
 
 def measure_alloc(num_rows: int, device: torch.device | str, rounds: int = ROUNDS) -> list[dict]:
-    """bench_host medians (µs) per impl x state x n over interleaved rounds, after the
-    per-state invariant check (once per cell, before any timing)."""
+    """bench_host medians (µs) per impl x state x n over interleaved rounds, each cell's row
+    selected, asserted and gated by the measuring pipeline once, before any timing.
+
+    single: one alloc(n) as the pipeline times it (kvbench.ops.kv_alloc.alloc_inputs);
+    reset_floor: the host timer's floor with the same reset, so single - reset_floor is the
+    call alone; batched: BATCH allocs in one sample, per alloc (the per-call overhead
+    amortised)."""
     from kvbench.harness import bench_host, host_floor
+    from kvbench.measure import pipeline
 
     cells = []
     for impl in IMPLS:
         for n in SIZES:
             for state in STATES:
-                m = KVCacheManager(num_rows, device=device, impl=impl)
-                prepare_state(m, state, n=n)
-                checked_alloc(m, n)  # correctness before timing: distinct rows that were free
-                cells.append((impl, n, state, m))
+                inputs = alloc_inputs(num_rows, n, device, states=(state,))
+                cls = pipeline.select(inputs, impl).target
+                pipeline.check(inputs, cls)  # correctness before timing
+                cells.append((impl, n, state, inputs, cls))
     per_round: dict[tuple, dict[str, list[float]]] = {
         cell[:3]: {"single_us": [], "reset_floor_us": [], "batched_us": [], "samples": []}
         for cell in cells
     }
     for _ in range(rounds):
-        for impl, n, state, m in cells:
+        for impl, n, state, inputs, cls in cells:
+            m = KVCacheManager(num_rows, device=device, impl=impl)
             reset = partial(prepare_state, m, state, n=n)
             reset_floor = host_floor(device, reset=reset)
-            single = bench_host(partial(m.alloc, n), reset=reset, device=device)
+            single = pipeline.time_call(inputs, cls, row=impl)
 
             def batch(m: KVCacheManager = m, n: int = n) -> None:
                 for _ in range(BATCH):
@@ -105,7 +112,7 @@ def measure_alloc(num_rows: int, device: torch.device | str, rounds: int = ROUND
 
 
 def measure_dispatch_overhead(device: torch.device | str) -> dict:
-    """Per-call cost of kvbench.ops.paged_decode with a cached decision over a no-op row."""
+    """Per-call cost of kvbench.paged_decode with a cached decision over a no-op row."""
     from kvbench.dispatch import KernelSpec, LayoutRequirement, Registry, using_registry
     from kvbench.harness import bench_host
 
