@@ -10,10 +10,10 @@ import statistics
 
 from asv.results import Results
 
-HERE = "docs/data/h200-2026-12-01-s14/asv"
-bench = json.load(open(f"{HERE}/benchmarks.json"))
+HERE = "docs/data/h200-2026-12-01-s14"
+bench = json.load(open(f"{HERE}/asv_benchmarks.json"))
 res = {}
-for f in sorted(glob.glob(f"{HERE}/*-kvbench-offline-py3.12.json")):
+for f in sorted(glob.glob(f"{HERE}/asv_*-kvbench-offline-py3.12.json")):
     r = Results.load(f)
     d = {}
     for name in r.get_result_keys(bench):
