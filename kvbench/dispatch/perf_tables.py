@@ -34,14 +34,9 @@ import torch
 from kvbench.core import paths
 from kvbench.core.dtypes import ROW_DTYPES
 from kvbench.core.jsonfile import move_aside, write_json_atomic
-from kvbench.dispatch.registry import BUCKETS, check_op
+from kvbench.dispatch.registry import BUCKETS, TUNED_DTYPE, check_op
 
 SCHEMA = 1
-#: The dtype an entry without its own "dtype" was measured at: tables written before entries
-#: carried one were tuned at these (fp16 decode/write, the fp8 gather, the allocator's rows).
-TUNED_DTYPE: dict[str, str] = {
-    "paged_decode": "fp16", "kv_write": "fp16", "kv_gather_fp8": "fp8", "kv_alloc": "int64",
-}
 #: (op, bucket, spec name, device name, dtype, tags) -> milliseconds, or None if unmeasured.
 PerfProvider = Callable[[str, str, str, str, str, frozenset[str]], "float | None"]
 

@@ -103,6 +103,14 @@ BUCKETS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The dtype each op is tuned and tracked at by default (`kvbench tune`; a stored perf-table
+#: entry without its own "dtype" was measured at it): fp16 decode and write, the fp8 gather,
+#: the allocator's int64 rows.
+TUNED_DTYPE: dict[str, str] = {
+    "paged_decode": "fp16", "kv_write": "fp16", "kv_gather_fp8": "fp8", "kv_alloc": "int64",
+}
+
+
 def bucket(op: str, shape: Mapping[str, Any] | None) -> str:
     """The shape bucket of a problem; "any" without a shape. ValueError on unknown op/keys."""
     check_op(op)

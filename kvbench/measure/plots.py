@@ -19,13 +19,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kvbench.dispatch.registry import OPS
 from kvbench.harness.report import NOISY_IQR
+from kvbench.ops import op_module
 
-#: The measured ceiling each op's %ceil divides by (report.CEILING_KINDS): decode attention
-#: streams its KV in and writes a few KiB, so it is a read; the writes, the gather (reads
-#: and writes of equal size) and the allocator's table copies are scored against the copy.
-CEILING_FOR_OP = {"paged_decode": "read", "kv_write": "copy", "kv_gather_fp8": "copy",
-                  "kv_alloc": "copy"}
+#: The measured ceiling each op's %ceil divides by (report.CEILING_KINDS), as its op module
+#: states it (kvbench.ops.<op>.CEILING).
+CEILING_FOR_OP: dict[str, str] = {op: op_module(op).CEILING for op in OPS}
 
 #: Bar colour per impl family (the prefix before '/').
 FAMILY_COLOURS = {"triton": "#1f77b4", "cuda": "#2ca02c", "torch": "#9467bd",

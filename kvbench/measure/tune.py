@@ -59,20 +59,12 @@ from kvbench.dispatch.perf_tables import (
     table_path,
     write_table,
 )
-from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, check_op
-from kvbench.fixtures.gather_pool import (
-    build_gather_pool,
-    build_page_table_flat,
-    gather_pool_tokens,
-)
+from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, TUNED_DTYPE, check_op
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.verify import VerificationError
 from kvbench.measure import pipeline
+from kvbench.ops import op_module
 from kvbench.ops.common import OpInputs
-from kvbench.ops.kv_alloc import alloc_inputs
-from kvbench.ops.kv_gather_fp8 import gather_inputs
-from kvbench.ops.kv_write import write_inputs
-from kvbench.ops.paged_decode import decode_inputs, decode_pool
 
 
 @dataclass(frozen=True)
@@ -93,61 +85,18 @@ class TuneCase:
     storage: str = "combined"  # paged_pool's storage (paged_decode, kv_write)
 
 
-def _decode_case(batch: int, seq_len: int, **kw: int) -> TuneCase:
-    p = {
-        "batch": batch,
-        "seq_len": seq_len,
-        "kv_heads": 8,
-        "q_heads": 32,
-        "head_dim": 128,
-        "page_size": 16,
-    }
-    p.update(kw)
-    return TuneCase("paged_decode", f"batch={batch},seq_len={seq_len}", "fp16", p)
+def _cases(op: str, which: str) -> tuple[TuneCase, ...]:
+    """The op module's tune cases (TUNE_CASES or TUNE_CASES_CPU) at the op's tuned dtype."""
+    return tuple(TuneCase(op, label, TUNED_DTYPE[op], dict(params))
+                 for label, params in getattr(op_module(op), which))
 
 
-def _write_case(n: int, **kw: int) -> TuneCase:
-    p = {"n": n, "num_seqs": 8, "seq_len": 2048, "kv_heads": 8, "head_dim": 128, "page_size": 16}
-    p.update(kw)
-    return TuneCase("kv_write", f"n={n}", "fp16", p)
-
-
-def _gather_case(kv_len: int, **kw: int) -> TuneCase:
-    p = {"kv_len": kv_len, "pool_tokens": 131072, "extra_rows": 2048}
-    p.update(kw)
-    return TuneCase("kv_gather_fp8", f"kv_len={kv_len}", "fp8", p)
-
-
-def _alloc_case(n: int, num_rows: int = 32768) -> TuneCase:
-    return TuneCase("kv_alloc", f"n={n}", "int64", {"n": n, "num_rows": num_rows})
-
-
-#: Device-sized cases, one per bucket (registry.BUCKETS order). Decode geometry is the
-#: Llama-3 / Qwen3 one of seed 000 (32 q heads, 8 kv heads, d 128, 16-token pages).
-CASES: dict[str, tuple[TuneCase, ...]] = {
-    "paged_decode": tuple(
-        _decode_case(b, c) for b in (1, 8, 32, 64) for c in (1024, 4096, 8192, 32768)
-    ),
-    "kv_write": (_write_case(32), _write_case(8192)),
-    "kv_gather_fp8": (_gather_case(8192), _gather_case(32768), _gather_case(65536)),
-    "kv_alloc": (_alloc_case(1), _alloc_case(64), _alloc_case(256)),
-}
-
+#: Device-sized cases, one per bucket (registry.BUCKETS order), from each op module.
+CASES: dict[str, tuple[TuneCase, ...]] = {op: _cases(op, "TUNE_CASES") for op in BUCKETS}
 #: CPU cases: the Triton rows run in the interpreter, so their numbers only rank interpreter
 #: speed; they exist so `kvbench tune` works end to end on a developer machine and the table
 #: carries the CPU's name, which no GPU will match. The allocator numbers are real host costs.
-CPU_CASES: dict[str, tuple[TuneCase, ...]] = {
-    "paged_decode": (
-        _decode_case(1, 64, kv_heads=2, q_heads=4, head_dim=32),
-        _decode_case(2, 1040, kv_heads=1, q_heads=2, head_dim=16, page_size=64),
-    ),
-    "kv_write": (
-        _write_case(8, num_seqs=2, seq_len=64, kv_heads=2, head_dim=32),
-        _write_case(96, num_seqs=2, seq_len=64, kv_heads=2, head_dim=32),
-    ),
-    "kv_gather_fp8": (_gather_case(100, pool_tokens=1024, extra_rows=16),),
-    "kv_alloc": (_alloc_case(1, 4096), _alloc_case(64, 4096)),
-}
+CPU_CASES: dict[str, tuple[TuneCase, ...]] = {op: _cases(op, "TUNE_CASES_CPU") for op in BUCKETS}
 
 
 def tune_dtypes(op: str) -> tuple[str, ...]:
@@ -185,27 +134,9 @@ def default_cases(
 
 
 def _inputs(case: TuneCase, dev: torch.device) -> tuple[OpInputs, Callable[[], None]]:
-    """The case's inputs, built by its op module on the project fixtures as the asv suite
-    builds them (pools >= 8x L2 on a GPU), and what frees them."""
-    p = case.params
-    small = dev.type != "cuda"
-    if case.op in ("paged_decode", "kv_write"):
-        pool = decode_pool(
-            p["batch"] if case.op == "paged_decode" else p["num_seqs"], p["seq_len"],
-            case.dtype, dev, storage=case.storage, min_l2_multiple=0 if small else 8,
-            kv_heads=p["kv_heads"], head_dim=p["head_dim"], page_size=p["page_size"],
-        )
-        if case.op == "paged_decode":
-            return decode_inputs(pool, p["q_heads"]), pool.free
-        return write_inputs(pool, p["n"]), pool.free
-    if case.op == "kv_gather_fp8":
-        # The CPU case's pool_tokens; on a GPU the suite's size (>= 8x L2).
-        tokens = p["pool_tokens"] if small else gather_pool_tokens(p["kv_len"], dev)
-        kv_cache = build_gather_pool(tokens, device=dev)
-        table = build_page_table_flat([p["kv_len"]], tokens, device=dev)
-        return gather_inputs(kv_cache, table, p["extra_rows"]), lambda: None
-    # kv_alloc: timed in every fragmentation state, ranked by the worst (alloc_inputs).
-    return alloc_inputs(p["num_rows"], p["n"], dev), lambda: None
+    """The case's inputs, built by its op module (tune_inputs) on the project fixtures as the
+    asv suite builds them, and what frees them."""
+    return op_module(case.op).tune_inputs(case.params, case.dtype, case.storage, dev)
 
 
 def tune(

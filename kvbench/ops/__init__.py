@@ -11,3 +11,17 @@ The entry points are also kvbench.paged_decode, kvbench.kv_write, kvbench.kv_gat
 kvbench.KVCacheManager. Importing an op module imports no kernel code: dispatch loads a
 kernel row the first time it is selected.
 """
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+def op_module(op: str) -> ModuleType:
+    """The module of `op` (kvbench.ops.<op>); ValueError naming the ops otherwise."""
+    from kvbench.dispatch.registry import OPS
+
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
+    return importlib.import_module(f"kvbench.ops.{op}")

@@ -1,6 +1,29 @@
-"""What every op module shares: the Problem an op call describes, its layout tags, the last
-selection per op, safe mode's raise_pending, the poison helpers of the proofs, and the fp64
-e4m3 arithmetic of the references (which share no code with kvbench.kernels).
+"""What the op modules share.
+
+- `Problem`: what an op call asks for, read from its inputs; `TAGS`: the frozen layout-tag
+  sets (built once, so a call allocates none); `LAST` / `last_selection`; `bad_input`.
+- Safe mode's `raise_pending` (docs/safety.md).
+- `OpInputs`: one problem's inputs, ready for any row of its op: what kvbench.measure needs.
+- The proofs' helpers (`poison_next_alloc`, `RefCache`, `as_values`) and the fp64 e4m3
+  arithmetic of the references (`e4m3_encode_ref`, `e4m3_decode_ref`, `scale_f64`).
+
+Hot path (every decode step pays it): the entry points read only tensor metadata (.dtype,
+.dim(), .shape, .is_contiguous(), .device): no .item(), no device sync. The context bucket
+comes from block_table.shape[1] * page_size (the table's capacity), not from seq_lens values,
+which live on the device. A cached decision is one dict lookup (dispatch.core.
+cached_selection); tests/test_ops.py holds the overhead under 2 µs.
+
+Layout tags the entry points derive (kvbench.dispatch.registry documents them):
+    kv:paged       paged_decode / kv_write: 4-D caches (+ a 2-D block table for decode);
+                   kv_gather_fp8: a 3-D token-row cache and a 1-D flat page table
+    kv:strided     a cache is a non-contiguous view (e.g. K/V halves of one per-layer buffer)
+    kv:fp8-scaled  a k_scale or v_scale was passed
+    kv:v-dim-major paged_decode: the V cache is not token-major (its last stride is not 1)
+
+Safety (docs/safety.md): every op reads its tensors with the strides they have or refuses a
+layout it cannot read with a ValueError naming the argument; index and scale values are
+checked on the host for CPU tensors; on CUDA the fast path checks no value, and
+``KVBENCH_CHECK=1`` checks them on the device without a host sync.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
-"""kv_alloc: the KV block allocator op (KVCacheManager over the registry's rows), its
-fragmentation states and its correctness check.
+"""kv_alloc: the KV block allocator op.
+
+`KVCacheManager` (the engine-facing allocator: a registry row chosen by dispatch or named),
+the fragmentation states the op is measured in (`STATES`, `prepare_state`), the invariant
+gate (`checked_alloc`: n distinct rows that were free), `selfcheck_kv_alloc` (a seeded
+alloc/free sequence against a set model), `alloc_inputs` (alloc(n) per state, host-timed),
+the report's ceiling and the tune cases. Allocators: kvbench/kernels/kv_alloc.py.
 """
 
 from __future__ import annotations
@@ -217,3 +222,18 @@ def alloc_inputs(num_rows: int, n: int, device: torch.device | str, *,
 
     problem = Problem("kv_alloc", "int64", frozenset(), {"n": n}, dev)
     return OpInputs(problem, (), {}, Work(), check=check, host=True, calls=calls)
+
+
+# ---- what the reports and `kvbench tune` measure ---------------------------------------------
+
+#: The measured ceiling this op's %ceil divides by (its table copies, when it moves bytes).
+CEILING = "copy"
+#: `kvbench tune` cases, one per shape bucket: (label, tune_inputs params). Host costs are real
+#: on a CPU too; the CPU cases only use a smaller allocator.
+TUNE_CASES = tuple((f"n={n}", {"n": n, "num_rows": 32768}) for n in (1, 64, 256))
+TUNE_CASES_CPU = tuple((f"n={n}", {"n": n, "num_rows": 4096}) for n in (1, 64))
+
+
+def tune_inputs(params: dict[str, int], dtype: str, storage: str, device):
+    """alloc(n) in every state, ranked by the worst (alloc_inputs); nothing to free."""
+    return alloc_inputs(params["num_rows"], params["n"], device), lambda: None

@@ -1,4 +1,11 @@
-"""kv_gather_fp8: gather fp8 KV rows (656-byte cache rows -> 576-byte fp8 rows) through a flat page table.
+"""kv_gather_fp8: gather fp8 KV rows through a flat page table (656-byte cache rows -> 576-byte
+fp8 rows) plus zeroed landing-pad rows.
+
+The entry point `kv_gather_fp8` and `describe_kv_gather_fp8`; the bit-exact gate
+`check_kv_gather_fp8`, `proof_kv_gather_fp8`, `selfcheck_kv_gather_fp8`; `gather_inputs`,
+`kv_gather_fp8_work` (payload bytes only: a row's extra pre-zeroing shows as lower GB/s), the
+byte-math reference `kv_gather_fp8_ref`, the report's ceiling and the tune cases. Kernels:
+kvbench/kernels/kv_gather_fp8.py; fixture: kvbench/fixtures/gather_pool.py.
 """
 
 from __future__ import annotations
@@ -218,3 +225,37 @@ def gather_inputs(kv_cache: torch.Tensor, page_table_flat: torch.Tensor,
         check=lambda fn: check_kv_gather_fp8(fn, kv_cache, page_table_flat, extra_rows),
         proof=lambda fn: proof_kv_gather_fp8(fn, kv_cache, page_table_flat, extra_rows),
     )
+
+
+# ---- what the reports and `kvbench tune` measure ---------------------------------------------
+
+#: The measured ceiling this op's %ceil divides by: reads and writes of equal size, a copy.
+CEILING = "copy"
+
+
+def _tune_params(kv_len: int, **kw: int) -> tuple[str, dict[str, int]]:
+    return f"kv_len={kv_len}", {"kv_len": kv_len, "pool_tokens": 131072, "extra_rows": 2048, **kw}
+
+
+#: `kvbench tune` cases on a GPU, one per shape bucket: (label, tune_inputs params).
+TUNE_CASES = (_tune_params(8192), _tune_params(32768), _tune_params(65536))
+#: On a CPU: a small case, so tune runs end to end on a developer machine.
+TUNE_CASES_CPU = (_tune_params(100, pool_tokens=1024, extra_rows=16),)
+
+
+def tune_inputs(params: dict[str, int], dtype: str, storage: str, device):
+    """A tune case's inputs: the gather pool (the case's pool_tokens on a CPU, the suite's
+    >= 8x L2 on a GPU) and its flat page table; nothing to free by hand."""
+    from kvbench.core.device import resolve_device
+    from kvbench.fixtures.gather_pool import (
+        build_gather_pool,
+        build_page_table_flat,
+        gather_pool_tokens,
+    )
+
+    dev = resolve_device(device)
+    tokens = (params["pool_tokens"] if dev.type != "cuda"
+              else gather_pool_tokens(params["kv_len"], dev))
+    kv_cache = build_gather_pool(tokens, device=dev)
+    table = build_page_table_flat([params["kv_len"]], tokens, device=dev)
+    return gather_inputs(kv_cache, table, params["extra_rows"]), lambda: None

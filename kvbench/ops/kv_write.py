@@ -1,4 +1,11 @@
-"""kv_write: scatter new K/V rows into a paged KV cache (quantizing to fp8 on write).
+"""kv_write: scatter new K/V rows [N, Hkv, D] into the paged caches at slot_mapping (fp8:
+quantized on write with the caller's scales).
+
+The entry point `kv_write` and `describe_kv_write`; the gate (exact for every dtype:
+`RTOL` / `ATOL` are zero) `check_kv_write`, which also checks that no other slot changed;
+`proof_kv_write`, `selfcheck_kv_write`; the inputs (`make_write_inputs`: scattered or
+page-order slots; `write_inputs`), `kv_write_work`, the reference `kv_write_ref`, the report's
+ceiling and the tune cases. Kernels: kvbench/kernels/kv_write.py.
 """
 
 from __future__ import annotations
@@ -334,3 +341,37 @@ def write_inputs(pool, n: int, *, seed: int = 0, order: str = "scattered") -> Op
         proof=lambda fn: proof_kv_write(fn, pool, k, v, slots),
         extra={"pool": pool},
     )
+
+
+# ---- what the reports and `kvbench tune` measure ---------------------------------------------
+
+#: The measured ceiling this op's %ceil divides by: a scatter of rows it read is a copy.
+CEILING = "copy"
+
+
+def _tune_params(n: int, **kw: int) -> tuple[str, dict[str, int]]:
+    params = {"n": n, "num_seqs": 8, "seq_len": 2048, "kv_heads": 8, "head_dim": 128,
+              "page_size": 16, **kw}
+    return f"n={n}", params
+
+
+#: `kvbench tune` cases on a GPU, one per shape bucket: (label, tune_inputs params).
+TUNE_CASES = (_tune_params(32), _tune_params(8192))
+#: On a CPU: small cases, so tune runs end to end on a developer machine.
+TUNE_CASES_CPU = (
+    _tune_params(8, num_seqs=2, seq_len=64, kv_heads=2, head_dim=32),
+    _tune_params(96, num_seqs=2, seq_len=64, kv_heads=2, head_dim=32),
+)
+
+
+def tune_inputs(params: dict[str, int], dtype: str, storage: str, device):
+    """A tune case's inputs on the project pool (>= 8x L2 on a GPU) and what frees them."""
+    from kvbench.core.device import resolve_device
+    from kvbench.ops.paged_decode import decode_pool
+
+    dev = resolve_device(device)
+    pool = decode_pool(params["num_seqs"], params["seq_len"], dtype, dev, storage=storage,
+                       min_l2_multiple=8 if dev.type == "cuda" else 0,
+                       kv_heads=params["kv_heads"], head_dim=params["head_dim"],
+                       page_size=params["page_size"])
+    return write_inputs(pool, params["n"]), pool.free

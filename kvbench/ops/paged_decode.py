@@ -1,10 +1,25 @@
-"""paged_decode: one decode step of paged attention over a paged KV cache.
+"""paged_decode: one decode step of paged attention, q [B, Hq, D] over paged K/V caches.
+
+Everything kvbench knows about the op except its kernels (kvbench/kernels/paged_decode.py,
+paged_decode_cluster.py) and its registry rows:
+
+- the engine-facing entry point `paged_decode` (the problem read from tensor metadata only,
+  the cached decision looked up, the selected row run) and `describe_paged_decode`;
+- the gate: `RTOL` / `ATOL`, `check_paged_decode` (elementwise, then the systematic-error
+  criterion), `proof_paged_decode` (the last timed call verified on a negated q),
+  `selfcheck_paged_decode*` (the tiny problems dispatch verifies rows with), and the
+  load-only read's check (`check_page_read`, the bound:page_read row);
+- the theoretical cost (`paged_decode_work`, `page_read_work`) and the fp64 reference
+  (`paged_decode_ref`, which shares no code with the kernels);
+- the measured geometry (`Q_HEADS`, `KV_HEADS`, `HEAD_DIM`, `PAGE_SIZE`), the case fixture
+  (`decode_pool`) and inputs (`decode_inputs`), the report's ceiling and the tune cases.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -430,3 +445,38 @@ def decode_inputs(pool, q_heads: int = Q_HEADS, *, seed: int = 0) -> OpInputs:
         proof=lambda fn: proof_paged_decode(fn, pool, q),
         extra={"pool": pool, "q": q},
     )
+
+
+# ---- what the reports and `kvbench tune` measure ---------------------------------------------
+
+#: The measured ceiling this op's %ceil divides by (harness.report.CEILING_KINDS): decode
+#: streams its KV in and writes a few KiB, so it is a read.
+CEILING = "read"
+
+
+def _tune_params(batch: int, seq_len: int, **kw: int) -> tuple[str, dict[str, int]]:
+    params = {"batch": batch, "seq_len": seq_len, "kv_heads": KV_HEADS, "q_heads": Q_HEADS,
+              "head_dim": HEAD_DIM, "page_size": PAGE_SIZE, **kw}
+    return f"batch={batch},seq_len={seq_len}", params
+
+
+#: `kvbench tune` cases on a GPU, one per shape bucket: (label, tune_inputs params).
+TUNE_CASES = tuple(_tune_params(b, c) for b in (1, 8, 32, 64) for c in (1024, 4096, 8192, 32768))
+#: On a CPU: small cases, so tune runs end to end on a developer machine (the interpreter's
+#: numbers rank nothing on a GPU: the table carries the CPU's name).
+TUNE_CASES_CPU = (
+    _tune_params(1, 64, kv_heads=2, q_heads=4, head_dim=32),
+    _tune_params(2, 1040, kv_heads=1, q_heads=2, head_dim=16, page_size=64),
+)
+
+
+def tune_inputs(params: dict[str, int], dtype: str, storage: str, device) -> tuple[OpInputs, Any]:
+    """A tune case's inputs on the project pool (>= 8x L2 on a GPU) and what frees them."""
+    from kvbench.core.device import resolve_device
+
+    dev = resolve_device(device)
+    pool = decode_pool(params["batch"], params["seq_len"], dtype, dev, storage=storage,
+                       min_l2_multiple=8 if dev.type == "cuda" else 0,
+                       kv_heads=params["kv_heads"], head_dim=params["head_dim"],
+                       page_size=params["page_size"])
+    return decode_inputs(pool, params["q_heads"]), pool.free
