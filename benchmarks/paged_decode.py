@@ -37,7 +37,7 @@ CASES = {
 CPU_CASES = ("b4_c1k",)
 #: layout/storage ablation (seed 000: each fixture property keeps an ablation row):
 #: variant -> (layout, storage, KV dtype). Dim-major V pages are the fp8 kernel's layout lever
-#: (docs/perf-notes.md, experiment 16), tracked at both dtypes; fp8 in combined storage is
+#: (docs/decisions.md, "fp8 dim-major V pages"), tracked at both dtypes; fp8 in combined storage is
 #: PagedDecode's own fp8 row at the same case.
 VARIANTS = {
     "frag_combined": ("fragmented", "combined", "fp16"),

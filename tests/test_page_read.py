@@ -97,7 +97,7 @@ def test_page_read_work_counts_whole_pages_and_their_indices():
 def test_table_bound_row_is_checked_and_below_the_decode_it_bounds():
     """On the GPU every decode case of the table carries bound:page_read, checked first. A
     load-only read of the pages slower than the decode that reads them and does the math
-    would mean its launch config is wrong (PAGE_READ_CONFIG, experiment 15)."""
+    would mean its launch config is wrong (PAGE_READ_CONFIG; docs/decisions.md, "Bytes-only bound per decode case")."""
     from kvbench.measure.table import Table, bound_ratios, decode_case
 
     table = Table("paged_decode")

@@ -633,7 +633,7 @@ def test_kernels_compile_for_sm90_without_spills(sm90_compile):
 
     By this machine's triton, not necessarily the H200's: there (triton 3.6) Nsight Compute
     counted 186 registers for the fp16 single-pass kernel that compiles to 132 here with
-    triton 3.9 (docs/perf-notes.md, experiment 16), so occupancy read off these figures is
+    triton 3.9 (docs/decisions.md, "fp8 dim-major V pages"), so occupancy read off these figures is
     a hint, and the device's profile is the measurement."""
     sm90_compile(_COMPILE_SCRIPT)
 

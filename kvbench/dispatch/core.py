@@ -48,7 +48,7 @@ from kvbench.dispatch.spec import GoldenRecord, KernelSpec
 #: fn(op, bucket, spec_name, device_name, dtype, tags) -> milliseconds, or None when not
 #: measured. The dtype and the layout tags are the problem's: a row's rank can differ between
 #: dtypes (cuda/cluster_decode leads Triton at fp16 and trails it at fp8) and between layouts
-#: (the Triton fp8 decode is 30% faster from dim-major V pages, docs/perf-notes.md exp. 16),
+#: (the Triton fp8 decode is 30% faster from dim-major V pages, docs/decisions.md, "fp8 dim-major V pages"),
 #: so a number measured at one must not rank rows for another.
 
 

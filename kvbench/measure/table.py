@@ -74,7 +74,7 @@ from kvbench.ops.paged_decode import (
     page_read_work,
 )
 
-#: (case label, batch, context) on a GPU. The first five are the roofline targets of issue 6.
+#: (case label, batch, context) on a GPU. The five roofline targets of the decode kernels.
 DECODE_CASES_GPU: tuple[tuple[str, int, int], ...] = (
     ("b1_c4k", 1, 4096),
     ("b1_c32k", 1, 32768),
@@ -82,7 +82,7 @@ DECODE_CASES_GPU: tuple[tuple[str, int, int], ...] = (
     ("b32_c4k", 32, 4096),
     ("b64_c8k", 64, 8192),
 )
-#: The full batch x context grid of issue 3 (`--grid`).
+#: The full batch x context grid (`--grid`).
 DECODE_GRID_GPU = tuple(
     (f"b{b}_c{c // 1024}k", b, c) for b in (1, 8, 32, 64) for c in (1024, 4096, 8192, 32768)
 )
@@ -282,8 +282,9 @@ def table_paged_decode(*, grid: bool = False, ablations: bool = True,
             ("fragmented", "v_dim_major"),
         ):
             decode_case(table, label, b, c, layout=layout, storage=storage, with_peers=False)
-        # Dim-major V pages are the fp8 kernel's layout lever (docs/perf-notes.md, experiment
-        # 16): its fp8 row beside the fp16 one above, for the fp8 / fp16 ratio in one storage.
+        # Dim-major V pages are the fp8 kernel's layout lever (docs/decisions.md, "fp8
+        # dim-major V pages"): its fp8 row beside the fp16 one above, for the fp8 / fp16 ratio
+        # in one storage.
         decode_case(table, label, b, c, dtype="fp8", storage="v_dim_major", with_peers=False)
         if on_gpu:
             decode_case(table, label, b, c, min_l2_multiple=32, with_peers=False)
@@ -331,8 +332,8 @@ def table_kv_write(*, table: Table | None = None) -> Table:
     for label, n in cases:
         for dtype in ("fp16", "bf16", "fp8"):
             write_case(table, label, n, dtype)
-    # What writing dim-major V pages costs (the fp8 decode's layout, docs/perf-notes.md
-    # experiment 16): scattered slots (the cases above) and a prefill's slots in page order,
+    # What writing dim-major V pages costs (the fp8 decode's layout, docs/decisions.md,
+    # "Dim-major V writes"): scattered slots (the cases above) and a prefill's slots in page order,
     # where a page's run of V rows can be stored as vectors; token-major beside it.
     label, n = cases[0]
     for dtype in ("fp16", "fp8"):
