@@ -127,7 +127,9 @@ def _compiled_kernels() -> dict[int, Any]:
         if not name.startswith("kvbench") or module is None:
             continue
         for value in list(vars(module).values()):
-            fn = getattr(value, "fn", value)  # autotuned / heuristics wrappers hold .fn
+            # A JITFunction's own .fn is the Python function it wraps: test the value first,
+            # then follow .fn through autotune / heuristics wrappers.
+            fn = value
             while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
                 fn = fn.fn
             if not isinstance(fn, JITFunction):
@@ -136,6 +138,8 @@ def _compiled_kernels() -> dict[int, Any]:
                 cache = caches[0] if isinstance(caches, tuple) else caches
                 for kernel in list(cache.values()):
                     with contextlib.suppress(Exception):
+                        if hasattr(kernel, "result"):  # a kernel compiled asynchronously
+                            kernel = kernel.result()
                         kernel._init_handles()
                         found[int(kernel.function)] = kernel
     return found

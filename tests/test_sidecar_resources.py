@@ -1,0 +1,75 @@
+"""The sidecar finds the compiled kernel a launch hook names (benchmarks/_sidecar.py).
+
+A launch hook reports only the CUfunction handle; the sidecar maps it back to the compiled
+kernel through the JIT caches of the Triton kernels in kvbench's modules. The H200 sidecars
+recorded bare handles ({'function': ...}) because the scan took a JITFunction's own `.fn`
+(the Python function it wraps) and skipped every plain @triton.jit kernel. CPU: the scan is
+checked on a real JITFunction whose cache holds a stand-in compiled kernel."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+triton = pytest.importorskip("triton")
+
+from benchmarks import _sidecar  # noqa: E402
+
+
+class _Compiled:
+    """What the scan reads of a CompiledKernel."""
+
+    def __init__(self, handle: int) -> None:
+        self.function = handle
+        self.name = "_fake_kernel"
+        self.n_regs, self.n_spills = 96, 0
+        self.metadata = {"shared": 16384, "num_warps": 4, "num_stages": 3, "maxnreg": None}
+
+    def _init_handles(self) -> None:
+        """Loaded already."""
+
+
+class _Future:
+    """An asynchronously compiled kernel, as a JIT cache may hold one."""
+
+    def __init__(self, kernel: _Compiled) -> None:
+        self._kernel = kernel
+
+    def result(self) -> _Compiled:
+        return self._kernel
+
+
+def _fake_kernel(x):
+    pass
+
+
+def _other_kernel(x):
+    pass
+
+
+@pytest.fixture
+def fake_module(monkeypatch):
+    # JITFunction directly: under TRITON_INTERPRET=1 (the CPU suite) triton.jit would return
+    # the interpreter's wrapper instead, which has no JIT cache to scan.
+    from triton.runtime.jit import JITFunction
+
+    fake, other = JITFunction(_fake_kernel), JITFunction(_other_kernel)
+    fake.device_caches = {0: ({"k1": _Compiled(1234)}, {}, None, None, None)}
+    other.device_caches = {0: ({"k2": _Future(_Compiled(5678))}, {}, None, None, None)}
+    wrapper = types.SimpleNamespace(fn=other)  # an autotuner-like wrapper
+    module = types.ModuleType("kvbench._fake_kernels")
+    module.fake, module.wrapped = fake, wrapper
+    monkeypatch.setitem(sys.modules, "kvbench._fake_kernels", module)
+    return module
+
+
+def test_a_plain_jit_kernel_and_a_wrapped_one_are_found_by_their_handle(fake_module):
+    found = _sidecar._compiled_kernels()
+    assert {1234, 5678} <= set(found)
+    described = _sidecar._describe(found[1234])
+    assert described == {"name": "_fake_kernel", "registers": 96, "spills": 0,
+                         "shared_bytes": 16384, "num_warps": 4, "num_stages": 3, "maxnreg": None}
