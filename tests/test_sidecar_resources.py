@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 triton = pytest.importorskip("triton")
 
-from benchmarks import _sidecar  # noqa: E402
+from benchmarks import _sidecar
 
 
 class _Compiled:
