@@ -191,14 +191,17 @@ def triton_resources(call: Any) -> list[dict] | str:
             chain.remove(hook)
         else:
             knobs.runtime.launch_enter_hook = chain
-    kernels = _compiled_kernels()
-    seen, out = set(), []
-    for handle in launched:
-        if handle in seen:
-            continue
-        seen.add(handle)
-        kernel = kernels.get(handle)
-        out.append(_describe(kernel) if kernel is not None else {"function": handle})
+    try:  # what was launched is context for a verdict: reading it never fails the case
+        kernels = _compiled_kernels()
+        seen, out = set(), []
+        for handle in launched:
+            if handle in seen:
+                continue
+            seen.add(handle)
+            kernel = kernels.get(handle)
+            out.append(_describe(kernel) if kernel is not None else {"function": handle})
+    except Exception as exc:  # noqa: BLE001 - recorded in the sidecar instead
+        return f"{NA}: {type(exc).__name__}: {exc}"
     return out
 
 
