@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 PREFIX = "KVBENCH_"
 
@@ -39,20 +39,7 @@ SETTINGS: dict[str, str] = {
                                  "index is unreachable",
 }
 
-
-def unknown_settings(
-    selectors: Iterable[str], environ: Mapping[str, str] | None = None
-) -> list[tuple[str, str | None]]:
-    """(name, the closest known name or None) of every KVBENCH_* variable set in `environ`
-    (default os.environ) that is neither one of `selectors` nor in SETTINGS, sorted."""
-    environ = os.environ if environ is None else environ
-    known = {*selectors, *SETTINGS}
-    return [
-        (name, next(iter(difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)), None))
-        for name in sorted(environ)
-        if name.startswith(PREFIX) and name not in known
-    ]
-
+#: The selector value that lets dispatch choose.
 AUTO = "auto"
 
 #: op name -> the environment variable that selects its kernel row.
@@ -99,6 +86,18 @@ def kernel_env_vars() -> dict[str, str | None]:
     return {name: os.environ.get(name) for name in names}
 
 
+def unknown_settings(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """(name, the closest known name or None) of every KVBENCH_* variable set in `environ`
+    (default os.environ) that is neither a selector (SELECTOR_VARS) nor in SETTINGS, sorted."""
+    environ = os.environ if environ is None else environ
+    known = {*SELECTOR_VARS.values(), *SETTINGS}
+    return [
+        (name, next(iter(difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)), None))
+        for name in sorted(environ)
+        if name.startswith(PREFIX) and name not in known
+    ]
+
+
 def unknown_setting_messages() -> dict[str, str]:
     """{name: warning} for each KVBENCH_* variable set that kvbench does not read (a misspelt
     selector changes nothing: the run measures `auto`), naming the closest known variable and
@@ -108,7 +107,7 @@ def unknown_setting_messages() -> dict[str, str]:
         name: f"{name} is set but is not a kvbench variable, so it changes nothing"
         + (f" (did you mean {close}?)" if close else "")
         + f"; the kernel selectors are {selectors}; other settings: {', '.join(SETTINGS)}"
-        for name, close in unknown_settings(SELECTOR_VARS.values())
+        for name, close in unknown_settings()
     }
 
 
