@@ -144,13 +144,6 @@ def pin_host_process() -> None:
         os.sched_setaffinity(0, {cores[-1]})
 
 
-def least_of(measure: Callable[[], Any], repeats: int = HOST_REPEATS) -> Any:
-    """The timing with the least median of `repeats` calls of `measure()` (a harness timer):
-    a robust estimator of a host-side cost, whose noise is one-sided (preemption, a core
-    change, a cold cache only ever add time)."""
-    return min((measure() for _ in range(repeats)), key=lambda t: t.median_us)
-
-
 def set_selector(op: str, value: str) -> None:
     """Pin (or unpin, for 'auto') the kernel row of `op` through its env-var selector."""
     var = SELECTOR_VARS[op]

@@ -43,6 +43,7 @@ def _measure_op(dev: str, op: str, results: dict) -> None:
     last_selection = c.need("kvbench.ops.common", "last_selection").last_selection
     dispatch = c.need("kvbench.dispatch", "dispatch").dispatch
     harness = c.need("kvbench.harness", "bench_host")
+    pipeline = c.need("kvbench.measure.pipeline", "least_median")
     c.set_selector(op, c.AUTO)
     inputs, pool = _inputs(dev, op)
     args, kwargs = inputs.args, inputs.kwargs
@@ -57,7 +58,8 @@ def _measure_op(dev: str, op: str, results: dict) -> None:
         }
 
         def one(key: tuple) -> dict:
-            timing = c.least_of(lambda: harness.bench_host(calls[key[1]], device=sel.device))
+            timing = pipeline.least_median(
+                lambda: harness.bench_host(calls[key[1]], device=sel.device), c.HOST_REPEATS)
             return c.measured(timing, None, selected=sel.spec.name, max_abs_diff=None,
                               explain=sel.explain() if key[1] == "dispatch" else "")
 

@@ -35,7 +35,7 @@ class KVCacheManager:
     def __init__(self, num_rows: int, *, device: torch.device | str, impl: str | None = None):
 
 
-        dev = core.resolve_device(device)
+        dev = resolve_device(device)
         self.selection = None
         if impl is None:
             self.selection = core.dispatch("kv_alloc", dtype="int64", device=dev)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from kvbench.core.device import resolve_device
 from kvbench.core.dtypes import FROM_TORCH
 from kvbench.dispatch.core import cached_selection
 from kvbench.dispatch.registry import gather_bucket
@@ -246,7 +247,6 @@ TUNE_CASES_CPU = (_tune_params(100, pool_tokens=1024, extra_rows=16),)
 def tune_inputs(params: dict[str, int], dtype: str, storage: str, device):
     """A tune case's inputs: the gather pool (the case's pool_tokens on a CPU, the suite's
     >= 8x L2 on a GPU) and its flat page table; nothing to free by hand."""
-    from kvbench.core.device import resolve_device
     from kvbench.fixtures.gather_pool import (
         build_gather_pool,
         build_page_table_flat,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from kvbench.core.device import resolve_device
 from kvbench.core.dtypes import BYTES, FROM_TORCH
 from kvbench.dispatch.core import cached_selection
 from kvbench.dispatch.registry import write_bucket
@@ -366,7 +367,6 @@ TUNE_CASES_CPU = (
 
 def tune_inputs(params: dict[str, int], dtype: str, storage: str, device):
     """A tune case's inputs on the project pool (>= 8x L2 on a GPU) and what frees them."""
-    from kvbench.core.device import resolve_device
     from kvbench.ops.paged_decode import decode_pool
 
     dev = resolve_device(device)

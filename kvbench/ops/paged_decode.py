@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from kvbench.core.device import resolve_device
 from kvbench.core.dtypes import BYTES, FROM_TORCH
 from kvbench.dispatch.core import cached_selection
 from kvbench.dispatch.registry import PAGED, decode_bucket
@@ -420,7 +421,6 @@ def decode_pool(batch: int, context: int, dtype: str, device: torch.device | str
                 head_dim: int = HEAD_DIM, page_size: int = PAGE_SIZE, seed: int = 0):
     """The fragmented paged pool of a decode case: >= 8x L2 on a GPU (cold reads), no size
     floor on a CPU."""
-    from kvbench.core.device import resolve_device
     from kvbench.fixtures.pool import paged_pool
 
     dev = resolve_device(device)
@@ -472,8 +472,6 @@ TUNE_CASES_CPU = (
 
 def tune_inputs(params: dict[str, int], dtype: str, storage: str, device) -> tuple[OpInputs, Any]:
     """A tune case's inputs on the project pool (>= 8x L2 on a GPU) and what frees them."""
-    from kvbench.core.device import resolve_device
-
     dev = resolve_device(device)
     pool = decode_pool(params["batch"], params["seq_len"], dtype, dev, storage=storage,
                        min_l2_multiple=8 if dev.type == "cuda" else 0,
