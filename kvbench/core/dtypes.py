@@ -34,5 +34,5 @@ def kv_dtype_name(dtype: object) -> str:
         return dtype
     if isinstance(dtype, torch.dtype) and dtype in FROM_TORCH:
         return FROM_TORCH[dtype]
-    accepted = ", ".join([*KV_DTYPES, *map(str, FROM_TORCH)])
-    raise ValueError(f"KV dtype {dtype!r}: accepted {accepted}")
+    accepted = ", ".join([*map(str, FROM_TORCH), *map(repr, KV_DTYPES)])
+    raise ValueError(f"dtype={dtype!r} is not accepted; accepted: {accepted}")

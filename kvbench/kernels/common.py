@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
+from kvbench.core.dtypes import FP8_CONTAINERS
 from kvbench.kernels import _validate as V
 
 #: q (and 16-bit cache) dtypes.
 Q_DTYPES = (torch.float16, torch.bfloat16)
 #: fp8 e4m3 caches: bytes in a uint8 container, or the same bytes as float8_e4m3fn.
-FP8_CACHES = (torch.uint8, torch.float8_e4m3fn)
+FP8_CACHES = FP8_CONTAINERS
 HEAD_DIMS = "a power of two in [16, 256]"
 #: log2(e): the kernels' softmax runs in the exp2 domain.
 LOG2E = 1.4426950408889634

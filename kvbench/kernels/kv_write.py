@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kvbench.core.dtypes import FROM_TORCH
 from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_interpreted
 from kvbench.kernels._validate import (
@@ -60,7 +61,7 @@ from kvbench.kernels._validate import (
 # Exact copies for fp16/bf16; fp8 bytes equal torch's RNE quantization of the same input
 # (the soft encoder makes this hold under the interpreter too, see kernels/_fp8.py).
 _IN_DTYPES = (torch.float16, torch.bfloat16)
-_CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.uint8, torch.float8_e4m3fn)
+_CACHE_DTYPES = tuple(FROM_TORCH)
 _FP8_CACHE = (torch.uint8, torch.float8_e4m3fn)
 _DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
 _TORCH_NAME = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.uint8: "fp8",
