@@ -93,10 +93,6 @@ else:  # pragma: no cover - other platforms keep the documented mapping
     _ENV_KEYS = dict(SELECTOR_VARS)
 
 
-def selector_source(op: str) -> tuple[Mapping[Any, Any], Any]:
-    """(mapping, key) whose .get(key) is the raw selector value in decision keys (hot path)."""
-    return _ENV, _ENV_KEYS[op]
-
 
 def clear_decisions() -> None:
     """Drop every cached decision (the next dispatch() of each problem decides again)."""
