@@ -54,7 +54,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import _isolate, _sidecar
+from . import _host, _isolate, _sidecar
 
 #: Explicit benchmark version: editing a benchmark's code must not hide its history.
 VERSION = "1"
@@ -225,8 +225,8 @@ def measure_case(inputs: Any, selector: str, dev: str, timings: dict, *,
     seen: dict = {}
 
     def read_resources(run: Callable[[], float]) -> float:
-        # On a GPU the check's call also tells which compiled Triton kernels the row launches.
-        seen["resources"] = _sidecar.triton_resources(lambda: seen.setdefault("diff", run()))
+        # On a GPU the check's call also tells which compiled kernels the row launches.
+        seen["resources"] = _sidecar.kernel_resources(lambda: seen.setdefault("diff", run()))
         return seen["diff"] if "diff" in seen else run()
 
     # Only a case that moves bytes is judged against a ceiling (a host op moves none): the CPU
@@ -321,7 +321,8 @@ def run_group(keys: list[tuple[str, ...]], build: Callable[[], Any],
         return
     _isolate.group_started(keys)
     resource = None
-    state = {"keys": [repr(tuple(k)) for k in keys], "before": _sidecar.gpu_state()}
+    state = {"keys": [repr(tuple(k)) for k in keys], "before": _sidecar.gpu_state(),
+             "host_before": _host.host_state()}
     _sidecar.STATES.append(state)
     try:
         resource = build()
@@ -336,6 +337,7 @@ def run_group(keys: list[tuple[str, ...]], build: Callable[[], Any],
         del resource
         free_device_memory()
         state["after"] = _sidecar.gpu_state()
+        state["host_after"] = _host.host_state()
         # the sidecar links each case to its group's machine state
         _isolate.group_state(keys, state, results, len(_sidecar.STATES) - 1)
 

@@ -112,7 +112,7 @@ def gpu_state() -> dict | str:
             pynvml.nvmlShutdown()
 
 
-# ---- compiled Triton kernels ------------------------------------------------------------------
+# ---- compiled kernels' resources ----------------------------------------------------------------
 
 
 def _compiled_kernels() -> dict[int, Any]:
@@ -159,24 +159,58 @@ def _describe(kernel: Any) -> dict:
     }
 
 
-def triton_resources(call: Any) -> list[dict] | str:
-    """Run `call` once with a Triton launch hook and return the resources of every compiled
-    kernel it launched (registers, spills, shared memory, warps, stages, from the compiled
-    kernel object); "n/a" without CUDA or Triton, [] when it launched no Triton kernel."""
+def kernel_resources(call: Any) -> list[dict] | str:
+    """Run `call` once with launch hooks and return the resources of every compiled kernel it
+    launched: Triton kernels from the compiled kernel object (registers, spills, shared memory,
+    warps, stages), kvbench's CUDA kernels from the CUDA runtime (registers, local and shared
+    memory, warps; kvbench.kernels.cuda_build.LAUNCH_HOOKS). "n/a" without CUDA or under the
+    Triton interpreter, [] when it launched neither. Reading resources never fails the case:
+    an error is recorded as "n/a: <why>"."""
     try:
         import torch
-        from triton import knobs
     except ImportError:
         return NA
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         return NA
     launched: list[int] = []
+    described: list[Any] = []
 
-    def hook(metadata: Any) -> None:
+    def triton_hook(metadata: Any) -> None:
         data = metadata.data if hasattr(metadata, "data") else metadata
         with contextlib.suppress(Exception):
             launched.append(int(data["function"]))
 
+    with contextlib.ExitStack() as hooks:
+        hooks.enter_context(_triton_launch_hook(triton_hook))
+        hooks.enter_context(_cuda_launch_hook(described.append))
+        call()
+        torch.cuda.synchronize()
+    try:
+        out, names = [], set()
+        if launched:
+            kernels = _compiled_kernels()
+            for handle in dict.fromkeys(launched):
+                kernel = kernels.get(handle)
+                out.append(_describe(kernel) if kernel is not None else {"function": handle})
+        for describe in described:
+            entry = describe()
+            if entry.get("name") not in names:
+                names.add(entry.get("name"))
+                out.append(entry)
+    except Exception as exc:  # noqa: BLE001 - recorded in the sidecar instead
+        return f"{NA}: {type(exc).__name__}: {exc}"
+    return out
+
+
+@contextlib.contextmanager
+def _triton_launch_hook(hook: Any):
+    """Triton's launch-enter hook set to `hook` for the block (chained where this Triton keeps
+    a list of hooks); nothing without Triton."""
+    try:
+        from triton import knobs
+    except ImportError:
+        yield
+        return
     chain = knobs.runtime.launch_enter_hook
     chained = hasattr(chain, "add")
     if chained:
@@ -184,25 +218,28 @@ def triton_resources(call: Any) -> list[dict] | str:
     else:
         knobs.runtime.launch_enter_hook = hook
     try:
-        call()
-        torch.cuda.synchronize()
+        yield
     finally:
         if chained:
             chain.remove(hook)
         else:
             knobs.runtime.launch_enter_hook = chain
-    try:  # what was launched is context for a verdict: reading it never fails the case
-        kernels = _compiled_kernels()
-        seen, out = set(), []
-        for handle in launched:
-            if handle in seen:
-                continue
-            seen.add(handle)
-            kernel = kernels.get(handle)
-            out.append(_describe(kernel) if kernel is not None else {"function": handle})
-    except Exception as exc:  # noqa: BLE001 - recorded in the sidecar instead
-        return f"{NA}: {type(exc).__name__}: {exc}"
-    return out
+
+
+@contextlib.contextmanager
+def _cuda_launch_hook(hook: Any):
+    """`hook` among kvbench's CUDA launch hooks for the block; nothing for a commit whose
+    kvbench has none (the suite measures older commits too)."""
+    module = sys.modules.get("kvbench.kernels.cuda_build")
+    hooks = getattr(module, "LAUNCH_HOOKS", None)
+    if not isinstance(hooks, list):
+        yield
+        return
+    hooks.append(hook)
+    try:
+        yield
+    finally:
+        hooks.remove(hook)
 
 
 # ---- writing ----------------------------------------------------------------------------------

@@ -9,7 +9,15 @@ prints the median and max |relative change| between successive processes:
   min        the least of the per-repeat medians
   median     the median of the per-repeat medians
 
-    python scripts/host_noise.py --processes 8 --repeats 5 [--pin] [--json out.json]
+Each process also records what could explain a slow one: two canaries timed the same way (a
+pure-Python loop and a tiny torch CPU op: if they are slow too, the machine was, not the
+series), its involuntary context switches, the core's clock where the OS exposes it, and the
+load average. Ablations: `--core N`
+pins to core N instead of the last; `--no-aslr` starts each process with address-space
+randomisation off (setarch -R); `--device cpu` keeps CUDA out of the process.
+
+    python scripts/host_noise.py --processes 8 --repeats 5 [--pin [--core N]] [--no-aslr]
+        [--device cpu|auto] [--json out.json]
 """
 
 from __future__ import annotations
@@ -21,16 +29,37 @@ import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kvbench, benchmarks
 
 from kvbench.core.jsonfile import output_path, write_json_atomic
 
 SERIES = ("alloc freelist bump n=1", "alloc legacy run_search n=64", "dispatch cached")
+CANARIES = ("canary python loop", "canary torch cpu op")
 
 
-def worker(repeats: int, pin: bool) -> dict:
-    if pin:
+def _core_khz(core: int) -> int | None:
+    path = f"/sys/devices/system/cpu/cpu{core}/cpufreq/scaling_cur_freq"
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def worker(repeats: int, pin: str, core: int | None, device: str) -> dict:
+    from benchmarks import _host
+
+    chosen = {}
+    if pin == "fastest":
+        chosen = _host.pin_fastest_core()
+    elif pin == "last":
         cores = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {cores[-1]})
+        os.sched_setaffinity(0, {cores[-1] if core is None else core})
+    import resource
+    import time
+
     import torch
 
     from kvbench.dispatch import dispatch
@@ -38,7 +67,8 @@ def worker(repeats: int, pin: bool) -> dict:
     from kvbench.ops.kv_alloc import KVCacheManager, prepare_state
 
     torch.set_num_threads(1)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = "cuda" if device == "auto" and torch.cuda.is_available() else "cpu"
+    one = torch.ones(8)
     free = KVCacheManager(1 << 16, device=dev, impl="host/freelist")
     legacy = KVCacheManager(1 << 16, device=dev, impl="torch/legacy")
     dispatch("kv_alloc", dtype="int64", shape={"n": 1}, device=dev)
@@ -48,8 +78,20 @@ def worker(repeats: int, pin: bool) -> dict:
         SERIES[2]: (lambda: dispatch("kv_alloc", dtype="int64", shape={"n": 1}, device=dev),
                     None),
     }
-    return {name: [bench_host(fn, reset).median_us for _ in range(repeats)]
-            for name, (fn, reset) in calls.items()}
+    calls[CANARIES[0]] = (_host._loop, None)
+    calls[CANARIES[1]] = (lambda: one.add(1), None)
+    switches = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+    khz = _core_khz(os.sched_getaffinity(0).pop()) if pin != "none" else None
+    started = time.time()
+    out = {name: [bench_host(fn, reset).median_us for _ in range(repeats)]
+           for name, (fn, reset) in calls.items()}
+    out["__process__"] = {
+        "started": started, "seconds": time.time() - started, "device": dev,
+        "cores": sorted(os.sched_getaffinity(0)), "core_khz": khz,
+        "involuntary_switches": resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw - switches,
+        "loadavg": os.getloadavg(), "chosen": chosen,
+        "canary_after_us": _host.canary_us()}
+    return out
 
 
 def changes(values: list[float]) -> tuple[float, float]:
@@ -61,25 +103,41 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--processes", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--pin", action="store_true")
+    ap.add_argument("--pin", nargs="?", const="last", default="none",
+                    choices=("none", "last", "fastest"),
+                    help="pin each process to its last core (--pin) or to the core the "
+                         "canary probe found fastest (--pin fastest)")
+    ap.add_argument("--core", type=int, default=None,
+                    help="with --pin last: this core instead of the last")
+    ap.add_argument("--no-aslr", action="store_true", help="start processes under setarch -R")
+    ap.add_argument("--device", choices=("auto", "cpu"), default="auto")
     ap.add_argument("--json", default=None, type=output_path,
                     help="also write the table here (atomically)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.processes < 2 or args.repeats < 1:
         ap.error("--processes must be >= 2 and --repeats >= 1")
+    if args.core is not None and (args.pin != "last" or
+                                  args.core not in os.sched_getaffinity(0)):
+        ap.error(f"--core needs --pin last and one of this process's cores "
+                 f"{sorted(os.sched_getaffinity(0))}, got {args.core}")
     if args.worker:
-        print(json.dumps(worker(args.repeats, args.pin)))
+        print(json.dumps(worker(args.repeats, args.pin, args.core, args.device)))
         return
     runs = []
     for _ in range(args.processes):
-        cmd = [sys.executable, __file__, "--worker", "--repeats", str(args.repeats)]
-        out = subprocess.run(cmd + (["--pin"] if args.pin else []), check=True,
-                             capture_output=True, text=True).stdout
+        cmd = [sys.executable, __file__, "--worker", "--repeats", str(args.repeats),
+               "--device", args.device]
+        cmd += ["--pin", args.pin]
+        cmd += ["--core", str(args.core)] if args.core is not None else []
+        cmd = ["setarch", os.uname().machine, "-R", *cmd] if args.no_aslr else cmd
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         runs.append(json.loads(out.strip().splitlines()[-1]))
     table = {}
-    print(f"{args.processes} processes x {args.repeats} repeats, pinned={args.pin}")
-    for name in SERIES:
+    setup = {"pinned": args.pin, "core": args.core, "no_aslr": args.no_aslr,
+             "device": args.device, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED")}
+    print(f"{args.processes} processes x {args.repeats} repeats, {setup}")
+    for name in SERIES + CANARIES:
         per = [r[name] for r in runs]
         est = {"first": [p[0] for p in per], "min": [min(p) for p in per],
                "median": [statistics.median(p) for p in per]}
@@ -89,8 +147,10 @@ def main(argv: list[str] | None = None) -> None:
                           for k, c in table[name].items())
         print(f"  {name:30s} {cells}")
     if args.json:
-        write_json_atomic(args.json, {"pinned": args.pin, "processes": args.processes,
-                                      "repeats": args.repeats, "series": table}, indent=1)
+        write_json_atomic(args.json, {**setup, "processes": args.processes,
+                                      "repeats": args.repeats, "series": table,
+                                      "per_process": [r["__process__"] for r in runs]},
+                          indent=1)
 
 
 if __name__ == "__main__":

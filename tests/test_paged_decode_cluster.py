@@ -224,6 +224,65 @@ def test_gpu_bad_num_splits():
                                  num_splits=17)
 
 
+#: The mangled template arguments of each KV dtype code's instantiation.
+_MANGLED_T = {0: "6__halfLb0", 1: "13__nv_bfloat16Lb0", 2: "6__halfLb1"}
+
+
+def _ptxas_report(tmp_path) -> dict[tuple[int, int], dict]:
+    """(dtype code, group) -> registers, local (stack) and static shared bytes per entry, as
+    ptxas reports them when the library is built with the same flags plus -v."""
+    _, log = cuda_build.compile_source(pdc.LIBRARY, tmp_path, extra=("-Xptxas", "-v"))
+    found = {}
+    for block in log.split("Compiling entry function")[1:]:
+        entry = re.match(r" '(\w+)'", block).group(1)
+        used = re.search(r"Used (\d+) registers", block)
+        stack = re.search(r"(\d+) bytes stack frame", block)
+        smem = re.search(r"(\d+) bytes smem", block)
+        for code, mangled in _MANGLED_T.items():
+            for group in pdc.GROUPS:
+                if f"cluster_decode_kernelI{mangled}ELi{group}EE" in entry:
+                    found[(code, group)] = {
+                        "registers": int(used.group(1)),
+                        "local_bytes": int(stack.group(1)) if stack else 0,
+                        "static_shared": int(smem.group(1)) if smem else 0}
+    return found
+
+
+@pytest.mark.gpu
+@needs_nvcc
+def test_gpu_kernel_resources_are_the_compilers(tmp_path):
+    """What the CUDA runtime says of each instantiation (the sidecar's record) is what ptxas
+    reported when it compiled it: registers, local memory; shared = static + the dynamic ring."""
+    reported = _ptxas_report(tmp_path)
+    assert len(reported) == 3 * len(pdc.GROUPS)
+    device = torch.device("cuda")
+    for (code, group), want in reported.items():
+        got = pdc.kernel_resources(device, code, group)
+        assert got["registers"] == want["registers"], (code, group, got, want)
+        assert got["local_bytes"] == want["local_bytes"], (code, group, got, want)
+        assert got["shared_bytes"] > want["static_shared"], (code, group, got, want)
+        assert got["num_warps"] == 8 and got["sass_arch"] == "sm_90", got
+        assert got["name"] == f"cluster_decode_kernel<{pdc._CODE_NAMES[code]}, group={group}>"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("dtype", "storage", "code"), [("fp16", "combined", 0),
+                                                        ("bf16", "combined", 1),
+                                                        ("fp8", "v_dim_major", 2)])
+def test_gpu_a_launch_reports_its_kernel_to_the_hooks(dtype, storage, code):
+    """The launch hook names the instantiation that ran (dtype and group from the inputs)."""
+    pool = paged_pool(2, 300, kv_heads=2, page_size=16, dtype=dtype, storage=storage, **_GPU)
+    seen = []
+    cuda_build.LAUNCH_HOOKS.append(seen.append)
+    try:
+        q = make_decode_query(pool, 8)
+        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    finally:
+        cuda_build.LAUNCH_HOOKS.remove(seen.append)
+        pool.free()
+    assert [d() for d in seen] == [pdc.kernel_resources(torch.device("cuda", 0), code, 4)]
+
+
 def test_availability_is_the_kernels_layers_rule():
     """The registry row's availability (dispatch.spec) is cuda_build's rule, not a copy."""
     from kvbench.dispatch.spec import cuda_sm90_with_nvcc

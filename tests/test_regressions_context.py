@@ -38,16 +38,20 @@ def _entry(selected="triton/split_kv", resources=None, error=None, state=0):
             "resources": [KERNEL] if resources is None else resources, "state": state}
 
 
-def _write_sidecars(monkeypatch, results, commits, entry_of, state_of=lambda i: (IDLE, BUSY)):
+def _write_sidecars(monkeypatch, results, commits, entry_of, state_of=lambda i: (IDLE, BUSY),
+                    host_of=lambda i: None):
     """A sidecar per commit for sim.Latency's case ('s',), through the suite's writer."""
     for i, commit in enumerate(commits):
         before, after = state_of(i)
+        host = host_of(i)
+        host_fields = {} if host is None else {"host_before": host[0], "host_after": host[1]}
         monkeypatch.setenv("ASV_COMMIT", commit)
         monkeypatch.setenv("ASV_ENV_NAME", sim.ENV)
         monkeypatch.setenv("ASV_KVBENCH_MACHINE", sim.MACHINE)
         monkeypatch.setenv("ASV_KVBENCH_RESULTS_DIR", str(results))
         monkeypatch.setattr(_sidecar, "STATES",
-                            [{"keys": ["('s',)"], "before": before, "after": after}])
+                            [{"keys": ["('s',)"], "before": before, "after": after,
+                              **host_fields}])
         assert _sidecar.write_sidecar("decode", {"Latency": {("s",): entry_of(i)}})
 
 
@@ -104,6 +108,28 @@ def test_a_low_sm_clock_and_a_throttle_reason_are_reported(stepped, monkeypatch)
     # the idle reading before a group's first launch is neither a clock nor a throttle
     assert _texts(finding) == ["SM clock 1980 -> 1410 MHz during the run",
                                "clock-event reasons none -> SwPowerCap"]
+
+
+def test_a_slower_host_is_reported_and_a_steady_one_is_not(stepped, monkeypatch):
+    history, commits = stepped
+    fast = ({"canary_us": 72.0, "core": 15}, {"canary_us": 74.5, "core": 15})
+    slow = ({"canary_us": 73.0, "core": 15}, {"canary_us": 128.4, "core": 15})
+    _write_sidecars(monkeypatch, history.results_dir, commits, lambda i: _entry(),
+                    host_of=lambda i: fast if i < STEP_AT else slow)
+    _, finding = _finding(history)
+    # each side's slowest reading: the host was slow for part of the settled side's group
+    assert _texts(finding) == ["host canary 74 -> 128 us: the host ran 1.72x slower"]
+    steady = [{"canary_us": 74.5 * 1.1}]
+    assert context.host_state_facts([fast[1]], steady) == []
+    assert context.host_state_facts([slow[1]], [fast[0]])[0].text.endswith("1.78x faster")
+    assert context.host_state_facts([{"canary_us": None}], [fast[0]]) == []
+
+
+def test_a_cuda_kernels_local_memory_change_is_reported():
+    cuda = {"name": "cluster_decode_kernel<fp16, group=4>", "registers": 168,
+            "local_bytes": 0, "shared_bytes": 99328, "num_warps": 8, "sass_arch": "sm_90"}
+    facts = context.resource_facts([cuda], [{**cuda, "registers": 255, "local_bytes": 64}])
+    assert [f.text for f in facts] == ["registers 168 -> 255", "local memory bytes 0 -> 64"]
 
 
 def test_an_error_drift_is_reported(stepped, monkeypatch):

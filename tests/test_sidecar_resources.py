@@ -73,3 +73,60 @@ def test_a_plain_jit_kernel_and_a_wrapped_one_are_found_by_their_handle(fake_mod
     described = _sidecar._describe(found[1234])
     assert described == {"name": "_fake_kernel", "registers": 96, "spills": 0,
                          "shared_bytes": 16384, "num_warps": 4, "num_stages": 3, "maxnreg": None}
+
+
+@pytest.fixture
+def cuda_faked(monkeypatch):
+    """A CPU process that the sidecar takes for a CUDA one (no kernel is launched here)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
+def test_cuda_launches_are_recorded_once_per_kernel_and_the_hook_removed(cuda_faked):
+    from kvbench.kernels import cuda_build
+
+    a = {"name": "cluster_decode_kernel<fp16, group=4>", "registers": 168, "local_bytes": 0,
+         "shared_bytes": 99328, "num_warps": 8, "sass_arch": "sm_90"}
+    b = {**a, "name": "cluster_decode_kernel<bf16, group=4>"}
+
+    def call():
+        for entry in (a, a, b):
+            for hook in cuda_build.LAUNCH_HOOKS:
+                hook(lambda entry=entry: entry)
+
+    before = list(cuda_build.LAUNCH_HOOKS)
+    assert _sidecar.kernel_resources(call) == [a, b]
+    assert cuda_build.LAUNCH_HOOKS == before
+
+
+def test_a_failing_description_is_recorded_not_raised(cuda_faked):
+    from kvbench.kernels import cuda_build
+
+    def broken():
+        raise RuntimeError("cudaFuncGetAttributes failed")
+
+    def call():
+        for hook in cuda_build.LAUNCH_HOOKS:
+            hook(broken)
+
+    got = _sidecar.kernel_resources(call)
+    assert got == "n/a: RuntimeError: cudaFuncGetAttributes failed"
+
+
+def test_a_kvbench_without_cuda_launch_hooks_records_no_cuda_kernel(cuda_faked, monkeypatch):
+    """An older commit's kvbench (no LAUNCH_HOOKS) is measured by the same suite."""
+    from kvbench.kernels import cuda_build
+
+    monkeypatch.delattr(cuda_build, "LAUNCH_HOOKS")
+    assert _sidecar.kernel_resources(lambda: None) == []
+
+
+def test_no_cuda_no_resources():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU answer; a CUDA process records resources")
+    assert _sidecar.kernel_resources(lambda: None) == _sidecar.NA

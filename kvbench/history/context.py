@@ -6,11 +6,14 @@ say what else differed between those two measurements, which is often the explan
 
 - `auto_switch`: the registry row `auto` (or the selector) actually ran changed
   ("auto switched cuda/cluster_decode -> triton/split_kv");
-- `resources`: a compiled Triton kernel of the row changed its registers, spills, shared
-  memory, warps or stages ("registers 128 -> 168");
+- `resources`: a compiled kernel of the row (Triton, or kvbench's CUDA kernel) changed its
+  registers, spills, local or shared memory, warps or stages ("registers 128 -> 168");
 - `gpu_state`: the GPU's SM or memory clock during the case's measurement group differed, or
   a clock-event (throttle) reason other than GpuIdle was present on one side
   ("SM clock 1980 -> 1410 MHz during the run");
+- `host_state`: the host ran slower or faster: the suite's canary (a fixed pure-Python loop on
+  the measuring core, benchmarks/_host.py) before and after the case's group differed by more
+  than HOST_CHANGE ("host canary 72 -> 128 us: the host ran 1.78x slower");
 - `error`: the measured error of the verified timed call moved (max_abs, scale, bias).
 
 Absent sidecars (older commits, other environments) give no facts and never an error.
@@ -26,8 +29,10 @@ from kvbench.history.sidecar import CommitSidecar
 
 #: The resource keys that describe a compiled kernel; a record without any of them (the
 #: launch hook's bare {"function": <handle>} under some Triton versions) says nothing.
-RESOURCE_KEYS = ("registers", "spills", "shared_bytes", "num_warps", "num_stages", "maxnreg")
-RESOURCE_LABELS = {"registers": "registers", "spills": "spills", "shared_bytes": "shared bytes",
+RESOURCE_KEYS = ("registers", "spills", "local_bytes", "shared_bytes", "num_warps",
+                 "num_stages", "maxnreg")
+RESOURCE_LABELS = {"registers": "registers", "spills": "spills",
+                   "local_bytes": "local memory bytes", "shared_bytes": "shared bytes",
                    "num_warps": "warps", "num_stages": "stages", "maxnreg": "maxnreg"}
 #: A clock differs when the two sides are this far apart (relative): NVML reads clocks in
 #: steps, and a boosted H200 reads the same 1980 MHz group after group.
@@ -42,13 +47,17 @@ MAX_ABS_FACTOR = 2.0
 #: criterion's tightest tolerance (fp16 scale) is 2.4e-4; honest H200 rows move by < 1e-5.
 SCALE_CHANGE = 1e-4
 BIAS_CHANGE = 1e-4
+#: The host's canary differs when the slower side's slowest reading is this factor of the
+#: other's: shared machines run it ~1.5-1.8x slower for seconds at a time, while one state
+#: repeats within a few percent (docs/harness.md, "Host-side series noise").
+HOST_CHANGE = 1.15
 
 
 @dataclass(frozen=True)
 class Fact:
     """One difference between the two sides of a step, with a sentence to print."""
 
-    kind: str  # auto_switch | resources | gpu_state | error
+    kind: str  # auto_switch | resources | gpu_state | host_state | error
     text: str
     before: object = None
     after: object = None
@@ -79,15 +88,17 @@ def _measured(sidecar: CommitSidecar | None, key: tuple[str, str]) -> dict | Non
     return record
 
 
-def _state(sidecar: CommitSidecar, key: tuple[str, str]) -> list[dict]:
-    """The NVML readings (before, after) of the case's measurement group that are dicts."""
+def _state(sidecar: CommitSidecar, key: tuple[str, str],
+           fields: tuple[str, str] = ("before", "after")) -> list[dict]:
+    """The readings of the case's measurement group that are dicts: NVML's (before, after) by
+    default, the host canary's with fields=("host_before", "host_after")."""
     record = sidecar.cases.get(key) or {}
     index, group = record.get("state"), sidecar.groups_of.get(key)
     states = sidecar.states.get(group) or []
     if not isinstance(index, int) or not 0 <= index < len(states):
         return []
     state = states[index] or {}
-    return [state[k] for k in ("before", "after") if isinstance(state.get(k), dict)]
+    return [state[k] for k in fields if isinstance(state.get(k), dict)]
 
 
 def _running_clock(readings: list[dict], field: str) -> float | None:
@@ -141,7 +152,7 @@ def resource_facts(before: object, after: object) -> list[Fact]:
         return []
     facts = []
     if set(a) != set(b):
-        facts.append(Fact("resources", f"Triton kernels {', '.join(sorted(a))} -> "
+        facts.append(Fact("resources", f"kernels {', '.join(sorted(a))} -> "
                           f"{', '.join(sorted(b))}", sorted(a), sorted(b)))
     shared = sorted(set(a) & set(b))
     for name in shared:
@@ -152,6 +163,21 @@ def resource_facts(before: object, after: object) -> list[Fact]:
                 facts.append(Fact("resources", f"{where}{RESOURCE_LABELS[key]} {va} -> {vb}",
                                   {"kernel": name, key: va}, {"kernel": name, key: vb}))
     return facts
+
+
+def host_state_facts(before: list[dict], after: list[dict]) -> list[Fact]:
+    """A fact when the host's canary (its slowest reading per side) moved by HOST_CHANGE."""
+    a = [v for r in before if (v := _number(r.get("canary_us"))) is not None]
+    b = [v for r in after if (v := _number(r.get("canary_us"))) is not None]
+    if not a or not b or min(max(a), max(b)) <= 0:
+        return []
+    slow_a, slow_b = max(a), max(b)
+    ratio = slow_b / slow_a
+    if max(ratio, 1 / ratio) < HOST_CHANGE:
+        return []
+    how = f"{ratio:.2f}x slower" if ratio > 1 else f"{1 / ratio:.2f}x faster"
+    return [Fact("host_state", f"host canary {slow_a:.0f} -> {slow_b:.0f} us: the host ran "
+                 f"{how}", {"canary_us": slow_a}, {"canary_us": slow_b})]
 
 
 def _number(value: object) -> float | None:
@@ -188,6 +214,8 @@ def step_facts(before: CommitSidecar | None, after: CommitSidecar | None,
                           a["selected"], b["selected"]))
     facts += resource_facts(a.get("resources"), b.get("resources"))
     facts += gpu_state_facts(_state(before, key), _state(after, key))
+    host = ("host_before", "host_after")
+    facts += host_state_facts(_state(before, key, host), _state(after, key, host))
     facts += error_facts(a.get("error"), b.get("error"))
     return facts
 

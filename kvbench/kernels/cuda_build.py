@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -39,6 +40,13 @@ SOURCE_DIR = Path(__file__).resolve().parent / "cuda"
 #: sm_90a: the kernels use thread-block clusters and distributed shared memory (sm_90).
 ARCH_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a",)
 NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", *ARCH_FLAGS)
+
+
+#: Observers of kvbench's CUDA kernel launches: each is called at a launch with a function that
+#: returns the launched kernel's resources as the CUDA runtime describes them (registers, local
+#: and shared memory, warps). The asv suite's sidecar adds one while it runs a case once, the
+#: way it hooks Triton's launches; empty otherwise, so a launch pays one truth test.
+LAUNCH_HOOKS: list[Callable[[Callable[[], dict]], None]] = []
 
 
 class BuildError(RuntimeError):

@@ -78,6 +78,9 @@ def configure_library(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.kvb_max_active_clusters.argtypes = [
         ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.POINTER(ctypes.c_int)
     ]
+    lib.kvb_kernel_attributes.argtypes = [
+        ctypes.POINTER(DecodeArgs), ctypes.c_int, ctypes.POINTER(ctypes.c_int)
+    ]
     lib.kvb_error_string.restype = ctypes.c_char_p
     if lib.kvb_args_size() != ctypes.sizeof(DecodeArgs):
         raise RuntimeError(
@@ -86,7 +89,7 @@ def configure_library(lib: ctypes.CDLL) -> ctypes.CDLL:
         )
     lib.kvb_constant.argtypes = [ctypes.c_char_p]
     mirrored = {"HEAD_DIM": HEAD_DIM, "TILE_N": TILE_N, "MAX_SPLITS": MAX_SPLITS,
-                "MAX_GROUP": max(GROUPS)}
+                "MAX_GROUP": max(GROUPS), "ATTRIBUTE_COUNT": ATTRIBUTE_COUNT}
     built = {name: lib.kvb_constant(name.encode()) for name in mirrored}
     differ = {name: (built[name], value) for name, value in mirrored.items()
               if built[name] != value}
@@ -120,6 +123,35 @@ def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int,
         _check(_library().kvb_max_active_clusters(ctypes.byref(args), code, ctypes.byref(n)),
                "cudaOccupancyMaxActiveClusters")
     return n.value
+
+
+#: How many ints kvb_kernel_attributes writes (cluster_decode.cu's kAttributeCount).
+ATTRIBUTE_COUNT = 6
+_CODE_NAMES = {0: "fp16", 1: "bf16", _FP8_CODE: "fp8_e4m3"}
+
+
+@functools.lru_cache(maxsize=64)
+def kernel_resources(device: torch.device, code: int, group: int) -> dict:
+    """The compiled cluster_decode_kernel instantiation that a launch for KV dtype `code` and
+    `group` q heads per kv head runs, as the CUDA runtime describes it (cudaFuncGetAttributes):
+    registers per thread, local memory bytes per thread (register spills and local arrays),
+    shared memory per block (static + the dynamic ring), warps per block, SASS architecture.
+    The keys are those the sidecar records for a compiled Triton kernel where they mean the
+    same; a compiled kernel's attributes do not change, hence the cache."""
+    args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=1)
+    out = (ctypes.c_int * ATTRIBUTE_COUNT)()
+    with torch.cuda.device(device):
+        _check(_library().kvb_kernel_attributes(ctypes.byref(args), code, out),
+               "cudaFuncGetAttributes")
+    registers, local_bytes, static_shared, dynamic_shared, threads, arch = out
+    return {
+        "name": f"cluster_decode_kernel<{_CODE_NAMES[code]}, group={group}>",
+        "registers": registers,
+        "local_bytes": local_bytes,
+        "shared_bytes": static_shared + dynamic_shared,
+        "num_warps": threads // 32,
+        "sass_arch": f"sm_{arch}",
+    }
 
 
 #: fp8 V^T copies move 16 tokens of one d row at once, so an fp8 page holds at least 16.
@@ -253,4 +285,8 @@ def paged_decode_cluster(
     code = _FP8_CODE if p.fp8 else _DTYPE_CODE[q.dtype]
     with torch.cuda.device(q.device):
         _check(_library().kvb_cluster_decode(ctypes.byref(args), code, stream), "launch")
+    if cuda_build.LAUNCH_HOOKS:
+        describe = functools.partial(kernel_resources, q.device, code, p.q_heads // p.kv_heads)
+        for hook in cuda_build.LAUNCH_HOOKS:
+            hook(describe)
     return p.finish(out)

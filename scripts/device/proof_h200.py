@@ -43,7 +43,7 @@ def main(out_path: str) -> None:
             fn = sel.target
             call = lambda fn=fn, args=args, kw=kw: fn(*args, **kw)
             ev = bench(call, proof=proof_paged_decode(fn, pool, q))
-            res = _sidecar.triton_resources(call)
+            res = _sidecar.kernel_resources(call)
             figures.append({"case": f"decode b{batch} c{context} {dtype}", "row": sel.spec.name,
                             "error": ev.proof, "resources": res})
             if batch <= 8 and dtype == "fp16":

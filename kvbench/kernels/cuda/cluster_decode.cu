@@ -688,8 +688,17 @@ __global__ void __launch_bounds__(THREADS, 1) cluster_decode_kernel(const Decode
   }
 }
 
+// What a call of the C interface asks for: a launch, the occupancy in clusters, or the compiled
+// kernel's attributes (what the sidecar records as the kernel's resources).
+enum class Query { kLaunch, kMaxClusters, kAttributes };
+
+// Number of ints kvb_kernel_attributes writes: registers per thread, local memory bytes per
+// thread (spills and local arrays), static shared bytes, dynamic shared bytes, threads per
+// block, SASS architecture (major * 10 + minor).
+constexpr int kAttributeCount = 6;
+
 template <typename T, bool FP8, int GROUP>
-cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
+cudaError_t run(const DecodeArgs& a, cudaStream_t stream, Query query, int* out) {
   auto kernel = cluster_decode_kernel<T, FP8, GROUP>;
   constexpr int smem = smem_bytes<GROUP, Stage<FP8>>();
   // Once per instantiation: the ring needs more than the default 48 KB of dynamic shared
@@ -701,6 +710,16 @@ cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
     return cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   }();
   if (configured != cudaSuccess) return configured;
+  if (query == Query::kAttributes) {
+    cudaFuncAttributes attr = {};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+    if (e != cudaSuccess) return e;
+    const int values[kAttributeCount] = {attr.numRegs, static_cast<int>(attr.localSizeBytes),
+                                         static_cast<int>(attr.sharedSizeBytes), smem, THREADS,
+                                         attr.binaryVersion};
+    for (int i = 0; i < kAttributeCount; ++i) out[i] = values[i];
+    return cudaSuccess;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(a.splits, a.kv_heads, a.batch);
   cfg.blockDim = dim3(THREADS, 1, 1);
@@ -713,30 +732,30 @@ cudaError_t run(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  if (max_clusters != nullptr) return cudaOccupancyMaxActiveClusters(max_clusters, kernel, &cfg);
+  if (query == Query::kMaxClusters) return cudaOccupancyMaxActiveClusters(out, kernel, &cfg);
   return cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
 template <typename T, bool FP8>
-cudaError_t run_group(const DecodeArgs& a, cudaStream_t stream, int* max_clusters) {
+cudaError_t run_group(const DecodeArgs& a, cudaStream_t stream, Query query, int* out) {
   switch (a.q_heads / a.kv_heads) {
-    case 1: return run<T, FP8, 1>(a, stream, max_clusters);
-    case 2: return run<T, FP8, 2>(a, stream, max_clusters);
-    case 4: return run<T, FP8, 4>(a, stream, max_clusters);
-    case 8: return run<T, FP8, 8>(a, stream, max_clusters);
+    case 1: return run<T, FP8, 1>(a, stream, query, out);
+    case 2: return run<T, FP8, 2>(a, stream, query, out);
+    case 4: return run<T, FP8, 4>(a, stream, query, out);
+    case 8: return run<T, FP8, 8>(a, stream, query, out);
     default: return cudaErrorInvalidValue;
   }
 }
 
-cudaError_t dispatch(const DecodeArgs* a, int dtype, void* stream, int* max_clusters) {
+cudaError_t dispatch(const DecodeArgs* a, int dtype, void* stream, Query query, int* out) {
   if (a == nullptr || a->kv_heads < 1 || a->q_heads % a->kv_heads != 0 || a->splits < 1 ||
       a->splits > MAX_SPLITS || (a->q_heads / a->kv_heads) > MAX_GROUP) {
     return cudaErrorInvalidValue;
   }
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (dtype == 0) return run_group<__half, false>(*a, s, max_clusters);
-  if (dtype == 1) return run_group<__nv_bfloat16, false>(*a, s, max_clusters);
-  if (dtype == 2) return run_group<__half, true>(*a, s, max_clusters);
+  if (dtype == 0) return run_group<__half, false>(*a, s, query, out);
+  if (dtype == 1) return run_group<__nv_bfloat16, false>(*a, s, query, out);
+  if (dtype == 2) return run_group<__half, true>(*a, s, query, out);
   return cudaErrorInvalidValue;
 }
 
@@ -746,12 +765,19 @@ cudaError_t dispatch(const DecodeArgs* a, int dtype, void* stream, int* max_clus
 // returns a cudaError_t)
 
 extern "C" int kvb_cluster_decode(const DecodeArgs* a, int dtype, void* stream) {
-  return static_cast<int>(dispatch(a, dtype, stream, nullptr));
+  return static_cast<int>(dispatch(a, dtype, stream, Query::kLaunch, nullptr));
 }
 
 // How many clusters of a->splits CTAs fit on the device at once (a->batch and grid unused).
 extern "C" int kvb_max_active_clusters(const DecodeArgs* a, int dtype, int* out) {
-  return static_cast<int>(dispatch(a, dtype, nullptr, out));
+  return static_cast<int>(dispatch(a, dtype, nullptr, Query::kMaxClusters, out));
+}
+
+// The compiled kernel a launch with these args and dtype runs, described by the CUDA runtime
+// (cudaFuncGetAttributes): kAttributeCount ints, in the order kAttributeCount's comment gives.
+extern "C" int kvb_kernel_attributes(const DecodeArgs* a, int dtype, int* out) {
+  if (out == nullptr) return static_cast<int>(cudaErrorInvalidValue);
+  return static_cast<int>(dispatch(a, dtype, nullptr, Query::kAttributes, out));
 }
 
 extern "C" const char* kvb_error_string(int code) {
@@ -767,5 +793,6 @@ extern "C" int kvb_constant(const char* name) {
   if (std::strcmp(name, "TILE_N") == 0) return TILE_N;
   if (std::strcmp(name, "MAX_SPLITS") == 0) return MAX_SPLITS;
   if (std::strcmp(name, "MAX_GROUP") == 0) return MAX_GROUP;
+  if (std::strcmp(name, "ATTRIBUTE_COUNT") == 0) return kAttributeCount;
   return -1;
 }
