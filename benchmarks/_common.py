@@ -129,19 +129,25 @@ def prepare_process() -> str:
 
 
 #: Host-side series (bench_host: KVAlloc, DispatchOverhead): measurements per case, of which
-#: the one with the least median is stored, in a process pinned to one core. Pinning is what
-#: steadies these series between processes; the least of a few measurements trims what is
-#: left (scripts/host_noise.py measures both; the figures are in docs/harness.md, "Host-side
-#: series noise").
+#: the one with the least median is stored (the noise of a host call only adds time). With
+#: the core choice and the canary gate of benchmarks/_host.py (docs/harness.md, "Host-side
+#: series noise", measured with scripts/host_noise.py).
 HOST_REPEATS = 5
+#: The cores a host-side measuring process may choose among (pin_host_process fills it).
+HOST_CORES: list[int] = []
 
 
 def pin_host_process() -> None:
-    """Pin this measuring process to one core (the last it may run on): a host-side call's
-    time then does not depend on which core the scheduler moves it to between samples."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if cores:
-        os.sched_setaffinity(0, {cores[-1]})
+    """Pin this measuring process to the core whose canary is fastest (benchmarks/_host.py),
+    remembering every core it may use: each host case later moves to the core fastest then."""
+    HOST_CORES[:] = _host.allowed_cores()
+    _host.pin_fastest_core(cores=HOST_CORES)
+
+
+def measure_host_case(measure: Callable[[], dict]) -> dict:
+    """One host-side case's entry, measured while the host runs at its fast speed where it
+    can be (benchmarks/_host.on_fast_host; what the gate saw is in entry["host"])."""
+    return _host.on_fast_host(measure, HOST_CORES)
 
 
 def set_selector(op: str, value: str) -> None:

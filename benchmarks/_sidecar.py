@@ -263,6 +263,7 @@ def _case_record(entry: dict) -> dict:
         "max_abs_diff": entry.get("max_abs_diff"),
         "error": entry.get("measured_error"),
         "resources": entry.get("resources", NA),
+        "host": entry.get("host"),
         "state": entry.get("state"),
     }
 

@@ -57,11 +57,14 @@ def _measure_op(dev: str, op: str, results: dict) -> None:
             "direct_call": lambda: sel.target(*args, **kwargs),
         }
 
-        def one(key: tuple) -> dict:
+        def once(path: str) -> dict:
             timing = pipeline.least_median(
-                lambda: harness.bench_host(calls[key[1]], device=sel.device), c.HOST_REPEATS)
+                lambda: harness.bench_host(calls[path], device=sel.device), c.HOST_REPEATS)
             return c.measured(timing, None, selected=sel.spec.name, max_abs_diff=None,
-                              explain=sel.explain() if key[1] == "dispatch" else "")
+                              explain=sel.explain() if path == "dispatch" else "")
+
+        def one(key: tuple) -> dict:
+            return c.measure_host_case(lambda: once(key[1]))
 
         c.run_cases([(op, p) for p in PATHS], one, results)
     finally:

@@ -9,6 +9,11 @@ prints the median and max |relative change| between successive processes:
   min        the least of the per-repeat medians
   median     the median of the per-repeat medians
 
+--suite measures what the asv suite stores instead: each process runs the host classes'
+measure() (benchmarks/kv_alloc.py, benchmarks/dispatch_overhead.py: core choice, canary gate,
+least of HOST_REPEATS) and every one of their series is compared between processes; the
+gate's record per case (attempts, fast or flagged) is kept in the JSON.
+
 Each process also records what could explain a slow one: two canaries timed the same way (a
 pure-Python loop and a tiny torch CPU op: if they are slow too, the machine was, not the
 series), its involuntary context switches, the core's clock where the OS exposes it, and the
@@ -18,6 +23,7 @@ randomisation off (setarch -R); `--device cpu` keeps CUDA out of the process.
 
     python scripts/host_noise.py --processes 8 --repeats 5 [--pin [--core N]] [--no-aslr]
         [--device cpu|auto] [--json out.json]
+    python scripts/host_noise.py --suite --processes 10 [--json out.json]
 """
 
 from __future__ import annotations
@@ -94,6 +100,58 @@ def worker(repeats: int, pin: str, core: int | None, device: str) -> dict:
     return out
 
 
+def suite_worker() -> dict:
+    """Every host series of the asv suite, measured as the suite measures it, in this process:
+    {"Class(params)": {"median_us", "host"}}."""
+    from benchmarks import dispatch_overhead, kv_alloc
+
+    out = {}
+    for cls, module in (("KVAlloc", kv_alloc), ("DispatchOverhead", dispatch_overhead)):
+        for key, entry in module.measure().items():
+            if isinstance(key, tuple) and "median_us" in entry:
+                out[f"{cls}{key}"] = {"median_us": entry["median_us"], "host": entry.get("host")}
+    return out
+
+
+def suite_main(processes: int, json_path: str | None, runs_file: str | None) -> None:
+    """Spawn `processes` suite workers, appending each one's output to `runs_file` as it
+    finishes (so an interrupted run keeps what it measured), or, when `runs_file` already
+    holds lines, compare those."""
+    existing = Path(runs_file).read_text().splitlines() if runs_file and \
+        Path(runs_file).is_file() else []
+    runs = [json.loads(line) for line in existing if line.strip()]
+    for _ in range(0 if runs else processes):
+        out = subprocess.run([sys.executable, __file__, "--worker", "--suite"], check=True,
+                             capture_output=True, text=True).stdout
+        line = out.strip().splitlines()[-1]
+        runs.append(json.loads(line))
+        if runs_file:
+            with open(runs_file, "a") as f:
+                f.write(line + "\n")
+    processes = len(runs)
+    if processes < 2:
+        raise SystemExit(f"{processes} suite process(es) measured: nothing to compare")
+    series = sorted(set.intersection(*(set(r) for r in runs)))
+    table = {}
+    print(f"{processes} processes, the suite's host series ({len(series)})")
+    for name in series:
+        values = [r[name]["median_us"] for r in runs]
+        med, top = changes(values)
+        flagged = sum(not (r[name]["host"] or {}).get("fast", True) for r in runs)
+        table[name] = {"median_change": med, "max_change": top, "values": values,
+                       "flagged": flagged, "host": [r[name]["host"] for r in runs]}
+        print(f"  {name:55s} {100 * med:5.1f}% / {100 * top:5.1f}%  flagged {flagged}")
+    meds = [t["median_change"] for t in table.values()]
+    tops = [t["max_change"] for t in table.values()]
+    flags = sum(t["flagged"] for t in table.values())
+    print(f"  over the series: median of medians {100 * statistics.median(meds):.1f}%, worst "
+          f"median {100 * max(meds):.1f}%, median of maxes {100 * statistics.median(tops):.1f}%,"
+          f" worst max {100 * max(tops):.1f}%; flagged {flags} of {len(series) * processes}")
+    if json_path:
+        write_json_atomic(json_path, {"suite": True, "processes": processes, "series": table},
+                          indent=1)
+
+
 def changes(values: list[float]) -> tuple[float, float]:
     rel = [abs(b / a - 1) for a, b in itertools.pairwise(values)]
     return statistics.median(rel), max(rel)
@@ -113,6 +171,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", choices=("auto", "cpu"), default="auto")
     ap.add_argument("--json", default=None, type=output_path,
                     help="also write the table here (atomically)")
+    ap.add_argument("--suite", action="store_true",
+                    help="the asv suite's host series, measured as the suite does")
+    ap.add_argument("--runs", default=None,
+                    help="with --suite: append each process's output to this JSON-lines file, "
+                         "or compare the lines it already holds")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.processes < 2 or args.repeats < 1:
@@ -121,6 +184,12 @@ def main(argv: list[str] | None = None) -> None:
                                   args.core not in os.sched_getaffinity(0)):
         ap.error(f"--core needs --pin last and one of this process's cores "
                  f"{sorted(os.sched_getaffinity(0))}, got {args.core}")
+    if args.suite:
+        if args.worker:
+            print(json.dumps(suite_worker()))
+        else:
+            suite_main(args.processes, args.json, args.runs)
+        return
     if args.worker:
         print(json.dumps(worker(args.repeats, args.pin, args.core, args.device)))
         return

@@ -276,7 +276,8 @@ def test_gpu_a_launch_reports_its_kernel_to_the_hooks(dtype, storage, code):
     cuda_build.LAUNCH_HOOKS.append(seen.append)
     try:
         q = make_decode_query(pool, 8)
-        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens,
+                                 k_scale=pool.k_scale, v_scale=pool.v_scale)
     finally:
         cuda_build.LAUNCH_HOOKS.remove(seen.append)
         pool.free()

@@ -125,6 +125,22 @@ def test_a_slower_host_is_reported_and_a_steady_one_is_not(stepped, monkeypatch)
     assert context.host_state_facts([{"canary_us": None}], [fast[0]]) == []
 
 
+def test_a_host_case_the_gate_flagged_is_reported(stepped, monkeypatch):
+    """The suite's canary gate could not measure the settled side's case on a fast host."""
+    history, commits = stepped
+    fast = {"canary_us": [72.4, 72.2], "core": 14, "attempts": 1, "reference_us": 71.7,
+            "fast": True}
+    slow = {"canary_us": [126.0, 120.8], "core": 4, "attempts": 4, "reference_us": 70.1,
+            "fast": False}
+    _write_sidecars(monkeypatch, history.results_dir, commits,
+                    lambda i: {**_entry(), "host": fast if i < STEP_AT else slow})
+    _, finding = _finding(history)
+    assert _texts(finding) == ["host slow on the settled side: canary 126 us against its fast "
+                               "70 us after 4 attempts"]
+    assert context.host_gate_facts(fast, fast) == []
+    assert context.host_gate_facts(None, {"fast": False}) == []  # nothing to say it with
+
+
 def test_a_cuda_kernels_local_memory_change_is_reported():
     cuda = {"name": "cluster_decode_kernel<fp16, group=4>", "registers": 168,
             "local_bytes": 0, "shared_bytes": 99328, "num_warps": 8, "sass_arch": "sm_90"}

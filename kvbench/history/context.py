@@ -11,9 +11,11 @@ say what else differed between those two measurements, which is often the explan
 - `gpu_state`: the GPU's SM or memory clock during the case's measurement group differed, or
   a clock-event (throttle) reason other than GpuIdle was present on one side
   ("SM clock 1980 -> 1410 MHz during the run");
-- `host_state`: the host ran slower or faster: the suite's canary (a fixed pure-Python loop on
-  the measuring core, benchmarks/_host.py) before and after the case's group differed by more
-  than HOST_CHANGE ("host canary 72 -> 128 us: the host ran 1.78x slower");
+- `host_state`: the host ran slower or faster: a host-side case on one side could not be
+  measured at the host's fast speed (the suite's canary gate, benchmarks/_host.py: "host slow
+  on the settled side: canary 126 us against its fast 70 us after 4 attempts"), or else the
+  canary before and after the case's group differed by more than HOST_CHANGE ("host canary
+  72 -> 128 us: the host ran 1.78x slower");
 - `error`: the measured error of the verified timed call moved (max_abs, scale, bias).
 
 Absent sidecars (older commits, other environments) give no facts and never an error.
@@ -165,6 +167,24 @@ def resource_facts(before: object, after: object) -> list[Fact]:
     return facts
 
 
+def host_gate_facts(before: object, after: object) -> list[Fact]:
+    """A fact when the suite's host gate (benchmarks/_host.on_fast_host) could not measure a
+    host-side case at the host's fast speed on one side: that side's number was taken on a
+    slow host, and a step there may be the machine's."""
+    facts = []
+    for side, record in (("parent", before), ("settled", after)):
+        if not isinstance(record, dict) or record.get("fast") is not False:
+            continue
+        canary = [v for v in record.get("canary_us") or () if _number(v) is not None]
+        ref = _number(record.get("reference_us"))
+        if canary and ref:
+            text = (f"host slow on the {side} side: canary {max(canary):.0f} us against its "
+                    f"fast {ref:.0f} us after {record.get('attempts')} attempts")
+            facts.append(Fact("host_state", text, *((record, None) if side == "parent"
+                                                     else (None, record))))
+    return facts
+
+
 def host_state_facts(before: list[dict], after: list[dict]) -> list[Fact]:
     """A fact when the host's canary (its slowest reading per side) moved by HOST_CHANGE."""
     a = [v for r in before if (v := _number(r.get("canary_us"))) is not None]
@@ -214,8 +234,9 @@ def step_facts(before: CommitSidecar | None, after: CommitSidecar | None,
                           a["selected"], b["selected"]))
     facts += resource_facts(a.get("resources"), b.get("resources"))
     facts += gpu_state_facts(_state(before, key), _state(after, key))
+    gate = host_gate_facts(a.get("host"), b.get("host"))
     host = ("host_before", "host_after")
-    facts += host_state_facts(_state(before, key, host), _state(after, key, host))
+    facts += gate or host_state_facts(_state(before, key, host), _state(after, key, host))
     facts += error_facts(a.get("error"), b.get("error"))
     return facts
 
