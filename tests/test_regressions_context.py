@@ -135,8 +135,8 @@ def test_a_host_case_the_gate_flagged_is_reported(stepped, monkeypatch):
     _write_sidecars(monkeypatch, history.results_dir, commits,
                     lambda i: {**_entry(), "host": fast if i < STEP_AT else slow})
     _, finding = _finding(history)
-    assert _texts(finding) == ["host slow on the settled side: canary 126 us against its fast "
-                               "70 us after 4 attempts"]
+    assert _texts(finding) == [("host slow on the settled side: canary 126 us against its fast "
+                                "70 us after 4 attempts")]
     assert context.host_gate_facts(fast, fast) == []
     assert context.host_gate_facts(None, {"fast": False}) == []  # nothing to say it with
 

@@ -1,0 +1,56 @@
+"""End to end: a real `asv run` writes sidecars, and `kvbench regressions` reads a real fact.
+
+The history (tests/test_asv_e2e.py builds it from this checkout):
+
+    c0 base   c1 harmless   c2 PREFER   c3 harmless   c4 harmless   c5 harmless
+
+PREFER lowers the registry priority of the allocator's host/freelist row below torch/legacy:
+with no measured perf table (a fresh HOME), `auto` then runs torch/legacy from c2 on, a slower
+allocator on the run_search state. `asv run` of the KVAlloc class over every commit; then the
+regressions engine over those results must find the auto run_search series' step at c2 and
+say why from the sidecars the suite wrote: "auto switched host/freelist -> torch/legacy".
+The series selected by name keep their row (no switch fact there). Marked e2e (CI runs it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_asv_e2e import MACHINE, harmless, make_history
+
+FREELIST = '''        priority=20,
+        doc="host bump cursor + free list, rows copied to the device without a sync",'''
+
+
+def prefer_legacy(repo: Path) -> None:
+    path = repo / "kvbench" / "dispatch" / "registry.py"
+    text = path.read_text()
+    assert FREELIST in text, "the registry's host/freelist row moved: update the plant"
+    path.write_text(text.replace(FREELIST, FREELIST.replace("priority=20", "priority=5")))
+
+
+@pytest.mark.e2e
+def test_a_real_auto_switch_is_named_beside_its_step(tmp_path):
+    steps = [("c1", harmless(1)), ("c2", prefer_legacy), ("c3", harmless(3)),
+             ("c4", harmless(4)), ("c5", harmless(5))]
+    hist = make_history(tmp_path, steps)
+    c = hist.commits
+    hist.asv("run", "--machine", MACHINE, "--launch-method", "forkserver", "--bench",
+             r"kv_alloc\.KVAlloc\.track_us", "ALL", timeout=1500)
+
+    from kvbench.history.regressions import analyze
+    from kvbench.history.results import load_history
+
+    report = analyze(load_history(hist.repo / "results", MACHINE, repo=hist.repo))
+    assert report.sidecar_problems == []
+    by_series = {(f.series.params, f.settled): f for f in report.findings}
+    for n in ("1", "64"):
+        found = by_series.get((("'auto'", "'run_search'", n), c["c2"]))
+        assert found is not None, (n, [(f.series.name, f.settled[:8]) for f in report.findings])
+        assert found.verdict == "regression" and found.parent == c["c1"]
+        texts = [fact.text for fact in found.context]
+        assert "auto switched host/freelist -> torch/legacy" in texts, texts
+    for f in report.findings:  # a row named by its selector never switches
+        if f.series.params[0] != "'auto'":
+            assert all(fact.kind != "auto_switch" for fact in f.context), f.series.name
