@@ -130,14 +130,19 @@ ATTRIBUTE_COUNT = 6
 _CODE_NAMES = {0: "fp16", 1: "bf16", _FP8_CODE: "fp8_e4m3"}
 
 
-@functools.lru_cache(maxsize=64)
 def kernel_resources(device: torch.device, code: int, group: int) -> dict:
     """The compiled cluster_decode_kernel instantiation that a launch for KV dtype `code` and
     `group` q heads per kv head runs, as the CUDA runtime describes it (cudaFuncGetAttributes):
     registers per thread, local memory bytes per thread (register spills and local arrays),
     shared memory per block (static + the dynamic ring), warps per block, SASS architecture.
     The keys are those the sidecar records for a compiled Triton kernel where they mean the
-    same; a compiled kernel's attributes do not change, hence the cache."""
+    same. A fresh dict each call (the caller may keep or change it)."""
+    return dict(_kernel_attributes(device, code, group))
+
+
+@functools.lru_cache(maxsize=64)
+def _kernel_attributes(device: torch.device, code: int, group: int) -> dict:
+    """kernel_resources, cached: a compiled kernel's attributes do not change."""
     args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=1)
     out = (ctypes.c_int * ATTRIBUTE_COUNT)()
     with torch.cuda.device(device):
