@@ -17,13 +17,13 @@ gate's record per case (attempts, fast or flagged) is kept in the JSON.
 Each process also records what could explain a slow one: two canaries timed the same way (a
 pure-Python loop and a tiny torch CPU op: if they are slow too, the machine was, not the
 series), its involuntary context switches, the core's clock where the OS exposes it, and the
-load average. Ablations: `--core N`
-pins to core N instead of the last; `--no-aslr` starts each process with address-space
+load average. Ablations: `--pin fastest` pins to the core the canary probe finds fastest,
+`--core N` to core N instead of the last; `--no-aslr` starts each process with address-space
 randomisation off (setarch -R); `--device cpu` keeps CUDA out of the process.
 
-    python scripts/host_noise.py --processes 8 --repeats 5 [--pin [--core N]] [--no-aslr]
-        [--device cpu|auto] [--json out.json]
-    python scripts/host_noise.py --suite --processes 10 [--json out.json]
+    python scripts/host_noise.py --processes 8 --repeats 5 [--pin [last|fastest]] [--core N]
+        [--no-aslr] [--device cpu|auto] [--json out.json]
+    python scripts/host_noise.py --suite --processes 10 [--runs runs.jsonl] [--json out.json]
 """
 
 from __future__ import annotations
