@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kvbench.core.dtypes import FROM_TORCH
+from kvbench.core.dtypes import FP8_CONTAINERS, FROM_TORCH
 from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_interpreted
 from kvbench.kernels._validate import (
@@ -62,10 +62,6 @@ from kvbench.kernels._validate import (
 # (the soft encoder makes this hold under the interpreter too, see kernels/_fp8.py).
 _IN_DTYPES = (torch.float16, torch.bfloat16)
 _CACHE_DTYPES = tuple(FROM_TORCH)
-_FP8_CACHE = (torch.uint8, torch.float8_e4m3fn)
-_DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
-_TORCH_NAME = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.uint8: "fp8",
-               torch.float8_e4m3fn: "fp8"}
 
 # Elements one program moves per tensor (K or V). 4096 fp16 elements = 8 KiB in and out per
 # tensor: large enough to amortize the slot loads, small enough that a 16k-token prefill at
@@ -80,16 +76,6 @@ _NUM_WARPS = 4
 # until it has one program per SM, and a small tile runs on fewer warps (one warp per 256
 # elements, 8 fp16 = one 16-byte vector per thread) instead of leaving threads idle.
 _ELEMS_PER_WARP = 32 * 8
-
-
-def _dtype_name(dtype: torch.dtype | str) -> str:
-    if isinstance(dtype, str):
-        if dtype not in _DTYPE_BYTES:
-            raise ValueError(f"dtype {dtype!r} is not accepted; accepted: fp16, bf16, fp8")
-        return dtype
-    if dtype not in _TORCH_NAME:
-        raise ValueError(f"dtype {dtype} is not accepted; accepted: {', '.join(_DTYPE_BYTES)}")
-    return _TORCH_NAME[dtype]
 
 
 def _scale_tensor(name: str, scale: object, device: torch.device,
@@ -151,7 +137,7 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     elif checks is not None:
         slot_mapping = checks.bounds("slot_mapping values", slot_mapping, 0, pages * page_size,
                                      what=what, replacement=-1, skip_negative=True)
-    is_fp8 = k_cache.dtype in _FP8_CACHE
+    is_fp8 = k_cache.dtype in FP8_CONTAINERS
     if not is_fp8:
         if k.dtype != k_cache.dtype:
             raise ValueError(

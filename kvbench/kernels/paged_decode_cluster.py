@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from kvbench.core.dtypes import FROM_TORCH
 from kvbench.kernels import cuda_build
 from kvbench.kernels._device import sm_count
 from kvbench.kernels._validate import check_optional_int_range
@@ -127,7 +128,9 @@ def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int,
 
 #: How many ints kvb_kernel_attributes writes (cluster_decode.cu's kAttributeCount).
 ATTRIBUTE_COUNT = 6
-_CODE_NAMES = {0: "fp16", 1: "bf16", _FP8_CODE: "fp8_e4m3"}
+#: A dtype code's name in a kernel record: the KV dtype, fp8 with its encoding.
+_CODE_NAMES = {**{code: FROM_TORCH[dtype] for dtype, code in _DTYPE_CODE.items()},
+               _FP8_CODE: "fp8_e4m3"}
 
 
 def kernel_resources(device: torch.device, code: int, group: int) -> dict:

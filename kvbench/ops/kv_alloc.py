@@ -33,8 +33,6 @@ class KVCacheManager:
     """
 
     def __init__(self, num_rows: int, *, device: torch.device | str, impl: str | None = None):
-
-
         dev = resolve_device(device)
         self.selection = None
         if impl is None:

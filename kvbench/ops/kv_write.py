@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from kvbench.core.device import resolve_device
 from kvbench.core.dtypes import BYTES, FROM_TORCH
 from kvbench.dispatch.core import cached_selection
 from kvbench.dispatch.registry import write_bucket
@@ -369,9 +368,7 @@ def tune_inputs(params: dict[str, int], dtype: str, storage: str, device):
     """A tune case's inputs on the project pool (>= 8x L2 on a GPU) and what frees them."""
     from kvbench.ops.paged_decode import decode_pool
 
-    dev = resolve_device(device)
-    pool = decode_pool(params["num_seqs"], params["seq_len"], dtype, dev, storage=storage,
-                       min_l2_multiple=8 if dev.type == "cuda" else 0,
+    pool = decode_pool(params["num_seqs"], params["seq_len"], dtype, device, storage=storage,
                        kv_heads=params["kv_heads"], head_dim=params["head_dim"],
                        page_size=params["page_size"])
     return write_inputs(pool, params["n"]), pool.free

@@ -472,9 +472,7 @@ TUNE_CASES_CPU = (
 
 def tune_inputs(params: dict[str, int], dtype: str, storage: str, device) -> tuple[OpInputs, Any]:
     """A tune case's inputs on the project pool (>= 8x L2 on a GPU) and what frees them."""
-    dev = resolve_device(device)
-    pool = decode_pool(params["batch"], params["seq_len"], dtype, dev, storage=storage,
-                       min_l2_multiple=8 if dev.type == "cuda" else 0,
+    pool = decode_pool(params["batch"], params["seq_len"], dtype, device, storage=storage,
                        kv_heads=params["kv_heads"], head_dim=params["head_dim"],
                        page_size=params["page_size"])
     return decode_inputs(pool, params["q_heads"]), pool.free
