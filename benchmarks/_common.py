@@ -429,11 +429,37 @@ GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {
 }
 
 
+#: Measuring processes per commit, per group (1 where not named): the host group's series move
+#: between processes even on a fast host, so each of its cases keeps the least of several
+#: (benchmarks/_host.least_of_processes). The GPU groups' series repeat within ~1% between
+#: processes (docs/history.md, "Run-to-run spread"): one process each.
+GROUP_PROCESSES = {"host": _host.HOST_PROCESSES}
+#: Overrides the host group's count: fewer processes measure a commit faster, and noisier
+#: (docs/harness.md, "Host-side series noise"); the suite reads it, so old commits obey it too.
+HOST_PROCESSES_VAR = "KVBENCH_HOST_PROCESSES"
+
+
+def group_processes(group: str) -> int:
+    """How many processes measure `group` per commit (GROUP_PROCESSES, or for the host group
+    HOST_PROCESSES_VAR when set); ValueError naming the variable for a value that is not a
+    whole number >= 1."""
+    raw = os.environ.get(HOST_PROCESSES_VAR, "").strip() if group == "host" else ""
+    if not raw:
+        return GROUP_PROCESSES.get(group, 1)
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{HOST_PROCESSES_VAR}={raw!r}: expected a whole number of measuring "
+                         f"processes >= 1 (default {GROUP_PROCESSES['host']})")
+    return int(raw)
+
+
 def measure_group(group: str) -> dict[str, dict]:
     """{class name: that class's results} for every class of `group`, measured in a forked
     child of this process (benchmarks/_isolate.py: a case that crashes its process loses only
-    itself), then the sidecar written (benchmarks/_sidecar.py)."""
-    out = _isolate.run_isolated(lambda: measure_group_here(group), _sidecar.STATES)
+    itself), in group_processes(group) such children one after another where that is more
+    than one, then the sidecar written (benchmarks/_sidecar.py)."""
+    runs = [_isolate.run_isolated(lambda: measure_group_here(group), _sidecar.STATES)
+            for _ in range(group_processes(group))]
+    out = runs[0] if len(runs) == 1 else _host.least_of_processes(runs)
     _sidecar.write_sidecar(group, out)
     return out
 
@@ -481,7 +507,7 @@ def setup_cache_host(self) -> dict[str, dict]:
 
 setup_cache_decode.timeout = 600
 setup_cache_kv_ops.timeout = 420
-setup_cache_host.timeout = 300
+setup_cache_host.timeout = 300 * _host.HOST_PROCESSES
 
 
 class _Suite:

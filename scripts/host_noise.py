@@ -9,10 +9,12 @@ prints the median and max |relative change| between successive processes:
   min        the least of the per-repeat medians
   median     the median of the per-repeat medians
 
---suite measures what the asv suite stores instead: each process runs the host classes'
-measure() (benchmarks/kv_alloc.py, benchmarks/dispatch_overhead.py: core choice, canary gate,
-least of HOST_REPEATS) and every one of their series is compared between processes; the
-gate's record per case (attempts, fast or flagged) is kept in the JSON.
+--suite measures what the asv suite stores instead: each of `--processes` fresh interpreters
+measures the host group as the suite measures one commit (benchmarks/_common.measure_group:
+HOST_PROCESSES forked processes, each running KVAlloc's and DispatchOverhead's measure() with
+core choice, canary gate and least of HOST_REPEATS; each case the least they accepted), and
+every series is compared between those identical "commits", beside what the first process
+alone would have given; the gate's record per case is kept in the JSON.
 
 Each process also records what could explain a slow one: two canaries timed the same way (a
 pure-Python loop and a tiny torch CPU op: if they are slow too, the machine was, not the
@@ -101,26 +103,39 @@ def worker(repeats: int, pin: str, core: int | None, device: str) -> dict:
 
 
 def suite_worker() -> dict:
-    """Every host series of the asv suite, measured as the suite measures it, in this process:
-    {"Class(params)": {"median_us", "host"}}."""
-    from benchmarks import dispatch_overhead, kv_alloc
+    """Every host series of the asv suite, measured as the suite measures one commit, in this
+    interpreter: the host group in HOST_PROCESSES forked processes (benchmarks/_common.
+    measure_group), each case the least they accepted; {"Class(params)": {"median_us", "host"}}
+    (host["processes"]: each process's own number)."""
+    from benchmarks import _common
 
     out = {}
-    for cls, module in (("KVAlloc", kv_alloc), ("DispatchOverhead", dispatch_overhead)):
-        for key, entry in module.measure().items():
+    for cls, results in _common.measure_group("host").items():
+        for key, entry in results.items():
             if isinstance(key, tuple) and "median_us" in entry:
                 out[f"{cls}{key}"] = {"median_us": entry["median_us"], "host": entry.get("host")}
     return out
 
 
-def suite_main(processes: int, json_path: str | None, runs_file: str | None) -> None:
-    """Spawn `processes` suite workers, appending each one's output to `runs_file` as it
-    finishes (so an interrupted run keeps what it measured), or, when `runs_file` already
-    holds lines, compare those."""
+def _one_process(case: dict) -> tuple[float, bool] | None:
+    """(number, accepted) of the first measuring process of a case: what one process per
+    commit gives (None: that process has no number)."""
+    processes = (case["host"] or {}).get("processes")
+    if not processes:
+        return case["median_us"], (case["host"] or {}).get("fast", True)
+    first = processes[0]
+    return None if first is None else (first["median_us"], first["fast"])
+
+
+def suite_main(commits: int, json_path: str | None, runs_file: str | None) -> None:
+    """Measure the host group as `commits` identical commits would be (one fresh interpreter
+    each), appending each one's output to `runs_file` as it finishes (an interrupted run keeps
+    what it measured; a later call measures only the commits still missing), then compare:
+    the suite's number (least of its processes) and the first process's alone."""
     existing = Path(runs_file).read_text().splitlines() if runs_file and \
         Path(runs_file).is_file() else []
     runs = [json.loads(line) for line in existing if line.strip()]
-    for _ in range(0 if runs else processes):
+    for _ in range(max(0, commits - len(runs))):
         out = subprocess.run([sys.executable, __file__, "--worker", "--suite"], check=True,
                              capture_output=True, text=True).stdout
         line = out.strip().splitlines()[-1]
@@ -128,27 +143,41 @@ def suite_main(processes: int, json_path: str | None, runs_file: str | None) -> 
         if runs_file:
             with open(runs_file, "a") as f:
                 f.write(line + "\n")
-    processes = len(runs)
-    if processes < 2:
-        raise SystemExit(f"{processes} suite process(es) measured: nothing to compare")
+    if len(runs) < 2:
+        raise SystemExit(f"{len(runs)} commit(s) measured: nothing to compare")
     series = sorted(set.intersection(*(set(r) for r in runs)))
     table = {}
-    print(f"{processes} processes, the suite's host series ({len(series)})")
+    print(f"{len(runs)} commits, the suite's host series ({len(series)}): median / max "
+          "successive change, the suite's number | the first process alone")
     for name in series:
         values = [r[name]["median_us"] for r in runs]
-        med, top = changes(values)
+        firsts = [_one_process(r[name]) for r in runs]
+        firsts = [f for f in firsts if f is not None]
         flagged = sum(not (r[name]["host"] or {}).get("fast", True) for r in runs)
-        table[name] = {"median_change": med, "max_change": top, "values": values,
-                       "flagged": flagged, "host": [r[name]["host"] for r in runs]}
-        print(f"  {name:55s} {100 * med:5.1f}% / {100 * top:5.1f}%  flagged {flagged}")
-    meds = [t["median_change"] for t in table.values()]
-    tops = [t["max_change"] for t in table.values()]
-    flags = sum(t["flagged"] for t in table.values())
-    print(f"  over the series: median of medians {100 * statistics.median(meds):.1f}%, worst "
-          f"median {100 * max(meds):.1f}%, median of maxes {100 * statistics.median(tops):.1f}%,"
-          f" worst max {100 * max(tops):.1f}%; flagged {flags} of {len(series) * processes}")
+        table[name] = {"values": values, "flagged": flagged,
+                       "host": [r[name]["host"] for r in runs],
+                       **dict(zip(("median_change", "max_change"), changes(values))),
+                       "one_process": {
+                           "values": [v for v, _ in firsts],
+                           "flagged": sum(not fast for _, fast in firsts),
+                           **dict(zip(("median_change", "max_change"),
+                                      changes([v for v, _ in firsts])))}}
+        one = table[name]["one_process"]
+        print(f"  {name:52s} {100 * table[name]['median_change']:5.1f}% / "
+              f"{100 * table[name]['max_change']:5.1f}% flagged {flagged} | "
+              f"{100 * one['median_change']:5.1f}% / {100 * one['max_change']:5.1f}%")
+    for label, rows in (("suite", list(table.values())),
+                        ("first process", [t["one_process"] for t in table.values()])):
+        meds = [t["median_change"] for t in rows]
+        tops = [t["max_change"] for t in rows]
+        both = sum(m <= 0.05 and x <= 0.15 for m, x in zip(meds, tops))
+        print(f"  {label}: median of medians {100 * statistics.median(meds):.1f}%, worst "
+              f"median {100 * max(meds):.1f}%, median of maxes {100 * statistics.median(tops):.1f}"
+              f"%, worst max {100 * max(tops):.1f}%; median <= 5% and max <= 15%: {both}/"
+              f"{len(rows)}; flagged {sum(t['flagged'] for t in rows)} of "
+              f"{len(series) * len(runs)}")
     if json_path:
-        write_json_atomic(json_path, {"suite": True, "processes": processes, "series": table},
+        write_json_atomic(json_path, {"suite": True, "commits": len(runs), "series": table},
                           indent=1)
 
 
@@ -159,7 +188,9 @@ def changes(values: list[float]) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--processes", type=int, default=8)
+    ap.add_argument("--processes", type=int, default=8,
+                    help="fresh interpreters to measure in; with --suite each is one "
+                         "identical commit, measured as the suite measures a commit")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--pin", nargs="?", const="last", default="none",
                     choices=("none", "last", "fastest"),
@@ -174,8 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--suite", action="store_true",
                     help="the asv suite's host series, measured as the suite does")
     ap.add_argument("--runs", default=None,
-                    help="with --suite: append each process's output to this JSON-lines file, "
-                         "or compare the lines it already holds")
+                    help="with --suite: append each commit's output to this JSON-lines file; "
+                         "commits it already holds count toward --processes")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.processes < 2 or args.repeats < 1:

@@ -105,3 +105,53 @@ def test_a_case_that_fails_is_returned_as_it_is(host):
 def test_without_cores_the_case_is_measured_where_the_process_runs(host):
     entry = _host.on_fast_host(_entry, [])
     assert entry["host"]["core"] is None and host["pinned"] == []
+
+
+# ---- the least of several measuring processes -------------------------------------------------
+
+
+def _gated(us: float, fast: bool = True, state: int = 0) -> dict:
+    return {**_entry(us), "host": {"canary_us": [FAST, FAST], "fast": fast}, "state": state}
+
+
+def test_each_case_keeps_the_least_number_the_gate_accepted():
+    runs = [{"KVAlloc": {("a",): _gated(12.0), ("b",): _gated(5.0, fast=False, state=1)}},
+            {"KVAlloc": {("a",): _gated(10.0, state=2), ("b",): _gated(7.0, state=3)}},
+            {"KVAlloc": {("a",): _gated(11.0), ("b",): _gated(6.0, state=5)}}]
+    out = _host.least_of_processes(runs)["KVAlloc"]
+    assert out[("a",)]["median_us"] == 10.0 and out[("a",)]["state"] == 2
+    assert out[("a",)]["host"]["kept"] == 1
+    assert [p["median_us"] for p in out[("a",)]["host"]["processes"]] == [12.0, 10.0, 11.0]
+    # a faster number the gate flagged (measured on a slow host) loses to an accepted one
+    assert out[("b",)]["median_us"] == 6.0 and out[("b",)]["host"]["kept"] == 2
+    assert out[("b",)]["host"]["processes"][0] == {"median_us": 5.0, "fast": False}
+    assert out[("b",)]["host"]["fast"] is True
+    assert runs[1]["KVAlloc"][("a",)]["host"].get("kept") is None  # the inputs are not changed
+
+
+def test_a_case_flagged_in_every_process_keeps_its_least_and_stays_flagged():
+    runs = [{"C": {("a",): _gated(us, fast=False)}} for us in (9.0, 8.0, 8.5)]
+    out = _host.least_of_processes(runs)["C"][("a",)]
+    assert out["median_us"] == 8.0 and out["host"]["fast"] is False
+
+
+def test_a_case_that_failed_in_one_process_fails():
+    runs = [{"C": {("a",): _gated(9.0)}},
+            {"C": {("a",): {"error": "Traceback ...\nAssertionError: output differs"}}},
+            {"C": {("a",): _gated(8.0)}}]
+    out = _host.least_of_processes(runs)["C"][("a",)]
+    assert "samples_s" not in out
+    assert out["error"].startswith("measuring process 2 of 3: Traceback")
+    assert out["error"].endswith("AssertionError: output differs")
+
+
+def test_skips_class_entries_and_cases_missing_from_a_process():
+    skip = {"skip": "needs CUDA"}
+    runs = [{"C": {("s",): skip, ("a",): _gated(9.0), "__class_error__": "boom"},
+             "D": {"__class_skip__": "not selected"}},
+            {"C": {("s",): skip}}]
+    out = _host.least_of_processes(runs)
+    assert out["C"][("s",)] == skip and out["C"]["__class_error__"] == "boom"
+    assert out["D"] == {"__class_skip__": "not selected"}
+    assert out["C"][("a",)]["median_us"] == 9.0
+    assert out["C"][("a",)]["host"]["processes"] == [{"median_us": 9.0, "fast": True}, None]

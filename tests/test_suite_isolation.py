@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -43,3 +46,42 @@ def test_a_segfaulting_case_loses_only_itself(monkeypatch, capsys):
     # every measured case points at the machine state of its measurement group
     assert all(isinstance(out[k]["state"], int) for k in (("a",), ("c",), ("d",)))
     assert "died (SIGSEGV)" in capsys.readouterr().err
+
+
+def _counting_measure() -> dict:
+    """One case whose number is the measuring process's id: the processes are distinct."""
+    results: dict = {}
+
+    def body(_key: tuple) -> dict:
+        return {"samples_s": [os.getpid() * 1e-6], "median_us": float(os.getpid())}
+
+    c.run_group([("a",)], lambda: None, lambda _: c.run_cases([("a",)], body, results), results)
+    return results
+
+
+def test_a_group_measured_by_several_processes_keeps_the_least(monkeypatch):
+    monkeypatch.setitem(c.GROUPS, "fake", (("_planted_module", "_counting_measure", "Fake"),))
+    monkeypatch.setitem(c.GROUP_PROCESSES, "fake", 3)
+    monkeypatch.setattr(c.importlib, "import_module",
+                        lambda name: sys.modules[__name__] if name.endswith("_planted_module")
+                        else __import__(name))
+    monkeypatch.setattr(_sidecar, "STATES", [])
+    entry = c.measure_group("fake")["Fake"][("a",)]
+    pids = [p["median_us"] for p in entry["host"]["processes"]]
+    assert len(set(pids)) == 3 and os.getpid() not in pids  # three forked children
+    assert entry["median_us"] == min(pids)
+    assert entry["state"] == pids.index(min(pids))  # its own process's machine state
+
+
+def test_the_host_groups_process_count_can_be_set_and_is_checked(monkeypatch):
+    monkeypatch.delenv(c.HOST_PROCESSES_VAR, raising=False)
+    assert c.group_processes("host") == c.GROUP_PROCESSES["host"] == 3
+    assert c.group_processes("decode") == 1
+    monkeypatch.setenv(c.HOST_PROCESSES_VAR, "1")
+    assert c.group_processes("host") == 1
+    assert c.group_processes("decode") == 1  # the GPU groups are not its business
+    for bad in ("0", "two", "-1", "1.5"):
+        monkeypatch.setenv(c.HOST_PROCESSES_VAR, bad)
+        with pytest.raises(ValueError, match=rf"KVBENCH_HOST_PROCESSES='{re.escape(bad)}': "
+                                             r"expected a whole number .* >= 1 \(default 3\)"):
+            c.group_processes("host")
