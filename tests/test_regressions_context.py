@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,6 +145,37 @@ def test_a_host_case_the_gate_flagged_is_reported(stepped, monkeypatch):
     (fact,) = context.host_gate_facts({**slow, "processes": processes, "kept": 0}, fast)
     assert fact.text == ("host slow on the parent side: canary 126 us against its fast 70 us "
                          "after 4 attempts in each of 3 processes")
+
+
+def test_a_change_of_the_machines_fast_speed_is_reported(stepped, monkeypatch):
+    """Both sides measured on a fast host, but the fastest canary their processes read moved:
+    another machine behind the same name (a new device lease) or its state changed."""
+    history, commits = stepped
+    first = {"canary_us": [84.9, 83.5], "core": 4, "attempts": 1, "reference_us": 83.0,
+             "fast": True}
+    second = {**first, "canary_us": [70.2, 69.1], "reference_us": 66.3}
+    _write_sidecars(monkeypatch, history.results_dir, commits,
+                    lambda i: {**_entry(), "host": first if i < STEP_AT else second})
+    _, finding = _finding(history)
+    assert _texts(finding) == [("host's fast canary 83 -> 66 us: the machine ran 1.25x faster "
+                                "at its best (another host, or its state changed)")]
+    assert context.host_speed_facts(first, {**first, "reference_us": 83.0 * 1.15}) == []
+    assert context.host_speed_facts(first, None) == []
+
+
+def test_the_fast_speed_fact_separates_a_new_lease_from_one_leases_commits():
+    """The recorded H200 host group over 15 commits (docs/data/h200-2026-12-01-s16/): commits
+    1-10 on one device lease, 11-15 on another. Every series gets the fact at the lease
+    change and none within a lease."""
+    path = Path(__file__).resolve().parents[1] / "docs/data/h200-2026-12-01-s16" / \
+        "host_suite_runs.jsonl"
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    series = sorted(set.intersection(*(set(r) for r in runs)))
+    facts = {i: sum(bool(context.host_speed_facts(runs[i][n]["host"], runs[i + 1][n]["host"]))
+                    for n in series) for i in range(len(runs) - 1)}
+    assert len(runs) == 15 and len(series) == 27
+    assert facts.pop(9) == 27  # commit 10 -> 11: the new lease
+    assert sum(facts.values()) == 0
 
 
 def test_a_cuda_kernels_local_memory_change_is_reported():
