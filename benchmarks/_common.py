@@ -9,7 +9,9 @@ plain dict {param tuple: entry}. Classes are measured in GROUPS that share one p
 (asv runs a setup_cache function once and hands its result to every class that uses that
 same function): three processes per commit instead of six saved ~10 s of torch imports and
 CUDA contexts on the H200 (scripts/profile_suite.py). The grouping follows what a bisection
-needs: `asv find` on a decode series re-measures the decode group, not the whole suite.
+needs: `asv find` on a decode series re-measures the decode group, not the whole suite. The
+host group is the exception: three processes measure it per commit and each case keeps the
+least (GROUP_PROCESSES; docs/harness.md, "Host-side series noise").
 
 The per-combination processes only look their entry up: `setup` raises NotImplementedError
 for a skipped case and RuntimeError for a failed one (a wrong kernel never gets a number),
