@@ -19,9 +19,9 @@ state; the suite uses it three ways:
 A fast canary is not the whole story: with the host fast around it, a case still lands 10-20%
 apart from one process to the next, for a reason no reading inside the process shows
 (docs/harness.md, "Host-side series noise"). So the suite measures the
-host group in HOST_PROCESSES processes per commit and keeps, per case, the least number the
-gate accepted (`least_of_processes`): host noise only ever adds time, and the least of
-several processes lands on the fast level far more often than one process does.
+host group in HOST_PROCESSES processes per commit and keeps, per case, the least number
+(`least_of_processes`): host noise only ever adds time, and the least of several processes
+lands on the fast level far more often than one process does.
 
 Why a hand-written canary and not a library's: pyperf calibrates loop counts and warns of an
 unstable system, but measures no reference workload that a gate or a later report can use.
@@ -142,9 +142,11 @@ def on_fast_host(measure: Callable[[], dict], cores: list[int]) -> dict:
 
 def least_of_processes(runs: list[dict[str, dict]]) -> dict[str, dict]:
     """One {class: {key: entry}} from the same group measured by several processes: per case,
-    the entry with the least median among those the gate accepted (fast), else among all, with
-    entry["host"]["processes"] = each process's median (None: no number) and whether its gate
-    accepted it, and entry["host"]["kept"] = the index of the process kept.
+    the entry with the least median, with entry["host"]["processes"] = each process's median
+    (None: no number) and whether its gate accepted it, and entry["host"]["kept"] = the index
+    of the process kept (its own gate record stays: "fast": false when even the least was
+    measured on a slow host). The least of all, not of the accepted ones: a slow host only
+    adds time, so a flagged number that is still the least is the best there is.
 
     A case that failed in any process fails, with that process's error: a row wrong in one
     process of three is wrong, and must not get the number of the others. A case without a
@@ -174,8 +176,7 @@ def _least_entry(entries: list[dict | None]) -> dict:
     measured = [(i, e) for i, e in found if "samples_s" in e]
     if not measured:
         return found[0][1]
-    accepted = [(i, e) for i, e in measured if (e.get("host") or {}).get("fast", True)]
-    kept, entry = min(accepted or measured, key=lambda pair: pair[1]["median_us"])
+    kept, entry = min(measured, key=lambda pair: pair[1]["median_us"])
     processes = [None if not (isinstance(e, dict) and "samples_s" in e) else
                  {"median_us": e["median_us"], "fast": (e.get("host") or {}).get("fast", True)}
                  for e in entries]

@@ -12,7 +12,7 @@ prints the median and max |relative change| between successive processes:
 --suite measures what the asv suite stores instead: each of `--processes` fresh interpreters
 measures the host group as the suite measures one commit (benchmarks/_common.measure_group:
 HOST_PROCESSES forked processes, each running KVAlloc's and DispatchOverhead's measure() with
-core choice, canary gate and least of HOST_REPEATS; each case the least they accepted), and
+core choice, canary gate and least of HOST_REPEATS; each case the least of them), and
 every series is compared between those identical "commits", beside what the first process
 alone would have given; the gate's record per case is kept in the JSON.
 
@@ -105,7 +105,7 @@ def worker(repeats: int, pin: str, core: int | None, device: str) -> dict:
 def suite_worker() -> dict:
     """Every host series of the asv suite, measured as the suite measures one commit, in this
     interpreter: the host group in HOST_PROCESSES forked processes (benchmarks/_common.
-    measure_group), each case the least they accepted; {"Class(params)": {"median_us", "host"}}
+    measure_group), each case the least of them; {"Class(params)": {"median_us", "host"}}
     (host["processes"]: each process's own number)."""
     from benchmarks import _common
 

@@ -175,9 +175,9 @@ def resource_facts(before: object, after: object) -> list[Fact]:
 
 def host_gate_facts(before: object, after: object) -> list[Fact]:
     """A fact when the suite's host gate (benchmarks/_host.on_fast_host) could not measure a
-    host-side case at the host's fast speed on one side (in any of the processes that measured
-    it, where the suite used several): that side's number was taken on a slow host, and a
-    step there may be the machine's."""
+    host-side case at the host's fast speed on one side (in the process whose number was kept,
+    where the suite used several): that side's number was taken on a slow host, and a step
+    there may be the machine's."""
     facts = []
     for side, record in (("parent", before), ("settled", after)):
         if not isinstance(record, dict) or record.get("fast") is not False:
@@ -186,7 +186,7 @@ def host_gate_facts(before: object, after: object) -> list[Fact]:
         ref = _number(record.get("reference_us"))
         if canary and ref:
             processes = record.get("processes")
-            where = (f" in each of {len(processes)} processes"
+            where = (f" (the least of {len(processes)} processes)"
                      if isinstance(processes, list) and len(processes) > 1 else "")
             text = (f"host slow on the {side} side: canary {max(canary):.0f} us against its "
                     f"fast {ref:.0f} us after {record.get('attempts')} attempts{where}")
