@@ -89,9 +89,11 @@ def test_bisect_names_the_planted_commit_and_says_no_regression_on_a_flat_range(
     assert f"regression at {c['c4'][:8]}" in out
     assert _snapshot(hist.repo / "results") == before, "bisect touched the stored results"
 
-    # 2. a flat range: no regression, no commit named
-    for attempt in (1, 2):
+    # 2. a flat range: never a regression; "no regression" with no commit named once the end
+    # points settle (an attempt may honestly end inconclusive on a noisy 2-core runner)
+    for attempt in (1, 2, 3):
         code, report, out = bisect(hist, f"{c['c4']}..{c['c5']}", tmp_path / f"flat{attempt}.json")
+        assert report["verdict"] != "regression", out[-4000:]
         if report["endpoints"]["outcome"] == "no change":
             break
         print(f"flat range, attempt {attempt}: {report['summary']}", file=sys.stderr)

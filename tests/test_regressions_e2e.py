@@ -53,7 +53,11 @@ def test_a_real_auto_switch_is_named_beside_its_step(tmp_path):
     for n in ("1", "64"):
         found = by_series.get((("'auto'", "'run_search'", n), c["c2"]))
         assert found is not None, (n, [(f.series.name, f.settled[:8]) for f in report.findings])
-        assert found.verdict == "regression" and found.parent == c["c1"]
+        assert found.verdict == "regression"
+        # c1 is c0's code; a slow spell of the 2-core runner at c1 can lift it off the old level,
+        # and the engine then names it as part of the step's transition
+        assert found.parent == c["c1"] or (found.parent == c["c0"]
+                                           and found.transition == (c["c1"],)), found
         texts = [fact.text for fact in found.context]
         assert "auto switched host/freelist -> torch/legacy" in texts, texts
     sidecars = sorted((hist.repo / "results" / MACHINE / SUBDIR).glob(f"*.host{SUFFIX}"))
