@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kvbench; benchmarks' sidecar writer
 from kvbench.core.jsonfile import output_path, write_json_atomic
 
 MACHINE = "simbox"
@@ -160,8 +161,10 @@ COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99
 
 
 def write_results(repo: Path, commits: list[str], runs: list[int], truths: list[Truth],
-                  rng: np.random.Generator) -> Path:
-    """asv result files of every commit under repo/results; returns the results dir."""
+                  rng: np.random.Generator, precision: dict[str, float] | None = None) -> Path:
+    """asv result files of every commit under repo/results; returns the results dir.
+    `precision`: each series' within-process relative standard error (what asv's 99% interval
+    shows); by default its noise model's within-run sigma / 4-12."""
     results = repo / "results"
     machine_dir = results / MACHINE
     machine_dir.mkdir(parents=True)
@@ -178,8 +181,8 @@ def write_results(repo: Path, commits: list[str], runs: list[int], truths: list[
                             "param_names": ["series"],
                             "params": [[repr(t.name) for t in members]]}
     (results / "benchmarks.json").write_text(json.dumps(benchmarks))
-    # each series' process precision: its within-run noise / 4-12, as asv's 99% CI shows
-    precision = {t.name: NOISE[t.noise][0] / rng.uniform(4, 12) for t in truths}
+    if precision is None:
+        precision = {t.name: NOISE[t.noise][0] / rng.uniform(4, 12) for t in truths}
     for i, commit in enumerate(commits):
         started = 1_790_000_000_000 + runs[i] * 86_400_000 + i * 60_000
         rows = {}
@@ -310,10 +313,140 @@ def plant_on_history(history, *, size: float, seed: int, before: int = 2, after:
             "plant": new[before]}
 
 
+#: asv's 99% interval of a host row on the H200, relative half-width: the median over the host
+#: rows of results/h200. A replayed series is given this within-process precision.
+REPLAY_CI99 = 0.027
+#: Steps planted into a replayed series, relative (each slower and faster).
+REPLAY_SIZES = (0.10, 0.15, 0.20, 0.30, 0.50)
+#: A planted step has at least this many commits on each side.
+REPLAY_MARGIN = 3
+
+
+def replay_truths(runs: list[dict], sizes=REPLAY_SIZES) -> list[tuple[Truth, str]]:
+    """The series of a recorded runs file (scripts/host_noise.py --suite: one line per identical
+    commit, {"Class(params)": {"median_us", ...}}): each as recorded (scenario "flat": the code
+    never changed, so every finding is false), and copies with a step of each size planted
+    at every commit with REPLAY_MARGIN commits on each side (the truth is known because the
+    recorded commits are identical); each with the recorded series it was made from."""
+    names = sorted(set.intersection(*(set(r) for r in runs)))
+    n = len(runs)
+    if n < 2 * REPLAY_MARGIN:
+        raise SystemExit(f"{n} recorded commits: a replay needs at least {2 * REPLAY_MARGIN}")
+    truths = []
+    for name in names:
+        values = np.array([r[name]["median_us"] * 1e-6 for r in runs])
+        truths.append((Truth(f"t{len(truths)}", "recorded", "flat", values=values), name))
+        for size in sizes:
+            for sign in (+1, -1):
+                for start in range(REPLAY_MARGIN, n - REPLAY_MARGIN + 1):
+                    planted = values.copy()
+                    planted[start:] *= (1 + size) ** sign
+                    truths.append((Truth(f"t{len(truths)}", "recorded",
+                                         f"step{'+' if sign > 0 else '-'}{size:.0%}",
+                                         size=sign * size, start=start, stop=start,
+                                         values=planted), name))
+    return truths
+
+
+def write_host_sidecars(results: Path, commits: list[str], runs: list[dict],
+                        truths: list[tuple[Truth, str]]) -> None:
+    """Each commit's sidecar, through the suite's own writer (benchmarks/_sidecar.py), holding
+    for every replayed series the host record its recorded series had at that commit (the
+    kept process's canaries and reference): what a kvbench asv run writes for a host case."""
+    import os
+
+    from benchmarks import _sidecar
+
+    saved = dict(os.environ)
+    try:
+        os.environ.update(ASV_ENV_NAME=ENV, ASV_KVBENCH_MACHINE=MACHINE,
+                          ASV_KVBENCH_RESULTS_DIR=str(results))
+        for commit, run in zip(commits, runs):
+            os.environ["ASV_COMMIT"] = commit
+            cases = {(t.name,): {"samples_s": [t.values[commits.index(commit)]],
+                                 "median_us": run[name]["median_us"],
+                                 "host": run[name]["host"]} for t, name in truths}
+            if not _sidecar.write_sidecar("host", {LATENCY.split(".")[1]: cases}):
+                raise SystemExit(f"the sidecar of {commit[:8]} was not written")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def least_of_first(runs: list[dict], processes: int) -> list[dict]:
+    """The recorded commits as if the suite had measured the host group with only its first
+    `processes` processes: each case's number the least of theirs (recorded per case in
+    host["processes"]). The host record, and so the canary, stays the one of the process the
+    suite kept (the processes of one commit read canaries a few percent apart)."""
+    out = []
+    for run in runs:
+        out.append({})
+        for name, case in run.items():
+            numbers = [p["median_us"] for p in case["host"]["processes"][:processes]
+                       if p is not None]
+            if not numbers:
+                raise SystemExit(f"{name}: no number in the first {processes} processes")
+            out[-1][name] = {**case, "median_us": min(numbers)}
+    return out
+
+
+def replay(runs_path: str | Path, *, lease_ends: tuple[int, ...] = (),
+           canaries: bool = True, first: int | None = None,
+           processes: int | None = None) -> dict:
+    """Judge a recorded runs file's series as an asv history (replay_truths): the verdict
+    engine on real between-commit noise. Commits up to each of `lease_ends` (1-based, the last
+    commit of a machine lease) form one asv run; the rest another. With `canaries`, each
+    commit's sidecar carries the recorded host records, so host series are judged at the
+    host's typical speed (kvbench/history/host_speed.py); without, as stored values alone.
+    `first`: replay only the first this many commits; `processes`: as measured by only the
+    first this many of each commit's processes (least_of_first).
+    Returns the rates as `simulate` does, plus the false findings on the recorded series."""
+    from kvbench.history.regressions import analyze
+    from kvbench.history.results import load_history
+
+    runs_data = [json.loads(line) for line in Path(runs_path).read_text().splitlines()
+                 if line.strip()][:first]
+    if processes is not None:
+        runs_data = least_of_first(runs_data, processes)
+    n = len(runs_data)
+    pairs = replay_truths(runs_data)
+    truths = [t for t, _ in pairs]
+    run_ids = [sum(i >= end for end in lease_ends) for i in range(n)]
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        commits = git_history(Path(tmp), n)
+        results = write_results(Path(tmp), commits, run_ids, truths, np.random.default_rng(0),
+                                precision={t.name: REPLAY_CI99 / 2.5758 for t in truths})
+        if canaries:
+            write_host_sidecars(results, commits, runs_data, pairs)
+        report = analyze(load_history(results, MACHINE))
+        elapsed = time.perf_counter() - t0
+    flat = {t.name: name for t, name in pairs if t.scenario == "flat"}
+    false = [{"series": flat[f.series.params[0].strip("'")], "verdict": f.verdict,
+              "effect_pct": round(f.effect_pct, 1),
+              "commits": [commits.index(f.parent) + 1, commits.index(f.settled) + 1]}
+             for f in report.findings if f.series.params[0].strip("'") in flat]
+    return {"replay": str(runs_path), "canaries": canaries, "commits": n, "first": first,
+            "processes": processes,
+            "lease_ends": list(lease_ends),
+            "series": len(flat), "ci99": REPLAY_CI99, "seconds": round(elapsed, 1),
+            "rates": score(report, truths, commits), "false_on_recorded": false}
+
+
+def replay_head(result: dict) -> str:
+    """The first line of a replay's table: what was replayed, and how."""
+    how = ["scaled by the recorded canaries" if result["canaries"] else "values alone"]
+    if result.get("processes") is not None:
+        how.append(f"least of the first {result['processes']} processes")
+    return (f"replay of {result['replay']}: {result['series']} series x {result['commits']} "
+            f"commits (runs end after {result['lease_ends'] or 'none'}; {'; '.join(how)})")
+
+
 def format_table(result: dict) -> str:
-    lines = [(f"seed {result['seed']}, {result['commits']} commits, "
-              f"{result['per_scenario']} series per scenario and noise model "
-              f"({result['seconds']} s)"),
+    head = replay_head(result) if "replay" in result else (
+        f"seed {result['seed']}, {result['commits']} commits, "
+        f"{result['per_scenario']} series per scenario and noise model")
+    lines = [f"{head} ({result['seconds']} s)",
              f"{'scenario/noise':<20}{'series':>7}{'correct':>9}{'misplaced':>11}{'spurious':>10}"]
     for key, row in sorted(result["rates"].items()):
         n = row["series"]
@@ -335,7 +468,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plant-size", type=float, default=0.04,
                         help="relative slowdown of the plant (default %(default)s)")
     parser.add_argument("--results", default="results", help="results dir for --plant-on")
+    parser.add_argument("--replay", default=None, metavar="RUNS_JSONL",
+                        help="instead: judge a recorded runs file of identical commits "
+                             "(scripts/host_noise.py --suite --runs) as a history, with planted "
+                             "steps of " + ", ".join(f"{s:.0%}" for s in REPLAY_SIZES))
+    parser.add_argument("--lease-ends", default="",
+                        help="with --replay: comma-separated last commits (1-based) of each "
+                             "machine lease but the last; each lease is one asv run")
+    parser.add_argument("--first", type=int, default=None, metavar="N",
+                        help="with --replay: only the first N recorded commits")
+    parser.add_argument("--processes", type=int, default=None, metavar="K",
+                        help="with --replay: each case the least of only the first K of the "
+                             "recorded processes of its commit")
+    parser.add_argument("--no-canaries", action="store_true",
+                        help="with --replay: write no sidecars, so the engine judges the "
+                             "stored values alone")
     args = parser.parse_args(argv)
+    if args.replay:
+        try:
+            ends = tuple(int(x) for x in args.lease_ends.split(",") if x.strip())
+        except ValueError:
+            parser.error(f"--lease-ends {args.lease_ends!r}: expected commit numbers like 10,15")
+        result = replay(args.replay, lease_ends=ends, canaries=not args.no_canaries,
+                        first=args.first, processes=args.processes)
+        print(format_table(result))
+        print(f"findings on the recorded (identical-commit) series: {len(result['false_on_recorded'])}")
+        for f in result["false_on_recorded"]:
+            print(f"  {f['verdict']} {f['series']} {f['effect_pct']:+.1f}% commits {f['commits']}")
+        if args.json:
+            write_json_atomic(args.json, result, indent=2)
+        return 0
     if args.plant_on:
         from kvbench.history.results import load_history
 

@@ -5,7 +5,9 @@ finds the significant level changes over the whole history (changepoints.py), an
 into a Finding: the commit range it landed in, before -> after in the series' unit, the effect
 with a 95% interval, the noise and the minimum detectable effect, and a direction-aware
 verdict: a latency series (unit seconds) regresses when it goes up, a throughput series
-(GB/s) when it goes down. A GB/s drop is a regression, never an improvement.
+(GB/s) when it goes down. A GB/s drop is a regression, never an improvement. A host-side
+series whose sidecars carry the machine's canary is judged at the host's typical speed
+(host_speed.py): a slow spell of the machine is not a step of the code.
 
 `Report.to_json()` is the `--json` output; its schema (SCHEMA) is documented in
 docs/history.md and versioned: a change that renames or removes a key bumps the version.
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbench.core import progress
-from kvbench.history import changepoints, noise
+from kvbench.history import changepoints, host_speed, noise
 from kvbench.history.context import Fact, SidecarCache
 from kvbench.history.results import History, Series
 
@@ -72,6 +74,9 @@ class Finding:
     #: what the sidecars of parent and settled say differed (auto's row, kernel resources,
     #: GPU clocks, measured error): kvbench/history/context.py; () without sidecars
     context: tuple[Fact, ...] = ()
+    #: the series was judged at the host's typical speed (kvbench/history/host_speed.py):
+    #: its points, before and after are scaled by each commit's canary
+    host_speed_scaled: bool = False
 
     @property
     def worse_pct(self) -> float:
@@ -108,6 +113,7 @@ class Finding:
             "noise_between_runs_pct": round(100 * math.expm1(self.noise.runs), 4),
             "mde_pct": round(self.mde_pct, 4),
             "within_run": self.within_run,
+            "host_speed_scaled": self.host_speed_scaled,
             "context": [fact.to_json() for fact in self.context],
         }
 
@@ -120,6 +126,7 @@ class SeriesVerdict:
     noise: noise.Noise | None
     mde_pct: float | None
     findings: list[Finding] = field(default_factory=list)
+    host_speed_scaled: bool = False
 
     def to_json(self) -> dict:
         n = self.noise
@@ -138,6 +145,7 @@ class SeriesVerdict:
             "mde_within_run_pct": None if n is None
             else round(100 * math.expm1(MDE_SIGMAS * n.within), 4),
             "findings": len(self.findings),
+            "host_speed_scaled": self.host_speed_scaled,
         }
 
 
@@ -267,42 +275,54 @@ def _finding(series: Series, history: History, x: np.ndarray, est: noise.Noise,
 
 @dataclass
 class _Prepared:
-    """A series' log values, runs and own noise, before the machine-wide prior is known."""
+    """A series' log values, runs and own noise, before the machine-wide prior is known
+    (`series` is the one judged: a host series rescaled to its typical speed when `scaled`)."""
 
     series: Series
     x: np.ndarray
     runs: list[int]
     within_process: float | None
     own: noise.Noise | None
+    scaled: host_speed.Scaled | None = None
 
     @property
     def family(self) -> str:
         return self.series.benchmark
 
 
-def _prepare(series: Series, history: History) -> _Prepared | None:
+def _prepare(series: Series, history: History, sidecars: SidecarCache) -> _Prepared | None:
     if series.unit not in WORSE_SIGN:
         raise ValueError(f"{series.name}: unit {series.unit!r} has no direction; "
                          f"known units: {', '.join(WORSE_SIGN)}")
+    if len(series.points) < MIN_POINTS:
+        return None
+    scaled = host_speed.at_typical_speed(series, sidecars)
+    if scaled is not None:
+        series = scaled.series
     values = [p.value for p in series.points]
-    if len(values) < MIN_POINTS or min(values) <= 0:
+    if min(values) <= 0:
         return None
     x = np.log(values)
     runs = [history.runs.get(p.commit, -1 - i) for i, p in enumerate(series.points)]
     within_process = noise.within_process_sigma(
         values, [p.ci99_low for p in series.points], [p.ci99_high for p in series.points])
     return _Prepared(series, x, runs, within_process,
-                     noise.estimate(x, runs, within_process=within_process))
+                     noise.estimate(x, runs, within_process=within_process), scaled)
 
 
 def _judge(prep: _Prepared, history: History,
            priors: dict[str, tuple[float, float]]) -> SeriesVerdict:
     prior = noise.prior_for(priors, prep.family, prep.within_process)
     est, breaks = _fit(prep.x, prep.runs, prep.within_process, prior)
+    is_scaled = prep.scaled is not None
     if est is None:
-        return SeriesVerdict(prep.series, None, None)
+        return SeriesVerdict(prep.series, None, None, host_speed_scaled=is_scaled)
     findings = [_finding(prep.series, history, prep.x, est, b) for b in breaks]
-    return SeriesVerdict(prep.series, est, mde_pct(est.total), findings)
+    if is_scaled:
+        findings = [dataclasses.replace(f, host_speed_scaled=True,
+                                        context=(prep.scaled.fact(f.parent, f.settled),))
+                    for f in findings]
+    return SeriesVerdict(prep.series, est, mde_pct(est.total), findings, is_scaled)
 
 
 def analyze(history: History, *, since: str | None = None) -> Report:
@@ -314,7 +334,8 @@ def analyze(history: History, *, since: str | None = None) -> Report:
         raise ValueError(f"--since {since[:12]} is not on the first-parent line of "
                          f"{history.head[:12]}")
     judged = [s for s in history.series if s.unit in WORSE_SIGN]
-    prepared = [(s, _prepare(s, history)) for s in judged]
+    sidecars = SidecarCache(history.results_dir, history.machine)
+    prepared = [(s, _prepare(s, history, sidecars)) for s in judged]
     priors = noise.family_priors((p.own, p.family) for _, p in prepared
                                  if p is not None and p.own is not None)
     verdicts = []
@@ -323,7 +344,6 @@ def analyze(history: History, *, since: str | None = None) -> Report:
         verdicts.append(SeriesVerdict(s, None, None) if p is None
                         else _judge(p, history, priors))
     progress.report("reading the sidecars of the findings' commits")
-    sidecars = SidecarCache(history.results_dir, history.machine)
     for verdict in verdicts:
         verdict.findings = [with_context(f, sidecars) for f in verdict.findings]
     return Report(history=history, since=since, verdicts=verdicts,
@@ -334,4 +354,5 @@ def with_context(finding: Finding, sidecars: SidecarCache) -> Finding:
     """The finding with the sidecar facts of its two sides (parent, settled) attached."""
     s = finding.series
     facts = sidecars.facts(finding.parent, finding.settled, s.benchmark, s.params)
-    return dataclasses.replace(finding, context=tuple(facts)) if facts else finding
+    return dataclasses.replace(finding, context=finding.context + tuple(facts)) if facts \
+        else finding

@@ -1,0 +1,105 @@
+"""Host-side series are judged at the host's typical speed (kvbench/history/host_speed.py).
+
+Synthetic asv results with sidecars written by the suite's own writer, whose host records
+carry the fast canary the measuring process read; and the recorded H200 host group
+(docs/data/h200-2026-12-02-s17/) replayed through the engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvbench.history.regressions import analyze
+from tests.test_regressions import _history, _steady, sim
+from tests.test_regressions_context import _entry, _write_sidecars
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 24
+#: A slow spell of the machine over consecutive commits: every host series and the canary
+#: run this much slower (the H200's host drifted ~5-10% over minutes within one lease).
+SPELL, SLOWER = range(14, 18), 1.12
+
+
+def _host(reference_us):
+    return {"canary_us": [reference_us * 1.02, reference_us * 1.03], "core": 3, "attempts": 1,
+            "reference_us": reference_us, "fast": True}
+
+
+def _spell_history(tmp_path, seed=5):
+    """Identical commits measured through a slow spell: the values and the canary move."""
+    rng = np.random.default_rng(seed)
+    values = _steady(rng, N, 50e-6, 0.01)
+    canary = 72.0 * np.exp(0.005 * rng.standard_normal(N))
+    for i in SPELL:
+        values[i] *= SLOWER
+        canary[i] *= SLOWER
+    history, commits = _history(tmp_path, {"s": (sim.LATENCY, list(values))})
+    return history, commits, canary
+
+
+def test_a_slow_spell_of_the_machine_is_no_finding_when_the_canary_saw_it(tmp_path,
+                                                                         monkeypatch):
+    history, commits, canary = _spell_history(tmp_path)
+    # judged on the stored values alone, the spell is a step of the series
+    assert any(f.verdict == "regression" for f in analyze(history).findings)
+    _write_sidecars(monkeypatch, history.results_dir, commits,
+                    lambda i: {**_entry(), "host": _host(float(canary[i]))})
+    report = analyze(history)
+    (verdict,) = report.verdicts
+    assert verdict.host_speed_scaled and verdict.to_json()["host_speed_scaled"] is True
+    assert report.findings == []
+
+
+def test_a_real_step_is_found_and_says_it_was_judged_at_the_typical_speed(tmp_path,
+                                                                          monkeypatch):
+    rng = np.random.default_rng(8)
+    values = _steady(rng, N, 50e-6, 0.01)
+    values[12:] *= 1.30
+    canary = 72.0 * np.exp(0.02 * rng.standard_normal(N))
+    history, commits = _history(tmp_path, {"s": (sim.LATENCY, list(values))})
+    _write_sidecars(monkeypatch, history.results_dir, commits,
+                    lambda i: {**_entry(), "host": _host(float(canary[i]))})
+    (finding,) = analyze(history).findings
+    assert finding.verdict == "regression" and finding.settled == commits[12]
+    assert finding.host_speed_scaled and finding.to_json()["host_speed_scaled"] is True
+    # the levels are in microseconds at the median canary: the raw level times its factor
+    typical = float(np.median(canary))
+    assert finding.before == pytest.approx(50e-6, rel=0.03)
+    fact = finding.context[0]
+    assert fact.kind == "host_state"
+    assert fact.text == (f"judged at the host's typical speed (each commit scaled by its fast "
+                         f"canary to {typical:.0f} us; here {canary[11]:.0f} -> "
+                         f"{canary[12]:.0f} us)")
+    assert fact.before == {"reference_us": pytest.approx(canary[11])}
+    # the plotted points are the judged ones
+    scaled = [p.value for p in finding.series.points]
+    assert scaled == pytest.approx([v * typical / c for v, c in zip(values, canary)])
+
+
+def test_a_history_with_a_point_without_canary_is_judged_as_stored(tmp_path, monkeypatch):
+    history, commits, canary = _spell_history(tmp_path)
+    _write_sidecars(monkeypatch, history.results_dir, commits,
+                    lambda i: {**_entry(), "host": None if i == 0 else _host(float(canary[i]))})
+    report = analyze(history)
+    assert not report.verdicts[0].host_speed_scaled
+    assert any(f.verdict == "regression" and not f.host_speed_scaled for f in report.findings)
+
+
+def test_the_recorded_h200_host_group_replayed_gives_no_false_finding():
+    """27 host series over 12 identical commits of one H200 lease: judged on the stored values
+    the engine reported a step in one of them (a slow spell over commits 9-11); at the host's
+    typical speed none, while planted 30% steps are found in >= 80% of the series."""
+    runs = ROOT / "docs/data/h200-2026-12-02-s17/host_suite_runs.jsonl"
+    raw = sim.replay(runs, canaries=False)
+    assert [(f["series"], f["commits"]) for f in raw["false_on_recorded"]] == [
+        ("DispatchOverhead('kv_gather_fp8', 'direct_call')", [8, 9])]
+    scaled = sim.replay(runs)
+    assert scaled["series"] == 27 and scaled["commits"] == 12
+    assert scaled["false_on_recorded"] == []
+    for size in ("+30%", "-30%"):
+        row = scaled["rates"][f"step{size}/recorded"]
+        assert row["correct"] >= 0.8 * row["series"]
+    assert sum(row["spurious"] for row in scaled["rates"].values()) <= 2
