@@ -10,7 +10,7 @@ plain dict {param tuple: entry}. Classes are measured in GROUPS that share one p
 same function): three processes per commit instead of six saved ~10 s of torch imports and
 CUDA contexts on the H200 (scripts/profile_suite.py). The grouping follows what a bisection
 needs: `asv find` on a decode series re-measures the decode group, not the whole suite. The
-host group is the exception: three processes measure it per commit and each case keeps the
+host group is the exception: five processes measure it per commit and each case keeps the
 least (GROUP_PROCESSES; docs/harness.md, "Host-side series noise").
 
 The per-combination processes only look their entry up: `setup` raises NotImplementedError
@@ -134,7 +134,7 @@ def prepare_process() -> str:
 #: the one with the least median is stored (the noise of a host call only adds time). With
 #: the core choice and the canary gate of benchmarks/_host.py (docs/harness.md, "Host-side
 #: series noise", measured with scripts/host_noise.py).
-HOST_REPEATS = 5
+HOST_REPEATS = 3
 #: The cores a host-side measuring process may choose among (pin_host_process fills it).
 HOST_CORES: list[int] = []
 

@@ -49,7 +49,7 @@ HOST_ATTEMPTS = 4
 #: Pause before measuring a case again (slow spells last tens of ms to seconds).
 HOST_RETRY_PAUSE_S = 0.05
 #: Processes that measure the host group per commit (each case keeps the least of them).
-HOST_PROCESSES = 3
+HOST_PROCESSES = 5
 
 _reference_us: float | None = None
 
@@ -149,7 +149,7 @@ def least_of_processes(runs: list[dict[str, dict]]) -> dict[str, dict]:
     adds time, so a flagged number that is still the least is the best there is.
 
     A case that failed in any process fails, with that process's error: a row wrong in one
-    process of three is wrong, and must not get the number of the others. A case without a
+    process of several is wrong, and must not get the number of the others. A case without a
     number anywhere (skipped) keeps the first process's entry; class-level entries (a class
     error or skip) come from the first process that has them."""
     out: dict[str, dict] = {}

@@ -75,7 +75,7 @@ def test_a_group_measured_by_several_processes_keeps_the_least(monkeypatch):
 
 def test_the_host_groups_process_count_can_be_set_and_is_checked(monkeypatch):
     monkeypatch.delenv(c.HOST_PROCESSES_VAR, raising=False)
-    assert c.group_processes("host") == c.GROUP_PROCESSES["host"] == 3
+    assert c.group_processes("host") == c.GROUP_PROCESSES["host"] == 5
     assert c.group_processes("decode") == 1
     monkeypatch.setenv(c.HOST_PROCESSES_VAR, "1")
     assert c.group_processes("host") == 1
@@ -83,5 +83,5 @@ def test_the_host_groups_process_count_can_be_set_and_is_checked(monkeypatch):
     for bad in ("0", "two", "-1", "1.5"):
         monkeypatch.setenv(c.HOST_PROCESSES_VAR, bad)
         with pytest.raises(ValueError, match=rf"KVBENCH_HOST_PROCESSES='{re.escape(bad)}': "
-                                             r"expected a whole number .* >= 1 \(default 3\)"):
+                                             r"expected a whole number .* >= 1 \(default 5\)"):
             c.group_processes("host")
