@@ -12,14 +12,22 @@ Noise models (log scale, so multiplicative), per point:
         measured in runs of 3-8, as on the H200 where whole runs of one machine name differ
         by 1-2% (docs/history.md).
 - host: Student t with 3 degrees of freedom, scaled to a robust sigma of 0.31 (a median
-        successive change of ~30%, as kv_alloc / dispatch_overhead on the H200), plus a
-        run shift: heavy-tailed, so a 2x value between identical commits is routine.
+        successive change of ~30%, as kv_alloc / dispatch_overhead on the H200 before the
+        suite's canary gate and processes), plus a run shift: heavy-tailed, so a 2x value
+        between identical commits is routine (a worst case; today's host series: --replay).
 The "noise" a planted step is measured in is the series' total per-point sigma,
 sqrt(sigma_within^2 + sigma_runs^2).
 
     python scripts/regressions_simulation.py [--seed 20261201] [--series 200] [--json PATH]
 
 prints the rates (and writes them as JSON); docs/history.md quotes its output.
+
+    python scripts/regressions_simulation.py --replay RUNS.jsonl [--lease-ends 10]
+        [--first N] [--processes K] [--no-canaries] [--json PATH]
+
+instead judges real noise: a runs file of identical commits recorded by
+`scripts/host_noise.py --suite --runs` (the suite's host group, with each case's host
+record), written as a history with the suite's own sidecars and planted steps (replay).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -353,17 +362,15 @@ def write_host_sidecars(results: Path, commits: list[str], runs: list[dict],
     """Each commit's sidecar, through the suite's own writer (benchmarks/_sidecar.py), holding
     for every replayed series the host record its recorded series had at that commit (the
     kept process's canaries and reference): what a kvbench asv run writes for a host case."""
-    import os
-
     from benchmarks import _sidecar
 
     saved = dict(os.environ)
     try:
         os.environ.update(ASV_ENV_NAME=ENV, ASV_KVBENCH_MACHINE=MACHINE,
                           ASV_KVBENCH_RESULTS_DIR=str(results))
-        for commit, run in zip(commits, runs):
+        for i, (commit, run) in enumerate(zip(commits, runs)):
             os.environ["ASV_COMMIT"] = commit
-            cases = {(t.name,): {"samples_s": [t.values[commits.index(commit)]],
+            cases = {(t.name,): {"samples_s": [t.values[i]],
                                  "median_us": run[name]["median_us"],
                                  "host": run[name]["host"]} for t, name in truths}
             if not _sidecar.write_sidecar("host", {LATENCY.split(".")[1]: cases}):
@@ -406,6 +413,13 @@ def replay(runs_path: str | Path, *, lease_ends: tuple[int, ...] = (),
 
     runs_data = [json.loads(line) for line in Path(runs_path).read_text().splitlines()
                  if line.strip()][:first]
+    for i, run in enumerate(runs_data, 1):
+        for name, case in run.items():
+            if not isinstance(case, dict) or "median_us" not in case or \
+                    not isinstance(case.get("host"), dict):
+                raise SystemExit(f"{runs_path}: commit {i}, {name}: expected a record of "
+                                 "scripts/host_noise.py --suite ({'median_us', 'host'}); "
+                                 f"got {str(case)[:80]}")
     if processes is not None:
         runs_data = least_of_first(runs_data, processes)
     n = len(runs_data)
@@ -455,6 +469,17 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=20261201)
@@ -475,9 +500,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lease-ends", default="",
                         help="with --replay: comma-separated last commits (1-based) of each "
                              "machine lease but the last; each lease is one asv run")
-    parser.add_argument("--first", type=int, default=None, metavar="N",
+    parser.add_argument("--first", type=positive_int, default=None, metavar="N",
                         help="with --replay: only the first N recorded commits")
-    parser.add_argument("--processes", type=int, default=None, metavar="K",
+    parser.add_argument("--processes", type=positive_int, default=None, metavar="K",
                         help="with --replay: each case the least of only the first K of the "
                              "recorded processes of its commit")
     parser.add_argument("--no-canaries", action="store_true",

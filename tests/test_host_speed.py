@@ -103,3 +103,14 @@ def test_the_recorded_h200_host_group_replayed_gives_no_false_finding():
         row = scaled["rates"][f"step{size}/recorded"]
         assert row["correct"] >= 0.8 * row["series"]
     assert sum(row["spurious"] for row in scaled["rates"].values()) <= 2
+
+
+def test_a_replay_of_a_runs_file_without_host_records_says_what_it_expected(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"KVAlloc(\'auto\', \'bump\', 1)": {"median_us": 7.0}}\n' * 6)
+    with pytest.raises(SystemExit, match=r"commit 1, KVAlloc\('auto', 'bump', 1\): expected a "
+                                         r"record of scripts/host_noise.py --suite"):
+        sim.replay(path)
+    with pytest.raises(SystemExit):
+        sim.main(["--replay", str(path), "--processes", "0"])
+    assert "--processes: '0': expected a whole number >= 1" in capsys.readouterr().err
