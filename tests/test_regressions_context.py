@@ -258,3 +258,22 @@ def test_case_key_matches_the_suites_repr():
                                                           "64")) == \
         ("KVAlloc", "('host/freelist', 'fragmented', 64)")
     assert context.case_key("sim.Latency.track_us", ("'s'",)) == ("Latency", "('s',)")
+
+
+def test_the_sidecar_cache_lists_the_folder_once_for_all_commits(stepped, monkeypatch):
+    """A host series reads every commit's sidecar; a glob per commit would list the folder
+    once per commit (quadratic in the history). The cache lists it once, and reads the same
+    records as a reader of one commit does."""
+    from kvbench.history import sidecar
+
+    history, commits = stepped
+    _write_sidecars(monkeypatch, history.results_dir, commits, lambda i: _entry())
+    alone = {c: sidecar.read_commit(history.results_dir, sim.MACHINE, c) for c in commits}
+    listings = []
+    real_scandir = sidecar.os.scandir
+    monkeypatch.setattr(sidecar.os, "scandir", lambda p: listings.append(p) or real_scandir(p))
+    monkeypatch.setattr(Path, "glob", lambda *a: pytest.fail("globbed per commit"))
+    cache = context.SidecarCache(history.results_dir, sim.MACHINE)
+    for c in commits:
+        assert cache.get(c).cases == alone[c].cases
+    assert len(listings) == 1 and cache.get("0" * 40) is None and not cache.problems

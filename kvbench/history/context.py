@@ -273,14 +273,18 @@ class SidecarCache:
     def __init__(self, results_dir, machine: str) -> None:
         self.results_dir, self.machine = results_dir, machine
         self._read: dict[str, CommitSidecar | None] = {}
+        self._files: dict | None = None  # the folder's listing, made on the first read
         self.problems: list[dict[str, str]] = []
 
     def get(self, commit: str) -> CommitSidecar | None:
         if commit not in self._read:
-            from kvbench.history.sidecar import read_commit
+            from kvbench.history.sidecar import index, read_commit
 
             try:
-                self._read[commit] = read_commit(self.results_dir, self.machine, commit)
+                if self._files is None:
+                    self._files = index(self.results_dir, self.machine)
+                files = self._files.get(commit[:8], []) if isinstance(commit, str) else None
+                self._read[commit] = read_commit(self.results_dir, self.machine, commit, files)
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 self._read[commit] = None
                 self.problems.append({"commit": commit, "reason": f"{type(exc).__name__}: {exc}"})

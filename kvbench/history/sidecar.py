@@ -51,13 +51,30 @@ def sidecar_dir(results_dir: str | os.PathLike, machine: str) -> Path:
     return Path(results_dir) / machine / SUBDIR
 
 
-def read_commit(results_dir: str | os.PathLike, machine: str, commit: str) -> CommitSidecar | None:
+def index(results_dir: str | os.PathLike, machine: str) -> dict[str, list[Path]]:
+    """Every sidecar file of `machine`, by the commit prefix (8 characters) it is named by:
+    one listing of the folder, for a reader that visits many commits (a per-commit glob
+    lists the whole folder each time, which grows with the square of the history)."""
+    folder = sidecar_dir(results_dir, machine)
+    out: dict[str, list[Path]] = {}
+    if folder.is_dir():
+        for entry in os.scandir(folder):
+            if entry.name.endswith(SUFFIX) and entry.name[8:9] == "-":
+                out.setdefault(entry.name[:8], []).append(Path(entry.path))
+    return out
+
+
+def read_commit(results_dir: str | os.PathLike, machine: str, commit: str,
+                files: list[Path] | None = None) -> CommitSidecar | None:
     """The merged sidecar of `commit` (a full hash or its first 8+ characters) on `machine`,
-    or None when the suite wrote none. Raises ValueError for a file of another schema."""
+    or None when the suite wrote none. Raises ValueError for a file of another schema.
+    `files`: the commit's sidecar files when the caller listed the folder (`index`)."""
     if not isinstance(commit, str) or len(commit) < 8:
         raise ValueError(f"commit must be a hash of at least 8 characters, got {commit!r}")
-    folder = sidecar_dir(results_dir, machine)
-    files = sorted(folder.glob(f"{commit[:8]}-*{SUFFIX}")) if folder.is_dir() else []
+    if files is None:
+        folder = sidecar_dir(results_dir, machine)
+        files = list(folder.glob(f"{commit[:8]}-*{SUFFIX}")) if folder.is_dir() else []
+    files = sorted(files)
     if not files:
         return None
     merged: CommitSidecar | None = None
@@ -82,13 +99,9 @@ def read_commit(results_dir: str | os.PathLike, machine: str, commit: str) -> Co
 
 def read_machine(results_dir: str | os.PathLike, machine: str) -> dict[str, CommitSidecar]:
     """Every commit's merged sidecar on `machine`: {full commit hash: CommitSidecar}."""
-    folder = sidecar_dir(results_dir, machine)
-    if not folder.is_dir():
-        return {}
-    prefixes = sorted({p.name[:8] for p in folder.glob(f"*{SUFFIX}")})
     out = {}
-    for prefix in prefixes:
-        found = read_commit(results_dir, machine, prefix)
+    for prefix, files in sorted(index(results_dir, machine).items()):
+        found = read_commit(results_dir, machine, prefix, files)
         if found is not None:
             out[found.commit] = found
     return out
