@@ -96,6 +96,15 @@ def _measured(sidecar: CommitSidecar | None, key: tuple[str, str]) -> dict | Non
     return record
 
 
+def host_reference_us(sidecar: CommitSidecar | None, key: tuple[str, str]) -> float | None:
+    """The fast canary (us; the host gate's reference, benchmarks/_host.py) the suite recorded
+    with a measured host-side case; None for another case, an unmeasured one or no sidecar."""
+    record = _measured(sidecar, key)
+    host = record.get("host") if record is not None else None
+    ref = _number(host.get("reference_us")) if isinstance(host, dict) else None
+    return ref if ref is not None and ref > 0 else None
+
+
 def _state(sidecar: CommitSidecar, key: tuple[str, str],
            fields: tuple[str, str] = ("before", "after")) -> list[dict]:
     """The readings of the case's measurement group that are dicts: NVML's (before, after) by

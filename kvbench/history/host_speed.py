@@ -24,10 +24,9 @@ whose records carry one (the GPU groups' do not).
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 
-from kvbench.history.context import Fact, SidecarCache, case_key
+from kvbench.history.context import Fact, SidecarCache, case_key, host_reference_us
 from kvbench.history.results import Series
 
 
@@ -35,21 +34,7 @@ def references(series: Series, sidecars: SidecarCache) -> list[float | None]:
     """The fast canary (us) the suite recorded with each point of `series`; None where its
     commit has no sidecar, the case was not measured, or the record has no reference."""
     key = case_key(series.benchmark, series.params)
-    out: list[float | None] = []
-    for point in series.points:
-        sidecar = sidecars.get(point.commit)
-        record = sidecar.cases.get(key) if sidecar is not None else None
-        host = record.get("host") if isinstance(record, dict) else None
-        ref = host.get("reference_us") if isinstance(host, dict) else None
-        ok = isinstance(ref, (int, float)) and math.isfinite(ref) and ref > 0
-        out.append(float(ref) if ok else None)
-    return out
-
-
-def _has_reference(series: Series, sidecars: SidecarCache) -> bool:
-    """Whether the newest point's record carries a canary (read before the whole history)."""
-    return bool(series.points) and references(
-        dataclasses.replace(series, points=series.points[-1:]), sidecars)[0] is not None
+    return [host_reference_us(sidecars.get(p.commit), key) for p in series.points]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +57,10 @@ class Scaled:
 def at_typical_speed(series: Series, sidecars: SidecarCache) -> Scaled | None:
     """`series` with each point (value and asv's intervals) scaled to the series' median
     canary; None when a point lacks a reference (the series is then judged as stored)."""
-    if not _has_reference(series, sidecars):
+    key = case_key(series.benchmark, series.params)
+    # the newest point first: a series whose records carry no canary (every GPU series) costs
+    # one sidecar read, not one per commit
+    if not series.points or host_reference_us(sidecars.get(series.points[-1].commit), key) is None:
         return None
     refs = references(series, sidecars)
     if any(r is None for r in refs):
