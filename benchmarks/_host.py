@@ -142,8 +142,8 @@ def on_fast_host(measure: Callable[[], dict], cores: list[int]) -> dict:
 
 def least_of_processes(runs: list[dict[str, dict]]) -> dict[str, dict]:
     """One {class: {key: entry}} from the same group measured by several processes: per case,
-    the entry with the least median, with entry["host"]["processes"] = each process's median
-    (None: no number) and whether its gate accepted it, and entry["host"]["kept"] = the index
+    the entry with the least median, with entry["host"]["processes"] = each process's median,
+    whether its gate accepted it and its canaries (None: no number; `_process_record`), and entry["host"]["kept"] = the index
     of the process kept (its own gate record stays: "fast": false when even the least was
     measured on a slow host). The least of all, not of the accepted ones: a slow host only
     adds time, so a flagged number that is still the least is the best there is.
@@ -177,7 +177,17 @@ def _least_entry(entries: list[dict | None]) -> dict:
     if not measured:
         return found[0][1]
     kept, entry = min(measured, key=lambda pair: pair[1]["median_us"])
-    processes = [None if not (isinstance(e, dict) and "samples_s" in e) else
-                 {"median_us": e["median_us"], "fast": (e.get("host") or {}).get("fast", True)}
+    processes = [_process_record(e) if isinstance(e, dict) and "samples_s" in e else None
                  for e in entries]
     return {**entry, "host": {**(entry.get("host") or {}), "processes": processes, "kept": kept}}
+
+
+def _process_record(entry: dict) -> dict:
+    """One process's part of a kept case's record: its median, whether its gate accepted it,
+    and the host speed it measured at (its fast canary reference and the canary around the
+    case), so that a process measured while the whole machine ran slower is visible beside
+    the others (docs/harness.md, "Host-side series noise")."""
+    host = entry.get("host") or {}
+    record = {"median_us": entry["median_us"], "fast": host.get("fast", True)}
+    record.update({name: host[name] for name in ("reference_us", "canary_us") if name in host})
+    return record

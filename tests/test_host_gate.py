@@ -125,8 +125,19 @@ def test_each_case_keeps_the_least_number_of_its_processes():
     # measured on a slow host and still the least: kept, and labelled as measured slow
     assert out[("b",)]["median_us"] == 5.0 and out[("b",)]["host"]["kept"] == 0
     assert out[("b",)]["host"]["fast"] is False and out[("b",)]["state"] == 1
-    assert out[("b",)]["host"]["processes"][2] == {"median_us": 6.0, "fast": True}
+    assert out[("b",)]["host"]["processes"][2] == {"median_us": 6.0, "fast": True,
+                                                   "canary_us": [FAST, FAST]}
     assert runs[1]["KVAlloc"][("a",)]["host"].get("kept") is None  # the inputs are not changed
+
+
+def test_each_process_keeps_the_host_speed_it_measured_at():
+    slow_process = {**_entry(11.0), "host": {"canary_us": [88.0, 90.0], "reference_us": 80.0,
+                                             "fast": True}}
+    runs = [{"C": {("a",): slow_process}}, {"C": {("a",): _entry(12.0)}}]
+    out = _host.least_of_processes(runs)["C"][("a",)]["host"]
+    assert out["processes"][0] == {"median_us": 11.0, "fast": True, "canary_us": [88.0, 90.0],
+                                   "reference_us": 80.0}
+    assert out["processes"][1] == {"median_us": 12.0, "fast": True}  # measured without a gate
 
 
 def test_a_case_that_failed_in_one_process_fails():
@@ -148,4 +159,5 @@ def test_skips_class_entries_and_cases_missing_from_a_process():
     assert out["C"][("s",)] == skip and out["C"]["__class_error__"] == "boom"
     assert out["D"] == {"__class_skip__": "not selected"}
     assert out["C"][("a",)]["median_us"] == 9.0
-    assert out["C"][("a",)]["host"]["processes"] == [{"median_us": 9.0, "fast": True}, None]
+    assert out["C"][("a",)]["host"]["processes"] == [
+        {"median_us": 9.0, "fast": True, "canary_us": [FAST, FAST]}, None]
