@@ -270,7 +270,9 @@ def _case_record(entry: dict) -> dict:
 
 def write_sidecar(group: str, classes: dict[str, dict]) -> str | None:
     """Write this process's sidecar for `group` atomically; return its path (None when not in
-    a kvbench asv run). Never raises: a failed write is reported on stderr, the numbers stay."""
+    a kvbench asv run). Never raises: a failed write is reported on stderr, the numbers stay.
+    Compact JSON, no indentation: a commit's sidecars are most of what kvbench adds to its
+    results (docs/harness.md, "Result size"); `python -m json.tool FILE` reads one."""
     path = sidecar_path(group)
     if path is None:
         return None
@@ -294,7 +296,7 @@ def write_sidecar(group: str, classes: dict[str, dict]) -> str | None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         with os.fdopen(fd, "w") as f:
-            json.dump(body, f, indent=1, default=str)
+            json.dump(body, f, separators=(",", ":"), default=str)
         os.replace(tmp, path)
     except OSError as exc:
         print(f"kvbench sidecar {path} not written: {exc}", file=sys.stderr)
