@@ -145,8 +145,9 @@ def least_of_processes(runs: list[dict[str, dict]]) -> dict[str, dict]:
     the entry with the least median, with entry["host"]["processes"] = per process, its median,
     whether its gate accepted it and its canaries (None: no number; `_process_record`), and
     entry["host"]["kept"] = the index of the process kept (its own gate record stays: "fast":
-    false when even the least was measured on a slow host). The least of all, not of the accepted ones: a slow host only
-    adds time, so a flagged number that is still the least is the best there is.
+    false when even the least was measured on a slow host). The least of all, not of the
+    accepted ones: a slow host only adds time, so a flagged number that is still the least is
+    the best there is.
 
     A case that failed in any process fails, with that process's error: a row wrong in one
     process of several is wrong, and must not get the number of the others. A case without a
