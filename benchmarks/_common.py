@@ -10,8 +10,9 @@ plain dict {param tuple: entry}. Classes are measured in GROUPS that share one p
 same function): three processes per commit instead of six saved ~10 s of torch imports and
 CUDA contexts on the H200 (scripts/profile_suite.py). The grouping follows what a bisection
 needs: `asv find` on a decode series re-measures the decode group, not the whole suite. The
-host group is the exception: five processes measure it per commit and each case keeps the
-least (GROUP_PROCESSES; docs/harness.md, "Host-side series noise").
+host group is the exception: ten processes measure it per commit and each case keeps the
+least (GROUP_PROCESSES; docs/harness.md, "Host-side series noise"); their supervisor imports
+torch once before forking them (`preload_torch`), so each does not pay the import.
 
 The per-combination processes only look their entry up: `setup` raises NotImplementedError
 for a skipped case and RuntimeError for a failed one (a wrong kernel never gets a number),
@@ -47,6 +48,7 @@ host-side costs (allocator, dispatch) are real numbers.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import glob
 import importlib
@@ -133,8 +135,10 @@ def prepare_process() -> str:
 #: Host-side series (bench_host: KVAlloc, DispatchOverhead): measurements per case, of which
 #: the one with the least median is stored (the noise of a host call only adds time). With
 #: the core choice and the canary gate of benchmarks/_host.py (docs/harness.md, "Host-side
-#: series noise", measured with scripts/host_noise.py).
-HOST_REPEATS = 3
+#: series noise", measured with scripts/host_noise.py). Two, not more: a process's repeats
+#: agree far better than two processes do, so a commit's time buys more as processes
+#: (benchmarks/_host.HOST_PROCESSES) than as repeats (docs/decisions.md).
+HOST_REPEATS = 2
 #: The cores a host-side measuring process may choose among (pin_host_process fills it).
 HOST_CORES: list[int] = []
 
@@ -458,12 +462,26 @@ def measure_group(group: str) -> dict[str, dict]:
     """{class name: that class's results} for every class of `group`, measured in a forked
     child of this process (benchmarks/_isolate.py: a case that crashes its process loses only
     itself), in group_processes(group) such children one after another where that is more
-    than one, then the sidecar written (benchmarks/_sidecar.py)."""
+    than one (torch imported here first: `preload_torch`), then the sidecar written
+    (benchmarks/_sidecar.py)."""
+    count = group_processes(group)
+    if count > 1:
+        preload_torch()
     runs = [_isolate.run_isolated(lambda: measure_group_here(group), _sidecar.STATES)
-            for _ in range(group_processes(group))]
+            for _ in range(count)]
     out = runs[0] if len(runs) == 1 else _host.least_of_processes(runs)
     _sidecar.write_sidecar(group, out)
     return out
+
+
+def preload_torch() -> None:
+    """Import torch in this supervising process, before it forks several measuring processes:
+    each child then inherits the imported module instead of importing it again (seconds per
+    child on the H200). Importing creates no CUDA state (nothing here touches torch.cuda), so
+    every child still creates its own CUDA context after the fork. Without torch the children
+    record why they cannot measure, as they would without this."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module("torch")
 
 
 def measure_group_here(group: str) -> dict[str, dict]:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from benchmarks import _common as c
 from benchmarks import _sidecar
@@ -75,7 +78,9 @@ def test_a_group_measured_by_several_processes_keeps_the_least(monkeypatch):
 
 def test_the_host_groups_process_count_can_be_set_and_is_checked(monkeypatch):
     monkeypatch.delenv(c.HOST_PROCESSES_VAR, raising=False)
-    assert c.group_processes("host") == c.GROUP_PROCESSES["host"] == 5
+    assert c.group_processes("host") == c.GROUP_PROCESSES["host"] == 10
+    from kvbench.core.env import SETTINGS  # what `kvbench env` tells a user
+    assert f"(default {c.GROUP_PROCESSES['host']};" in SETTINGS[c.HOST_PROCESSES_VAR]
     assert c.group_processes("decode") == 1
     monkeypatch.setenv(c.HOST_PROCESSES_VAR, "1")
     assert c.group_processes("host") == 1
@@ -83,5 +88,25 @@ def test_the_host_groups_process_count_can_be_set_and_is_checked(monkeypatch):
     for bad in ("0", "two", "-1", "1.5"):
         monkeypatch.setenv(c.HOST_PROCESSES_VAR, bad)
         with pytest.raises(ValueError, match=rf"KVBENCH_HOST_PROCESSES='{re.escape(bad)}': "
-                                             r"expected a whole number .* >= 1 \(default 5\)"):
+                                             r"expected a whole number .* >= 1 \(default 10\)"):
             c.group_processes("host")
+
+
+def test_the_supervisor_imports_torch_before_forking_several_processes_only():
+    """Several measuring processes inherit torch from their supervisor instead of importing it
+    each; one process imports it itself, as before; the import creates no CUDA state. Run in a
+    fresh interpreter: this one has torch imported already."""
+    code = textwrap.dedent("""
+        import os, sys
+        from benchmarks import _common as c
+        seen = []
+        c._isolate.run_isolated = lambda measure, states: seen.append("torch" in sys.modules) or {}
+        c._sidecar.write_sidecar = lambda group, out: None
+        for count in ("1", "3"):
+            os.environ[c.HOST_PROCESSES_VAR] = count
+            c.measure_group("host")
+        print(seen, sys.modules["torch"].cuda.is_initialized())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.split() == ["[False,", "True,", "True,", "True]", "False"], out
