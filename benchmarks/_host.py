@@ -49,8 +49,8 @@ HOST_ATTEMPTS = 4
 #: Pause before measuring a case again (slow spells last tens of ms to seconds).
 HOST_RETRY_PAUSE_S = 0.05
 #: Processes that measure the host group per commit (each case keeps the least of them): a
-#: process's slowness is its own (its processes are independent draws), so more of them make
-#: the least land on the fast level more often (docs/harness.md, "Host-side series noise").
+#: commit's processes are slow or fast independently of each other, so more of them make the
+#: least land on the fast level more often (docs/harness.md, "Host-side series noise").
 HOST_PROCESSES = 10
 
 _reference_us: float | None = None
