@@ -8,7 +8,8 @@ least of the first r repeat medians, the worst call's (pipeline.time_call). Then
 the median / max successive change between commits for the least of the first k processes;
 whether the processes stay independent draws with torch imported before forking (intra-class
 correlation of the log numbers, as in session 18); how far the two repeats of one process
-agree against two processes of one commit; and the children's wall time.
+agree against two processes of one commit; the children's wall time; and the gate's retries
+ablated: each process's first attempt only (what HOST_ATTEMPTS = 1 would have kept).
     python analyse.py [runs.jsonl]"""
 import itertools
 import json
@@ -30,11 +31,12 @@ def kept_attempt(attempts, reported):
     return attempts[min(range(len(value)), key=lambda i: abs(value[i] - reported))]
 
 
-def process_value(run, name, j, r):
+def process_value(run, name, j, r, first_attempt=False):
     reported = run["suite"][name]["host"]["processes"][j]
     if reported is None:
         return None
-    attempt = kept_attempt(run["repeats"][j][name], reported["median_us"])
+    attempts = run["repeats"][j][name]
+    attempt = attempts[0] if first_attempt else kept_attempt(attempts, reported["median_us"])
     return max(min(call[:r]) for call in attempt)
 
 
@@ -102,3 +104,18 @@ print(f"child wall time: median {statistics.median(child):.1f} s (first of a com
       f"{statistics.median(s for r in runs for s in r['child_s'][1:]):.1f} s), range "
       f"{min(child):.1f}-{max(child):.1f} s; supervisor's torch import "
       f"{statistics.median(r['import_torch_s'] for r in runs):.1f} s")
+attempts = [len(run["repeats"][j][n]) for run in runs for n in series for j in range(P)
+            if run["suite"][n]["host"]["processes"][j] is not None]
+print(f"the gate's attempts per process and case: mean {statistics.mean(attempts):.2f} "
+      f"(1: {attempts.count(1)}, 2: {attempts.count(2)}, 3: {attempts.count(3)}, "
+      f"4: {attempts.count(4)})")
+for k in (5, 8, 10):
+    for first in (False, True):
+        rows = {n: changes([min(v for j in range(k) if (v := process_value(run, n, j, 2, first)))
+                            for run in runs]) for n in series}
+        meds = [statistics.median(s) for s in rows.values()]
+        tops = [max(s) for s in rows.values()]
+        both = sum(m <= .05 and t <= .15 for m, t in zip(meds, tops, strict=True))
+        label = "first attempt only" if first else "gated, up to 4 attempts"
+        print(f"  k={k:2d} r=2 {label:24s}: both {both:2d} of {len(series)}; median of medians "
+              f"{100 * statistics.median(meds):.1f}%; worst max {100 * max(tops):.1f}%")
