@@ -135,9 +135,9 @@ def prepare_process() -> str:
 #: Host-side series (bench_host: KVAlloc, DispatchOverhead): measurements per case, of which
 #: the one with the least median is stored (the noise of a host call only adds time). With
 #: the core choice and the canary gate of benchmarks/_host.py (docs/harness.md, "Host-side
-#: series noise", measured with scripts/host_noise.py). Two, not more: a process's repeats
-#: agree far better than two processes do, so a commit's time buys more as processes
-#: (benchmarks/_host.HOST_PROCESSES) than as repeats (docs/decisions.md).
+#: series noise", measured with scripts/host_noise.py). Two: the second trims a process's
+#: tail, while a process's repeats agree far better than two processes do, so the rest of a
+#: commit's time goes to processes (benchmarks/_host.HOST_PROCESSES; docs/decisions.md).
 HOST_REPEATS = 2
 #: The cores a host-side measuring process may choose among (pin_host_process fills it).
 HOST_CORES: list[int] = []
