@@ -496,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", default=None, metavar="RUNS_JSONL",
                         help="instead: judge a recorded runs file of identical commits "
                              "(scripts/host_noise.py --suite --runs) as a history, with planted "
-                             "steps of " + ", ".join(f"{s:.0%}" for s in REPLAY_SIZES))
+                             "steps of " + ", ".join(f"{s * 100:.0f}%%" for s in REPLAY_SIZES))
     parser.add_argument("--lease-ends", default="",
                         help="with --replay: comma-separated last commits (1-based) of each "
                              "machine lease but the last; each lease is one asv run")

@@ -75,6 +75,17 @@ def test_every_script_header_says_what_it_is_for_and_how_to_run_it(script):
     assert len(header.split()) >= 15, f"{script}: its header must say what it is for"
 
 
+@pytest.mark.parametrize("script", [s for s in _scripts() if s.endswith(".py") and
+                                    "argparse" in (ROOT / s).read_text()])
+def test_every_python_script_answers_help(script):
+    """`--help` is the first thing a user types; argparse expands '%' in help texts, so a
+    literal percent sign there crashes it instead of printing the usage."""
+    res = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert res.returncode == 0, f"{script} --help: exit {res.returncode}\n{res.stderr[-2000:]}"
+    assert res.stdout.startswith("usage:"), res.stdout[:500]
+
+
 def test_register_cap_only_reaches_compiled_launches(monkeypatch):
     cfg = {"BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "maxnreg": 128}
     monkeypatch.setattr(pd, "_INTERPRET", False)
