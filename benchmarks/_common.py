@@ -462,13 +462,20 @@ def measure_group(group: str) -> dict[str, dict]:
     """{class name: that class's results} for every class of `group`, measured in a forked
     child of this process (benchmarks/_isolate.py: a case that crashes its process loses only
     itself), in group_processes(group) such children one after another where that is more
-    than one (torch imported here first: `preload_torch`), then the sidecar written
-    (benchmarks/_sidecar.py)."""
+    than one (torch imported here first: `preload_torch`; this process's objects frozen out of
+    the collector meanwhile, so that each child's full collections between cases, in
+    free_device_memory, walk only what the child made, not the inherited torch heap), then
+    the sidecar written (benchmarks/_sidecar.py)."""
     count = group_processes(group)
     if count > 1:
         preload_torch()
-    runs = [_isolate.run_isolated(lambda: measure_group_here(group), _sidecar.STATES)
-            for _ in range(count)]
+        gc.freeze()
+    try:
+        runs = [_isolate.run_isolated(lambda: measure_group_here(group), _sidecar.STATES)
+                for _ in range(count)]
+    finally:
+        if count > 1:
+            gc.unfreeze()
     out = runs[0] if len(runs) == 1 else _host.least_of_processes(runs)
     _sidecar.write_sidecar(group, out)
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -74,6 +75,42 @@ def test_a_group_measured_by_several_processes_keeps_the_least(monkeypatch):
     assert len(set(pids)) == 3 and os.getpid() not in pids  # three forked children
     assert entry["median_us"] == min(pids)
     assert entry["state"] == pids.index(min(pids))  # its own process's machine state
+
+
+def _frozen_measure() -> dict:
+    """One case whose number is how many objects the measuring process found frozen out of
+    the collector when it started (1 + the count, so that it is a positive time)."""
+    frozen = gc.get_freeze_count()
+    results: dict = {}
+
+    def body(_key: tuple) -> dict:
+        return {"samples_s": [1e-6], "median_us": 1.0 + frozen}
+
+    c.run_group([("a",)], lambda: None, lambda _: c.run_cases([("a",)], body, results), results)
+    return results
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_several_processes_inherit_the_supervisors_heap_frozen(monkeypatch, count):
+    """With several measuring processes, each child's full collections between cases skip
+    the heap it inherited (the supervisor froze it before forking) and the supervisor's own
+    collector gets it back afterwards; one process (no fork of a supervisor that imported
+    torch for it) leaves the collector alone."""
+    monkeypatch.setitem(c.GROUPS, "fake", (("_planted_module", "_frozen_measure", "Fake"),))
+    monkeypatch.setitem(c.GROUP_PROCESSES, "fake", count)
+    monkeypatch.setattr(c.importlib, "import_module",
+                        lambda name: sys.modules[__name__] if name.endswith("_planted_module")
+                        else __import__(name))
+    monkeypatch.setattr(_sidecar, "STATES", [])
+    assert gc.get_freeze_count() == 0
+    entry = c.measure_group("fake")["Fake"][("a",)]
+    seen = [p["median_us"] - 1 for p in entry["host"]["processes"]] if count > 1 else \
+        [entry["median_us"] - 1]
+    assert gc.get_freeze_count() == 0
+    if count == 1:
+        assert seen == [0]
+    else:
+        assert len(seen) == count and min(seen) > 1000, seen  # the whole inherited heap
 
 
 def test_the_host_groups_process_count_can_be_set_and_is_checked(monkeypatch):
