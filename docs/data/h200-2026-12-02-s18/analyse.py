@@ -2,8 +2,9 @@
 one line per commit from scripts/host_noise.py --worker --suite: five processes, three repeats,
 each process's canaries recorded): median / max successive change per series
 
-- for the least of the first k measuring processes (k = 1..5; k = 5 is the suite's number),
-- for the least of five at the host's typical speed (what kvbench/history/host_speed.py
+- for the least of the first k measuring processes (k = 1..5; k = 5 is the suite's number;
+  with more processes per commit k = 1, 2, 5 and all, as for session 20's ten),
+- for the least of all at the host's typical speed (what kvbench/history/host_speed.py
   judges: value x median canary / the kept process's fast canary),
 - for three per-process corrections that use each process's own canaries (ablations): each
   process's number scaled by its fast canary (reference) before the least, scaled by the canary
@@ -11,7 +12,8 @@ each process's canaries recorded): median / max successive change per series
 
 then the steps of all series pooled, each commit's canary and mean level, and how a whole
 process's slowness (its numbers over the series' own levels) follows its fast canary.
-    python analyse.py [host_suite_runs.jsonl]"""
+    python analyse.py [host_suite_runs.jsonl]
+    python ../h200-2026-12-02-s18/analyse.py runs.jsonl   (session 20, from its folder)"""
 import itertools
 import json
 import math
@@ -22,13 +24,14 @@ from pathlib import Path
 path = sys.argv[1] if len(sys.argv) > 1 else Path(__file__).with_name("host_suite_runs.jsonl")
 runs = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 series = sorted(set.intersection(*(set(r) for r in runs)))
+PROCESSES = len(runs[0][series[0]]["host"]["processes"])
 
 
-def measured(case, k=5):
+def measured(case, k=PROCESSES):
     return [p for p in case["host"]["processes"][:k] if p is not None]
 
 
-def least(case, k=5):
+def least(case, k=PROCESSES):
     return min(p["median_us"] for p in measured(case, k))
 
 
@@ -52,15 +55,16 @@ def changes(values):
 
 
 typical = {n: statistics.median(r[n]["host"]["reference_us"] for r in runs) for n in series}
-columns = {f"least of {k}": (lambda r, n, k=k: least(r[n], k)) for k in range(1, 6)}
-columns["least of 5, typical speed"] = (
+firsts = range(1, PROCESSES + 1) if PROCESSES <= 5 else (1, 2, 5, PROCESSES)
+columns = {f"least of {k}": (lambda r, n, k=k: least(r[n], k)) for k in firsts}
+columns[f"least of {PROCESSES}, typical speed"] = (
     lambda r, n: least(r[n]) * typical[n] / r[n]["host"]["reference_us"])
 columns["each process scaled by its reference"] = lambda r, n: reference_scaled(r[n])
 columns["each process scaled by the canary around the case"] = lambda r, n: around_scaled(r[n])
 columns["the process with the fastest reference"] = lambda r, n: fastest_reference(r[n])
 steps = {label: {n: changes([f(r, n) for r in runs]) for n in series}
          for label, f in columns.items()}
-shown = list(columns)[:6]
+shown = list(columns)[:len(firsts) + 1]
 print(f"{len(runs)} commits, {len(series)} series: median / max successive change")
 print("| series | " + " | ".join(shown) + " |")
 print("| --- |" + " --- |" * len(shown))
