@@ -2,8 +2,8 @@
 measure_group("host"): ten forked processes), from the checkout at ROOT; appends its wall time
 and every case's number to levels.jsonl under TAG. Run alternately from two checkouts (the
 supervisor freezing its heap before forking, and the commit before), then `python levels.py
---compare` prints each configuration's wall times and the ratio of the two configurations'
-median numbers per series against the run-to-run spread within a configuration.
+--compare` prints each configuration's wall times, their ratio run by run, and the ratio of the
+two configurations' median numbers per series against the run-to-run spread within one.
     python levels.py ROOT TAG      python levels.py --compare"""
 import itertools
 import json
@@ -35,6 +35,10 @@ for t in tags:
     walls = ", ".join(f"{r['wall_s']:.1f}" for r in by_tag[t])
     print(f"{t}: wall {walls} s")
 a, b = (by_tag[t] for t in ("freeze", "before"))
+pairs = sorted(x["wall_s"] / y["wall_s"] for x, y in zip(a, b))
+print(f"wall, freeze / before run by run (each pair run one after the other): "
+      f"{', '.join(f'{r:.3f}' for r in pairs)}; median {statistics.median(pairs):.3f}; medians "
+      f"{statistics.median(x['wall_s'] for x in a):.1f} / {statistics.median(y['wall_s'] for y in b):.1f} s")
 names = sorted(a[0]["values"])
 ratios = [math.log(statistics.median(r["values"][n] for r in a)
                    / statistics.median(r["values"][n] for r in b)) for n in names]
