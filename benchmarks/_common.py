@@ -467,14 +467,16 @@ def measure_group(group: str) -> dict[str, dict]:
     free_device_memory, walk only what the child made, not the inherited torch heap), then
     the sidecar written (benchmarks/_sidecar.py)."""
     count = group_processes(group)
+    freeze = count > 1 and gc.get_freeze_count() == 0  # a caller's own freeze is left as it is
     if count > 1:
         preload_torch()
+    if freeze:
         gc.freeze()
     try:
         runs = [_isolate.run_isolated(lambda: measure_group_here(group), _sidecar.STATES)
                 for _ in range(count)]
     finally:
-        if count > 1:
+        if freeze:
             gc.unfreeze()
     out = runs[0] if len(runs) == 1 else _host.least_of_processes(runs)
     _sidecar.write_sidecar(group, out)
