@@ -63,13 +63,19 @@ def _counting_measure() -> dict:
     return results
 
 
-def test_a_group_measured_by_several_processes_keeps_the_least(monkeypatch):
-    monkeypatch.setitem(c.GROUPS, "fake", (("_planted_module", "_counting_measure", "Fake"),))
-    monkeypatch.setitem(c.GROUP_PROCESSES, "fake", 3)
+def _plant_group(monkeypatch, measure, processes: int) -> None:
+    """A group "fake" of one class, Fake, whose measure function is `measure` (from this
+    module), measured by `processes` processes, with no sidecar states."""
+    monkeypatch.setitem(c.GROUPS, "fake", (("_planted_module", measure.__name__, "Fake"),))
+    monkeypatch.setitem(c.GROUP_PROCESSES, "fake", processes)
     monkeypatch.setattr(c.importlib, "import_module",
                         lambda name: sys.modules[__name__] if name.endswith("_planted_module")
                         else __import__(name))
     monkeypatch.setattr(_sidecar, "STATES", [])
+
+
+def test_a_group_measured_by_several_processes_keeps_the_least(monkeypatch):
+    _plant_group(monkeypatch, _counting_measure, 3)
     entry = c.measure_group("fake")["Fake"][("a",)]
     pids = [p["median_us"] for p in entry["host"]["processes"]]
     assert len(set(pids)) == 3 and os.getpid() not in pids  # three forked children
@@ -96,12 +102,7 @@ def test_several_processes_inherit_the_supervisors_heap_frozen(monkeypatch, coun
     the heap it inherited (the supervisor froze it before forking) and the supervisor's own
     collector gets it back afterwards; one process (no fork of a supervisor that imported
     torch for it) leaves the collector alone."""
-    monkeypatch.setitem(c.GROUPS, "fake", (("_planted_module", "_frozen_measure", "Fake"),))
-    monkeypatch.setitem(c.GROUP_PROCESSES, "fake", count)
-    monkeypatch.setattr(c.importlib, "import_module",
-                        lambda name: sys.modules[__name__] if name.endswith("_planted_module")
-                        else __import__(name))
-    monkeypatch.setattr(_sidecar, "STATES", [])
+    _plant_group(monkeypatch, _frozen_measure, count)
     assert gc.get_freeze_count() == 0
     entry = c.measure_group("fake")["Fake"][("a",)]
     seen = [p["median_us"] - 1 for p in entry["host"]["processes"]] if count > 1 else \
@@ -115,12 +116,7 @@ def test_several_processes_inherit_the_supervisors_heap_frozen(monkeypatch, coun
 
 def test_a_callers_own_freeze_is_left_frozen(monkeypatch):
     """A supervisor that froze objects itself keeps them frozen after the group."""
-    monkeypatch.setitem(c.GROUPS, "fake", (("_planted_module", "_frozen_measure", "Fake"),))
-    monkeypatch.setitem(c.GROUP_PROCESSES, "fake", 2)
-    monkeypatch.setattr(c.importlib, "import_module",
-                        lambda name: sys.modules[__name__] if name.endswith("_planted_module")
-                        else __import__(name))
-    monkeypatch.setattr(_sidecar, "STATES", [])
+    _plant_group(monkeypatch, _frozen_measure, 2)
     gc.freeze()
     try:
         before = gc.get_freeze_count()
