@@ -1,13 +1,13 @@
 """The KV block allocator (op `kv_alloc`): KVCacheManager and its two implementations.
 
-The manager hands out cache rows (one row holds one token's K and V of a layer). Seed 000
-found the largest number on the decode path here, not in a kernel: a bitmap allocator whose
-bump-pointer fast path costs ~24 µs and whose search costs 265-275 µs once one finished request
-invalidates the cursor, all of it host time spent waiting on `nonzero().item()`, which a
-CUDA-event timer reports as nearly free. Both implementations are kept so the asv history shows
+The manager hands out cache rows (one row holds one token's K and V of a layer). The largest
+cost of a decode step can sit here, not in a kernel: a bitmap allocator whose search, once one
+finished request invalidates the bump cursor, costs about ten times its fast path, all of it
+host time spent waiting on `nonzero().item()`, which a CUDA-event timer reports as nearly
+free. Both implementations are kept so the asv history shows
 that step and its fix:
 
-* torch/legacy  (LegacyBitmapAllocator): the behaviour that was measured, reproduced on
+* torch/legacy  (LegacyBitmapAllocator): that slow allocator, reproduced on
   purpose: a device bool bitmap, a host bump cursor, device syncs on the slow path.
 * host/freelist (HostFreeListAllocator): the production implementation. All bookkeeping lives
   on the host (numpy), so no path synchronizes the device. alloc returns a view of device
@@ -16,7 +16,8 @@ that step and its fix:
   (pinned staging ring, non-blocking) when scattered host rows are freed, and when an alloc
   spans several frees. Returned tensors are read-only by contract.
 
-States (`.state`, the names seed 000 uses, stated in every benchmark case label):
+States (`.state`, stated in every benchmark case label: an allocator row without one cannot
+be reproduced):
     "bump"        the bump cursor is live: every free row is at or past it, alloc is arange
     "run_search"  the cursor is gone and the free set holds a run of >= 2 consecutive rows
     "fragmented"  the cursor is gone and no two free rows are adjacent (also: nothing is free)
@@ -175,7 +176,7 @@ def _classify(free_sorted: np.ndarray) -> str:
 
 
 class LegacyBitmapAllocator:
-    """The allocator seed 000 measured: device bitmap, bump cursor, host-blocking search.
+    """The slow allocator this op exposes: device bitmap, bump cursor, host-blocking search.
 
     Kept as the historical baseline (registry row torch/legacy). Every device sync below is
     the point of the row, not an accident: `nonzero()` must learn its output size on the host,
@@ -252,7 +253,7 @@ class LegacyBitmapAllocator:
             )
         self._free[idx] = True
         self._num_free += k
-        # Every allocated row lies below the cursor, so any free invalidates it (seed 000:
+        # Every allocated row lies below the cursor, so any free invalidates it (so
         # one finished request puts every later decode step on the slow path).
         self._cursor_valid = False
 
@@ -308,8 +309,9 @@ def _current_stream_probe(device: torch.device) -> Callable[[], int]:
 class _PinnedStaging:
     """Scattered host rows -> a fresh device tensor, through a pinned ring, never a sync.
 
-    Why a ring: the first H200 measurement of the per-call path (`pin_memory()` of each
-    result, then `.to(non_blocking=True)`) cost 40-100 µs above the timer floor per alloc.
+    Why a ring: the per-call path (`pin_memory()` of each result, then
+    `.to(non_blocking=True)`) pays a pinned allocation per alloc, many times the few µs an
+    alloc may cost.
     Here the rows are written into a pinned buffer allocated once and copied with one
     `.to(device, non_blocking=True)` of a slice of it (a fresh device tensor from the
     caching allocator, which becomes one of host/freelist's chunks).
@@ -396,8 +398,8 @@ class HostFreeListAllocator:
         the top segment holds n entries, alloc(n) is a view of it;
       * otherwise (the top n entries span several segments): one copy, which becomes a chunk.
     Why copy at free rather than at alloc: an engine frees a finished request's rows once but
-    allocates rows every decode step; the copy per alloc (~14 µs of host time on the H200's
-    host for 64 scattered rows) was the one row of docs/allocator.md above target.
+    allocates rows every decode step, and a copy of scattered rows costs several times the
+    slice that a view costs.
 
     Chunk lifetime: chunks are never written after creation, so a view stays valid as long as
     its rows are allocated. The allocator holds its chunks until they hold more than
@@ -437,8 +439,8 @@ class HostFreeListAllocator:
         self._table = torch.arange(self.num_rows, dtype=torch.int64, device=self.device)
         # Views and chunks exist to keep device work and device reads off the paths. On a
         # CPU device there is neither: a numpy copy wrapped by from_numpy costs less than
-        # torch's slicing (~0.4 µs warm, ~2 µs after prepare_state's cache-evicting reset,
-        # on the 2-core CI machine), free() reads CPU tensors directly. Tests set this to
+        # torch's slicing (above all after prepare_state's cache-evicting reset), free()
+        # reads CPU tensors directly. Tests set this to
         # True on a CPU allocator right after construction to run the device paths (chunks
         # are then CPU tensors; only the pinned staging needs a GPU).
         self._device_paths = self.device.type != "cpu"

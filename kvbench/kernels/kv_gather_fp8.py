@@ -1,4 +1,4 @@
-"""fp8 KV gather with dequant/requant for sparse prefill (seed 001): three Triton rows + torch.
+"""fp8 KV gather with dequant/requant for sparse prefill (DSA): three Triton rows + torch.
 
 Op: ``kv_gather_fp8(kv_cache, page_table_flat, *, extra_rows, out=None) -> [L + extra_rows, 576]``
 
@@ -18,16 +18,16 @@ Exact definition (what every row computes, bit for bit). For gathered row i, tok
   out[i, 512 + j]   = E(fp32(rope[t, j]))                           for j < 64
   out[L + p, :]     = 0x00 bytes                                    for p < extra_rows
 where (x) is the IEEE fp32 product (round to nearest even), fp32() widening is exact, and E
-saturates to +-448 then rounds to the nearest e4m3fn value, ties to even. This is the seed's
-"dequant (fp8 * group scale), requant with the identity scale 1.0": dividing by 1.0 is exact,
-so the requant is E alone. The seed's legacy and new kernels are compared ``torch.equal`` on
-uint8 views, so this one definition serves all of them; here every row is checked the same way
+saturates to +-448 then rounds to the nearest e4m3fn value, ties to even. This is the gather's
+dequant (fp8 times group scale) then requant with the identity scale 1.0: dividing by 1.0 is
+exact, so the requant is E alone. The legacy and vectorized kernels must agree ``torch.equal``
+on uint8 views, so this one definition serves all of them; here every row is checked the same way
 against kvbench.ops.kv_gather_fp8.kv_gather_fp8_ref (plain byte/float math, no shared code).
 
 Rows:
 - ``gather_fp8_legacy``: fresh ``torch.zeros`` destination, then one program per (token,
   slice): four 128-value nope slices and the 64-value rope slice, 4 warps (about one byte per
-  thread: the baseline seed 001 replaced).
+  thread: the baseline the vectorized kernel replaced).
 - ``gather_fp8_vectorized``: ``torch.empty`` destination, TOKENS_PER_PROG rows per program,
   pad rows zero-filled inside the same kernel (masked loads read nothing for them), whole
   512-byte nope blocks per row so each thread moves contiguous 16-byte vectors.
@@ -220,7 +220,7 @@ def gather_fp8_vectorized(kv_cache, page_table_flat, *, extra_rows, out=None) ->
 
 
 def gather_fp8_cached(kv_cache, page_table_flat, *, extra_rows, out=None) -> torch.Tensor:
-    """Vectorized kernel into a persistent grow-only buffer (the production path of seed 001).
+    """Vectorized kernel into a persistent grow-only buffer (the engine's production path).
 
     Returns ``buffer[:total]``, a view that the next call on the same device overwrites:
     callers consume it before gathering again, as the engine does. The buffer only grows

@@ -6,7 +6,7 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
 - ``k_cache``, ``v_cache``: [num_pages, page_size, Hkv, D], usually the two strided halves of
   one combined per-layer buffer [num_pages, 2, page_size, Hkv, D] (kvbench.fixtures.pool). The kernels
   take the views' strides and never ``.contiguous()`` a cache: that copy would write into a
-  temporary and lose the update (and is the measurement mistake seed 000 warns about).
+  temporary and lose the update (and, timed, it would measure a copy instead of the kernel).
   ``k_cache`` is token-major (stride 1 in head_dim); ``v_cache`` token-major or dim-major
   (stride 1 in page_size: the pool's ``v_dim_major`` storage, which the fp8 decode reads with
   vector loads, docs/decisions.md). A dim-major V tile is stored with a warp's

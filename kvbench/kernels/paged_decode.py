@@ -51,8 +51,8 @@ from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import bf16_bits_to_f32
 from kvbench.kernels.common import LOG2E, DecodeProblem, used_entries, validate_decode_inputs
 
-# Launch configuration per kernel and cache kind, chosen by sweeping the H200 (the sweep and
-# the alternatives it measured: docs/decisions.md). BLOCK_N is the KV tokens per loop
+# Launch configuration per kernel and cache kind, chosen by a sweep on the target GPU (why:
+# docs/decisions.md, "Launch config and split policy"). BLOCK_N is the KV tokens per loop
 # iteration (>= 16 for tl.dot); "bt_ahead" loads each tile's block-table entries one
 # iteration ahead (_attend_range), which lets the split kernels, whose few programs per SM
 # must keep their own tiles in flight, double-buffer K/V with 3 stages; the single-pass
