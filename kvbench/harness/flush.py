@@ -94,8 +94,8 @@ def _cuda_flush(index: int) -> Callable[[], None]:
     """The flush of CUDA device `index`, built once: a read of the whole buffer.
 
     Why a read and not a write (zero_(), as triton's do_bench does): a write flush leaves up to
-    one L2 of dirty lines, and the timed kernel then pays their write-back; measured on the
-    H200, the difference showed in small decode kernels' times (docs/decisions.md).
+    one L2 of dirty lines, whose write-back the timed kernel can pay; the read flush was never
+    worse (docs/decisions.md, "Timer head start and read flush").
     """
     return read_flush(_cuda_buffer(index))
 

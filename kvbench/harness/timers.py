@@ -119,7 +119,8 @@ def _result(
 #: Why: the events time the device timeline, and when the host needs longer to enqueue a call
 #: (Python validation, Triton's launcher) than the GPU needs to run the previous one, the GPU
 #: idles between the start event and the kernel and that launch gap lands in the sample (a
-#: 4k-token decode on the H200 measured its host's time that way: docs/harness.md). The
+#: small decode then times its host, not its kernel: docs/decisions.md, "Timer head start
+#: and read flush"). The
 #: spin keeps the queue ahead of the GPU, so samples are device time; the host cost is kept
 #: separately as TimingResult.host_us. Sized on the whole iteration, not on fn alone: the
 #: records and the spin's own launch cost the host time too, and a warm loop has no flush
@@ -131,11 +132,12 @@ HEAD_START_PAD_US = 5.0
 #: the host's estimated time to enqueue the whole loop (repeat x one iteration), at most
 #: BACKLOG_MAX_US. Why: the head start keeps pace with the host's *measured* enqueue time,
 #: but a host slower than measured during the loop (a fresh machine's enqueue time per call
-#: varies several-fold) eats the margin call after call, and on warm rows, with no flush kernel to absorb
-#: it, the gap lands in the samples (docs/harness.md, warm vs cold). While the backlog spins,
-#: the host enqueues iterations ahead of the GPU, so a slow enqueue is absorbed by the queue
-#: and not timed. The cap bounds the wall time; should the driver's launch queue fill first,
-#: the host blocks on it, which is the GPU being ahead, the state wanted.
+#: varies several-fold) eats the margin call after call, and on warm rows, with no flush
+#: kernel to absorb it, the gap lands in the samples (docs/decisions.md, "Backlog spin before
+#: the timed loop"). While the backlog spins, the host enqueues iterations ahead of the GPU,
+#: so a slow enqueue is absorbed by the queue and not timed. The cap bounds the wall time;
+#: should the driver's launch queue fill first, the host blocks on it, which is the GPU being
+#: ahead, the state wanted.
 BACKLOG_FACTOR = 2.0
 BACKLOG_MAX_US = 50_000.0
 
@@ -474,7 +476,7 @@ def host_floor(
 
 #: Rows whose event-timed median is within this factor of the event timer's floor also get a
 #: kernel-time row (bench_kernel): near the floor the events time the timer as much as the
-#: kernel (the H200's small decode and write cases: docs/harness.md, "Measured on the H200").
+#: kernel (small decode and write cases, whose kernels take a few µs).
 KERNEL_TIMER_FLOOR_FACTOR = 4.0
 #: bench_kernel(): calls profiled when repeat is not given.
 KERNEL_TIMER_REPEAT = 30

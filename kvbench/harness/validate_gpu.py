@@ -168,9 +168,9 @@ def timer_ablation(device: object = None) -> list[tuple[str, str, object]]:
     """bench() with the head start off and on, on two small cases.
 
     Cases: the L2-sized 8 MiB copy, and a tiny kernel behind ~50 us of host work (a Python
-    launcher's validation). Tests the hypothesis (docs/harness.md) that without a head start a
-    host-bound launcher's gap lands in the event interval. Returns (case, setting,
-    TimingResult) triples.
+    launcher's validation). Tests the hypothesis (docs/decisions.md, "Timer head start and
+    read flush") that without a head start a host-bound launcher's gap lands in the event
+    interval. Returns (case, setting, TimingResult) triples.
     """
     from kvbench.harness import timers
 
