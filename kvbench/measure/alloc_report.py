@@ -11,8 +11,8 @@ chooses the cases. Columns per row:
                 after that reset with no allocator call in the window
   single-rfloor single minus the reset floor, the two measured back to back
 Every cell is measured in --rounds interleaved rounds (all cells, then all cells again) and
-each column is the median over the rounds, with the rounds listed: on a shared VM host
-(the H200 machine's) a slow phase of a few seconds moves one cell of one round 2-3x, which a
+each column is the median over the rounds, with the rounds listed: on a shared VM host a
+slow phase of a few seconds can move one cell of one round 2-3x, which a
 single pass reports as that cell's number (docs/allocator.md).
   batched       bench_host of BATCH back-to-back alloc(n) per sample, divided by BATCH
 

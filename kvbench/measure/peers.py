@@ -17,7 +17,7 @@ def decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Ten
     """Peers a user would pick instead, on the same inputs, built outside the timed region.
 
     - torch/sdpa_contiguous: SDPA on a contiguous copy of the same KV (the unpaged upper
-      bound; the copy itself is the measurement mistake seed 000 warns about, so it is made
+      bound; timing the copy would measure a copy, not the attention, so it is made
       here, untimed, and only when every sequence has the same length).
     - torch/flex_attention: torch.compile'd flex_attention on that contiguous copy (GPU only).
     - flashinfer/decode, flashinfer/decode_tc: FlashInfer's paged decode (CUDA-core and

@@ -1,11 +1,11 @@
 """`kvbench table <op>`: every registry row and every peer of an op, checked, then timed.
 
-The standalone equivalent of the seed's bench_paged_decode.py / bench_kv_write.py, built only
+One command in place of a benchmark script per op (bench_paged_decode.py and the like), built only
 from the harness (timers, Work, report, metadata), the fixture and the registry: no timing code
 of its own. Per case it
   1. builds the inputs with the fixture (never torch.randn caches, never .contiguous()),
   2. forces each row through its env-var selector and dispatch, asserting that the row dispatch
-     selected is the row the table names (seed 000: `sel.spec.name == _IMPL`),
+     selected is the row the table names (else the table names one kernel, dispatch runs another),
   3. runs the row's correctness check against the op's torch reference (a wrong row gets no number),
   4. times it with the op's timer (bench, or bench_host for the allocator); the last timed
      call runs on a perturbed input and its output is verified too (kvbench.ops.<op>.proof_*,
@@ -270,7 +270,8 @@ def table_paged_decode(*, grid: bool = False, ablations: bool = True,
     cases = (DECODE_GRID_GPU if grid else DECODE_CASES_GPU) if on_gpu else DECODE_CASES_CPU
     for label, b, c in cases:
         decode_case(table, label, b, c)
-    # Every dtype path is its own bottleneck (seed 000): fp8 and bf16 rows at the big cases.
+    # Every dtype path is its own bottleneck (fp8 decode is dequant-bound where fp16 is
+    # bandwidth-bound, so fp8 is not a dtype column): fp8 and bf16 rows at the big cases.
     big = [cases[-1]] + ([cases[1]] if on_gpu else [])
     for label, b, c in big:
         for dtype in ("bf16", "fp8"):
