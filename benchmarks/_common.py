@@ -7,12 +7,13 @@ class instead measures all its cases in a `setup_cache` process (pool built once
 shape x dtype and shared by the selector rows, freed before the next shape) and returns a
 plain dict {param tuple: entry}. Classes are measured in GROUPS that share one process
 (asv runs a setup_cache function once and hands its result to every class that uses that
-same function): three processes per commit instead of six saved ~10 s of torch imports and
-CUDA contexts on the H200 (scripts/profile_suite.py). The grouping follows what a bisection
-needs: `asv find` on a decode series re-measures the decode group, not the whole suite. The
-host group is the exception: ten processes measure it per commit and each case keeps the
-least (GROUP_PROCESSES; docs/harness.md, "Host-side series noise"); their supervisor imports
-torch once before forking them (`preload_torch`), so each does not pay the import.
+same function): three processes per commit instead of six save three torch imports and
+CUDA contexts, seconds each (scripts/profile_suite.py measures them). The grouping follows
+what a bisection needs: `asv find` on a decode series re-measures the decode group, not the
+whole suite. The host group is the exception: ten processes measure it per commit and each
+case keeps the least (GROUP_PROCESSES; docs/harness.md, "Host-side series noise"); their
+supervisor imports torch once before forking them (`preload_torch`), so each does not pay
+the import.
 
 The per-combination processes only look their entry up: `setup` raises NotImplementedError
 for a skipped case and RuntimeError for a failed one (a wrong kernel never gets a number),
@@ -64,9 +65,9 @@ from . import _host, _isolate, _sidecar
 VERSION = "1"
 #: Seconds of timed kernel work per bench() row in the suite (the harness default is 0.15 s).
 #: Only rows slower than ~100 µs per call get fewer samples (faster ones hit the harness's
-#: 1000-sample cap either way); with a 0.2-0.5% run-to-run spread on the H200's decode
-#: series (docs/history.md) they keep >= 200 samples at batch 64 x 8k. Set per measuring
-#: process by prepare_process, for every commit whose harness has the knob.
+#: 1000-sample cap either way); with the decode series' run-to-run spread of a few tenths
+#: of a percent, they keep >= 200 samples at batch 64 x 8k, enough for that spread. Set per
+#: measuring process by prepare_process, for every commit whose harness has the knob.
 SUITE_BENCH_BUDGET_S = 0.1
 #: Why a row of a class's cross product is not measured on purpose (a CPU reason aside).
 TRIMMED = "trimmed from the per-commit suite"
@@ -113,8 +114,8 @@ def prepare_process() -> str:
 
     On a CPU machine TRITON_INTERPRET is removed (it may be inherited from a pytest run):
     without it dispatch excludes the Triton rows, so `auto` picks a torch row instead of
-    timing the Triton interpreter. CPU rows also run torch single-threaded: on a 2-core
-    runner the intra-op pool made a 65536-element nonzero() take ~20 ms instead of ~0.5 ms
+    timing the Triton interpreter. CPU rows also run torch single-threaded: on a runner with
+    few cores the intra-op pool makes a 65536-element nonzero() take tens of times longer
     (thread contention, not the op), which would drown every host-side number.
     """
     import torch
@@ -166,7 +167,8 @@ def set_selector(op: str, value: str) -> None:
 
 
 def free_device_memory() -> None:
-    """Between cases: drop garbage and return cached blocks (seed 000: free pools between cases)."""
+    """Between cases: drop garbage and return cached blocks (else the next case measures a
+    fragmented caching allocator too)."""
     gc.collect()
     import torch
 
@@ -486,7 +488,7 @@ def measure_group(group: str) -> dict[str, dict]:
 def preload_torch() -> None:
     """Import torch in this supervising process, before it forks several measuring processes:
     each child then inherits the imported module instead of importing it again (seconds per
-    child on the H200). Importing creates no CUDA state (nothing here touches torch.cuda), so
+    child). Importing creates no CUDA state (nothing here touches torch.cuda), so
     every child still creates its own CUDA context after the fork. Without torch the children
     record why they cannot measure, as they would without this."""
     with contextlib.suppress(ImportError):

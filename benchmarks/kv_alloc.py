@@ -1,6 +1,6 @@
 """kv_alloc: KVCacheManager.alloc(n) in each allocator state, timed as host wait.
 
-Seed 000 found the largest number on the decode path here: the bitmap allocator's search
+The largest cost of a decode step can sit here: the bitmap allocator's search
 (`nonzero().item()`) once one finished request invalidates the bump cursor, ~11x its fast
 path and invisible to a CUDA-event timer. So: bench_host (perf_counter + trailing sync), a
 reset that re-establishes the state through the public API before every call

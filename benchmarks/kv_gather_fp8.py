@@ -1,9 +1,9 @@
 """kv_gather_fp8: gather fp8 KV rows through a flat page table, dequant/requant, pad rows.
 
-Seed 001 geometry (DeepSeek-V3.2 / GLM sparse-prefill): 656-byte cache rows (512 fp8 nope +
-4 fp32 group scales + 64 bf16 rope) become 576-byte fp8 rows, 64-token pages in random order,
-plus 2048 zero landing-pad rows. Cases name the gathered rows: kv8k = 8192, kv64k = 65536.
-The op is fp8 only, so there is no dtype axis.
+Geometry of the DeepSeek-V3.2 / GLM sparse-prefill (DSA) path on one rank: 656-byte cache
+rows (512 fp8 nope + 4 fp32 group scales + 64 bf16 rope) become 576-byte fp8 rows, 64-token
+pages in random order, plus 2048 zero landing-pad rows. Cases name the gathered rows:
+kv8k = 8192, kv64k = 65536. The op is fp8 only, so there is no dtype axis.
 
 Timer: bench() (idempotent; L2 flushed). The legacy row's torch.zeros of the destination is
 part of that implementation and is timed; the theoretical bytes count the payload only, so

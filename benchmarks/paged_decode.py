@@ -4,7 +4,7 @@ Geometry: kvbench.ops.paged_decode's (Llama-3/Qwen3 decode: 32 query heads, 8 KV
 head_dim 128, 16-token pages).
 Cases name batch x context ("b8_c4k" = 8 sequences of 4096 tokens). fp16, bf16 and fp8 are
 separate rows, not a dtype axis to compare along: fp8 halves the bytes but is dequant-bound,
-so a lower fp8 GB/s is a different limit, not a regression (seed 000).
+so a lower fp8 GB/s is a different limit, not a regression.
 
 Each case is one call into kvbench's measuring pipeline (kvbench.measure.pipeline): the row
 the selector names is selected and asserted, checked against the op's fp64 reference
@@ -35,7 +35,7 @@ CASES = {
 #: The case a CPU runs (torch rows only): single-threaded gather+SDPA takes ~0.1-0.3 s a call
 #: there, so one small case keeps the CPU suite within its budget.
 CPU_CASES = ("b4_c1k",)
-#: layout/storage ablation (seed 000: each fixture property keeps an ablation row):
+#: layout/storage ablation (each fixture property keeps a row that measures what it is worth):
 #: variant -> (layout, storage, KV dtype). Dim-major V pages are the fp8 kernel's layout lever
 #: (docs/decisions.md, "fp8 dim-major V pages"), tracked at both dtypes; fp8 in combined storage is
 #: PagedDecode's own fp8 row at the same case.
@@ -49,8 +49,8 @@ VARIANTS = {
 ABLATION_CASE = "b32_c4k"
 #: Rows of the cross product not measured per commit, with why: the torch peer at bf16 runs
 #: the same torch code as at fp16 (gather, SDPA) in another dtype, kvbench's own bf16 kernel
-#: path is covered by the Triton and auto rows, and the peer's six bf16 rows cost ~3 s of the
-#: H200's per-commit budget (docs/history.md); fp16 and fp8 keep the peer. Rows that cannot
+#: path is covered by the Triton and auto rows, and the peer's six bf16 rows cost seconds of
+#: the per-commit budget; fp16 and fp8 keep the peer. Rows that cannot
 #: read a pool (cuda/cluster_decode: fp8 from dim-major V pages only, 16-bit from token-major
 #: ones) are not listed here: the registry of the commit under test says so (_unserved).
 TRIMMED_ROWS = {
