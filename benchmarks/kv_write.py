@@ -3,8 +3,8 @@
 Prefill and decode are different operations on one kernel, not two points on a curve:
 prefill_16k (one sequence's 16384 tokens) is a bandwidth kernel; decode_64 (one new token
 for each of 64 sequences) is launch-bound, where GB/s means little and the latency series
-is the one to read. fp8 writes quantize on the fly (e4m3 bytes + caller-side scales) and move half the
-bytes: a different row, not a dtype axis.
+is the one to read. fp8 writes quantize on the fly (e4m3 bytes + caller-side scales) and
+move half the bytes: a different row, not a dtype axis.
 
 Timer: bench() - writing the same rows to the same slots again is idempotent. Each case goes
 through the measuring pipeline: the row asserted, the rows read back through the destination
