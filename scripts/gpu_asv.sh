@@ -13,10 +13,10 @@
 #                                             PARTS-th commit starting at PART-1, so a range
 #                                             larger than one call's time splits over calls.
 #                                             Each clone's results for ITS commits are merged.
-# Through the device tool (64 MiB may travel): the tracked results/h200 alone is ~43 MB, so move
+# Through the device tool (64 MiB may travel): the tracked results/h200 alone is most of it, so move
 # it out of the working tree for the call (the tool copies the files present; the bundle's
 # clone holds the committed results), carry .device and .whl, put it back after, and copy the
-# measured commits' files out of $OUT/asv_results.tgz (docs/history.md, session 5).
+# measured commits' files out of $OUT/asv_results.tgz (docs/history.md).
 # The clones live in the private kvbench cache root (python -m kvbench.core.paths asv-clones;
 # KVBENCH_CACHE_DIR moves it, keep it outside $OUT), not under a fixed /tmp name another user
 # could create first: a warm machine reuses them between calls.
@@ -80,7 +80,8 @@ gpus)
     ;;
 plant)
     git -c user.name=plant -c user.email=plant@kvbench.local commit -q --allow-empty -m "harmless: empty commit before the plant"
-    # The plant: fp16 decode back to BLOCK_N 64 (the sweep measured +27% at batch 32 x 4k).
+    # The plant: fp16 decode back to BLOCK_N 64, about a quarter slower at batch 32 x 4k
+    # (docs/decisions.md, "Launch config and split policy").
     python3 - <<'PY'
 import re, pathlib
 p = pathlib.Path("kvbench/kernels/paged_decode.py"); s = p.read_text()

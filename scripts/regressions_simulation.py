@@ -9,11 +9,11 @@ series it reports at all.
 
 Noise models (log scale, so multiplicative), per point:
 - gpu:  normal within a run (sigma_within) + a normal shift per run (sigma_runs): commits are
-        measured in runs of 3-8, as on the H200 where whole runs of one machine name differ
-        by 1-2% (docs/history.md).
+        measured in runs of 3-8, as on a GPU machine, whose whole runs under one machine name
+        can differ by 1-2% (docs/history.md).
 - host: Student t with 3 degrees of freedom, scaled to a robust sigma of 0.31 (a median
-        successive change of ~30%, as kv_alloc / dispatch_overhead on the H200 before the
-        suite's canary gate and processes), plus a run shift: heavy-tailed, so a 2x value
+        successive change of ~30%, as the kv_alloc / dispatch_overhead series showed before
+        the suite's canary gate and processes), plus a run shift: heavy-tailed, so a 2x value
         between identical commits is routine (a worst case; today's host series: --replay).
 The "noise" a planted step is measured in is the series' total per-point sigma,
 sqrt(sigma_within^2 + sigma_runs^2).

@@ -21,7 +21,7 @@
 # (a comment line in kvbench/__init__.py, or docs/), except commit PLANT_AT which appends to
 # kvbench/kernels/paged_decode.py a wrapper around paged_decode_split_kv (the triton/split_kv
 # row) that launches torch.cuda._sleep after the decode kernels: a GPU-side delay of PLANT_US
-# (default 20 us, ~4% of the 504 us of triton/split_kv fp16 b64_c8k; _sleep counts SM cycles,
+# (default 20 us, ~4% of triton/split_kv fp16 b64_c8k, its largest case; _sleep counts cycles,
 # sized at the H200's 1980 MHz, so a lower clock makes it a little longer). Every split_kv
 # series gets the same 20 us (a larger share of the small cases): all real steps.
 #
