@@ -584,15 +584,15 @@ def test_split_preference_rules():
     assert (split(long_small), single(long_small)) == (1.0, 0.0)
     assert (split(big), single(big)) == (0.0, 1.0)
     # split_kv with one split is the single-pass kernel, so a short context is no reason not
-    # to split (H200 tune: batch 1 x 1k 12.1 vs 25.4 us)
+    # to split (docs/decisions.md, "Split-KV at short contexts")
     assert (split(short), single(short)) == (1.0, 0.0)
     no_sms = dict(long_small, sm_count=None)  # CPU: no occupancy opinion
     assert (split(no_sms), single(no_sms)) == (0.0, 0.0)
 
 
-#: `kvbench tune paged_decode` on the H200 at 8606722 (fp16, docs/dispatch.md): the tune case
-#: (batch, context) of each bucket -> whether cuda/cluster_decode measured ahead of the Triton
-#: rows.
+#: What `kvbench tune paged_decode` found at fp16 (docs/decisions.md, "Auto picks the CUDA row
+#: at 16-bit"): the tune case (batch, context) of each bucket -> whether cuda/cluster_decode
+#: measured ahead of the Triton rows. The untuned rule must pick the same winners.
 _CLUSTER_MEASURED_AHEAD = {
     (1, 1024): True, (1, 4096): True, (1, 8192): True, (1, 32768): True,
     (8, 1024): True, (8, 4096): True, (8, 8192): True, (8, 32768): True,
@@ -612,9 +612,9 @@ def test_cluster_preference_follows_the_measured_buckets(dtype):
 
 
 def test_cluster_preference_stops_at_few_pairs_beyond_32k():
-    """Batch 1 (8 pairs) trails past 32k tokens: bench_cluster_decode at 8606722, 1 x 64k 74.2
-    vs 73.2-73.9 us for triton/split_kv, 1 x 16k 26.1 vs 27.5-27.8 (docs/dispatch.md); 16
-    pairs lead at 32k (2 x 32k 70.1-70.7 vs 73.6-74.2)."""
+    """Batch 1 (8 pairs) trails triton/split_kv past 32k tokens and leads up to it; 16 pairs
+    lead at 32k and beyond. So the rule stops at batch 1 beyond 32k, not at batch 2
+    (docs/decisions.md, "Auto picks the CUDA row at 16-bit")."""
     rule = registry.PREFER_CLUSTER.score
     shape = {"kv_heads": 8, "sm_count": 132, "dtype": "fp16"}
     assert rule(dict(shape, batch=1, max_context=16384)) == 2.0
@@ -625,9 +625,9 @@ def test_cluster_preference_stops_at_few_pairs_beyond_32k():
 
 
 def test_cluster_preference_between_the_tune_cases():
-    """Batch 2-8 (16-64 pairs) at any context: preferred. bench_cluster_decode at 02fae99 put
-    it ahead at 2 x 8k, 4 x 8k, 4 x 16k and 4 x 32k, level at 2 x 32k (73.1 vs 72.8 us) and
-    behind at batch 5 (2 splits fit there: 51.4 vs 50.6 at 8k, 178.3 vs 169.4 at 32k)."""
+    """Batch 2-8 (16-64 pairs) at any context: preferred. Between the tune cases the cluster
+    row leads at most shapes and trails by a few percent at batch 5 (2 splits fit there), a
+    cost the one rule accepts (docs/decisions.md, "Auto picks the CUDA row at 16-bit")."""
     rule = registry.PREFER_CLUSTER.score
     for batch in range(2, 9):
         for context in (1024, 8192, 32768):

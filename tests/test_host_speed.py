@@ -1,8 +1,8 @@
 """Host-side series are judged at the host's typical speed (kvbench/history/host_speed.py).
 
 Synthetic asv results with sidecars written by the suite's own writer, whose host records
-carry the fast canary the measuring process read; and the recorded H200 host group
-(docs/data/h200-2026-12-02-s17/, -s18/ and -s20/, three leases) replayed through the engine.
+carry the fast canary the measuring process read; and recorded host groups of identical
+commits (three device machines) replayed through the engine.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.test_regressions_context import _entry, _write_sidecars
 ROOT = Path(__file__).resolve().parents[1]
 N = 24
 #: A slow spell of the machine over consecutive commits: every host series and the canary
-#: run this much slower (the H200's host drifted ~5-10% over minutes within one lease).
+#: run this much slower (a shared host can drift ~5-10% over minutes on one machine).
 SPELL, SLOWER = range(14, 18), 1.12
 
 
@@ -89,13 +89,13 @@ def test_a_history_with_a_point_without_canary_is_judged_as_stored(tmp_path, mon
 
 
 @pytest.mark.parametrize(("session", "false_on_values"), [
-    # a slow spell over commits 9-11 (the lease the scaling was designed on)
+    # a slow spell over commits 9-11 (the recording the scaling was designed on)
     ("h200-2026-12-02-s17", ("DispatchOverhead('kv_gather_fp8', 'direct_call')", [8, 9])),
-    # another lease, recorded after the scaling was written: commits 1-2 ran slow
+    # another machine, recorded after the scaling was written: commits 1-2 ran slow
     ("h200-2026-12-02-s18", ("DispatchOverhead('paged_decode', 'dispatch')", [2, 3])),
 ])
 def test_the_recorded_h200_host_group_replayed_gives_no_false_finding(session, false_on_values):
-    """27 host series over 12 identical commits of one H200 lease: judged on the stored values
+    """27 host series over 12 identical commits on one machine: judged on the stored values
     the engine reported a step in one of them (the machine's slow spell); at the host's
     typical speed none, while planted 30% steps are found in >= 80% of the series."""
     runs = ROOT / "docs/data" / session / "host_suite_runs.jsonl"
@@ -111,10 +111,10 @@ def test_the_recorded_h200_host_group_replayed_gives_no_false_finding(session, f
 
 
 def test_a_lease_whose_host_sped_up_gives_no_false_finding_at_the_typical_speed():
-    """The suite as shipped over 7 identical commits of a lease whose host itself moved ~15%
-    between commits (docs/data/h200-2026-12-02-s20/): on the stored values the engine called
-    the machine's speed-up an improvement; at the typical speed it reports nothing, and no
-    planted step is placed at a wrong commit (it finds fewer of them on such a lease)."""
+    """The suite as shipped over 7 identical commits on a machine whose host itself moved ~15%
+    between commits: on the stored values the engine called the machine's speed-up an
+    improvement; at the typical speed it reports nothing, and no planted step is placed at a
+    wrong commit (it finds fewer of them on such a machine)."""
     runs = ROOT / "docs/data/h200-2026-12-02-s20/runs.jsonl"
     raw = sim.replay(runs, canaries=False)
     assert [(f["series"], f["commits"]) for f in raw["false_on_recorded"]] == [

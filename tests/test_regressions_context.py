@@ -152,7 +152,7 @@ def test_a_host_case_the_gate_flagged_is_reported(stepped, monkeypatch):
 
 def test_a_change_of_the_machines_fast_speed_is_reported(stepped, monkeypatch):
     """Both sides measured on a fast host, but the fastest canary their processes read moved:
-    another machine behind the same name (a new device lease) or its state changed."""
+    another machine behind the same name (a fresh device machine) or its state changed."""
     history, commits = stepped
     first = {"canary_us": [84.9, 83.5], "core": 4, "attempts": 1, "reference_us": 83.0,
              "fast": True}
@@ -168,9 +168,9 @@ def test_a_change_of_the_machines_fast_speed_is_reported(stepped, monkeypatch):
 
 
 def test_the_fast_speed_fact_separates_a_new_lease_from_one_leases_commits():
-    """The recorded H200 host group over 15 commits (docs/data/h200-2026-12-01-s16/): commits
-    1-10 on one device lease, 11-15 on another. Every series gets the fact at the lease
-    change and none within a lease."""
+    """A recorded host group over 15 commits: commits 1-10 on one device machine, 11-15 on
+    another behind the same name. Every series gets the fact at the change of machine and
+    none between commits of one machine."""
     path = Path(__file__).resolve().parents[1] / "docs/data/h200-2026-12-01-s16" / \
         "host_suite_runs.jsonl"
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -178,7 +178,7 @@ def test_the_fast_speed_fact_separates_a_new_lease_from_one_leases_commits():
     facts = {i: sum(bool(context.host_speed_facts(runs[i][n]["host"], runs[i + 1][n]["host"]))
                     for n in series) for i in range(len(runs) - 1)}
     assert len(runs) == 15 and len(series) == 27
-    assert facts.pop(9) == 27  # commit 10 -> 11: the new lease
+    assert facts.pop(9) == 27  # commit 10 -> 11: the new machine
     assert sum(facts.values()) == 0
 
 
