@@ -17,8 +17,8 @@ benchmark selected:
    it always does, it bisects toward the largest difference even when that is noise - and
    `asv compare` between that commit and its parent must flag none of the rows find bisected
    on. That is the check a user makes before believing `asv find` (docs/history.md). The
-   other rows are not held to it: the ~10 us torch/legacy rows of one commit's run read
-   1.8-3.1x slower than its identical parent's on the 2-core runner (CI on 179787c).
+   other rows are not held to it: the ~10 us torch/legacy rows of one commit's run can read
+   up to ~3x slower than its identical parent's on a loaded 2-core runner.
 
 Takes a few minutes on 2 cores; marked e2e (CI runs it).
 """
@@ -43,8 +43,8 @@ PLANT_US = 400
 FREELIST_ROWS = r"kv_alloc\.KVAlloc\.track_us\('host/freelist'"
 #: A step this large is the plant; the flat history must show none in the bisected rows.
 #: The plant is ~40x (400 us on a ~10 us call); noise on the 2-core runner is not "well
-#: below 2x" for ~10 us rows: torch/legacy bump n=64 read 9.35 -> 19.1 us (2.04x) between
-#: two identical commits in one CI run, so the threshold is 3x.
+#: below 2x" for ~10 us rows: they have read 2x apart between two identical commits in one
+#: CI run, so the threshold is 3x.
 FACTOR = "3.0"
 
 PLANT = textwrap.dedent(

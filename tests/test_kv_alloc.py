@@ -733,7 +733,7 @@ def test_legacy_slow_path_synchronizes_on_cuda():
     torch.cuda.set_sync_debug_mode("error")
     try:
         with pytest.raises(RuntimeError):
-            m.alloc(64)  # nonzero() + .item(): the stall seed 000 measured
+            m.alloc(64)  # nonzero() + .item(): the host stall the row exists to show
     finally:
         torch.cuda.set_sync_debug_mode("default")
 

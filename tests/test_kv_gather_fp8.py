@@ -1,7 +1,7 @@
 """kv_gather_fp8 rows (legacy / vectorized / cached Triton, torch) bit-exact to the reference.
 
 CPU: Triton through the interpreter, small pools (the legacy kernel runs 5 programs per token,
-so its cases stay under ~100 tokens). GPU (`-m gpu`): seed 001's scenarios (kv_len 8k/32k/64k
+so its cases stay under ~100 tokens). GPU (`-m gpu`): DSA prefill's scenarios (kv_len 8k/32k/64k
 + 2048 pad rows on a 131072-token pool), its edge cases and its shrink-reuse case, plus the
 hardware fp8 cast against the soft encoder.
 """
@@ -247,9 +247,9 @@ def test_out_of_range_rows_are_refused_by_name(variant, pool_cpu, device, monkey
             raise_pending()
 
 
-# ---- GPU: seed 001 sizes -----------------------------------------------------------------
+# ---- GPU: DSA prefill sizes --------------------------------------------------------------
 
-_GPU_POOL = 131072  # 2x the largest kv_len, ~86 MB (seed 001)
+_GPU_POOL = 131072  # 2x the largest kv_len, ~86 MB (above a 60 MiB L2)
 
 
 @pytest.fixture(scope="module")

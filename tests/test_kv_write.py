@@ -1,7 +1,7 @@
 """kv_write rows (Triton scatter, torch index_copy_) against the op's reference (kvbench.ops.kv_write.kv_write_ref), bit for bit.
 
 CPU: the Triton kernel runs through the interpreter at small shapes. GPU (`-m gpu`): the
-seed-000 shapes (prefill 16k tokens, decode 64 tokens) on a full-size pool, plus proof that
+prefill and decode shapes (16k tokens, 64 tokens) on a full-size pool, plus proof that
 the hardware fp8 cast and the soft encoder used under the interpreter agree with torch.
 """
 
@@ -337,7 +337,7 @@ def test_out_of_range_slots_are_refused_by_name(impl, device, monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("impl", sorted(IMPLS))
 def test_gpu_full_size(impl, dtype, storage, n):
-    """seed 000 geometry: 8 KV heads x 128, page 16, pool >= 8x L2, fragmented."""
+    """Llama-3/Qwen3 geometry: 8 KV heads x 128, page 16, pool >= 8x L2, fragmented."""
     pool = paged_pool(32, 1024, dtype=dtype, storage=storage, device="cuda")
     try:
         k, v, slots = make_write_inputs(pool, n, seed=n)
