@@ -332,7 +332,7 @@ def test_suite_measures_on_cpu(name, fresh_process_state):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(MEASURES))
 def test_suite_measures_everything_on_gpu(name, fresh_process_state):
-    """On the H200: every case of every class is measured (no skip, no error)."""
+    """On a GPU: every case of every class is measured (no skip, no error)."""
     results = MEASURES[name]()
     _check_results(results, _CLASS_OF[name], on_cuda=True)
 

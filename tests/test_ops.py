@@ -238,9 +238,9 @@ LOOP = 500
 TRIALS = 8
 
 
-# 6, not 4: on 2026-11-30 this machine ran the same hot path in one of two modes per process,
-# 2.4-2.6 us or 3.9-4.5 us (the fastest of 40 repeats, idle machine; 6340970's code and the
-# next commit's alike), and a process in the slow mode failed every window against 4.0.
+# 6, not 4: this machine can run the same hot path in one of two modes per process, the slow
+# one up to ~4.5 us even idle and with the same code, and a process in the slow mode would
+# fail every window against 4.0.
 # A structural regression costs tens of us, so 6 still catches it.
 CACHED_DISPATCH_GUARD_US = 6.0
 
@@ -253,7 +253,8 @@ def test_cached_dispatch_overhead_is_a_few_us():
     of each side compared: the cost of a code path is its uncontended time. This 2-core
     machine is often shared, and a busy neighbour on the sibling core stretches every sample
     of a window ~1.8x, so up to TRIALS windows are measured and the first clean one decides
-    (docs/allocator.md gives medians). Measured here: ~1.55 µs uncontended, ~2.8 contended.
+    (docs/allocator.md gives medians). Uncontended it is under the 2 µs target, contended
+    above it.
     """
     from kvbench.harness import bench_host
 

@@ -631,8 +631,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
 def test_kernels_compile_for_sm90_without_spills(sm90_compile):
     """Registers and per-path conversion counts of every decode path compiled for sm_90.
 
-    By this machine's triton, not necessarily the H200's: there (triton 3.6) Nsight Compute
-    counted 186 registers for the fp16 single-pass kernel that compiles to 132 here with
+    By this machine's triton, not necessarily the device's: an older triton there was seen
+    to give the fp16 single-pass kernel about 40% more registers than it compiles to here with
     triton 3.9 (docs/decisions.md, "fp8 dim-major V pages"), so occupancy read off these figures is
     a hint, and the device's profile is the measurement."""
     sm90_compile(_COMPILE_SCRIPT)

@@ -1,9 +1,9 @@
 """The sidecar finds the compiled kernel a launch hook names (benchmarks/_sidecar.py).
 
 A launch hook reports only the CUfunction handle; the sidecar maps it back to the compiled
-kernel through the JIT caches of the Triton kernels in kvbench's modules. The H200 sidecars
-recorded bare handles ({'function': ...}) because the scan took a JITFunction's own `.fn`
-(the Python function it wraps) and skipped every plain @triton.jit kernel. CPU: the scan is
+kernel through the JIT caches of the Triton kernels in kvbench's modules. A scan that takes a
+JITFunction's own `.fn` (the Python function it wraps) skips every plain @triton.jit kernel
+and leaves bare handles ({'function': ...}) in the sidecar. CPU: the scan is
 checked on a real JITFunction whose cache holds a stand-in compiled kernel."""
 
 from __future__ import annotations
