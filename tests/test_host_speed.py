@@ -2,7 +2,8 @@
 
 Synthetic asv results with sidecars written by the suite's own writer, whose host records
 carry the fast canary the measuring process read; and the recorded H200 host group
-(docs/data/h200-2026-12-02-s17/, -s18/ and -s20/, three leases) replayed through the engine.
+(tests/data/h200-2026-12-02-s17/, -s18/ and -s20/, three leases; each case's number and the host
+record of the process kept) replayed through the engine.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def test_the_recorded_h200_host_group_replayed_gives_no_false_finding(session, f
     """27 host series over 12 identical commits of one H200 lease: judged on the stored values
     the engine reported a step in one of them (the machine's slow spell); at the host's
     typical speed none, while planted 30% steps are found in >= 80% of the series."""
-    runs = ROOT / "docs/data" / session / "host_suite_runs.jsonl"
+    runs = ROOT / "tests/data" / session / "host_suite_runs.jsonl"
     raw = sim.replay(runs, canaries=False)
     assert [(f["series"], f["commits"]) for f in raw["false_on_recorded"]] == [false_on_values]
     scaled = sim.replay(runs)
@@ -112,10 +113,10 @@ def test_the_recorded_h200_host_group_replayed_gives_no_false_finding(session, f
 
 def test_a_lease_whose_host_sped_up_gives_no_false_finding_at_the_typical_speed():
     """The suite as shipped over 7 identical commits of a lease whose host itself moved ~15%
-    between commits (docs/data/h200-2026-12-02-s20/): on the stored values the engine called
+    between commits (tests/data/h200-2026-12-02-s20/): on the stored values the engine called
     the machine's speed-up an improvement; at the typical speed it reports nothing, and no
     planted step is placed at a wrong commit (it finds fewer of them on such a lease)."""
-    runs = ROOT / "docs/data/h200-2026-12-02-s20/runs.jsonl"
+    runs = ROOT / "tests/data/h200-2026-12-02-s20/runs.jsonl"
     raw = sim.replay(runs, canaries=False)
     assert [(f["series"], f["commits"]) for f in raw["false_on_recorded"]] == [
         ("DispatchOverhead('kv_gather_fp8', 'ops_call')", [5, 6])]

@@ -168,10 +168,10 @@ def test_a_change_of_the_machines_fast_speed_is_reported(stepped, monkeypatch):
 
 
 def test_the_fast_speed_fact_separates_a_new_lease_from_one_leases_commits():
-    """The recorded H200 host group over 15 commits (docs/data/h200-2026-12-01-s16/): commits
+    """The recorded H200 host group over 15 commits (tests/data/h200-2026-12-01-s16/): commits
     1-10 on one device lease, 11-15 on another. Every series gets the fact at the lease
     change and none within a lease."""
-    path = Path(__file__).resolve().parents[1] / "docs/data/h200-2026-12-01-s16" / \
+    path = Path(__file__).resolve().parents[1] / "tests/data/h200-2026-12-01-s16" / \
         "host_suite_runs.jsonl"
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     series = sorted(set.intersection(*(set(r) for r in runs)))
