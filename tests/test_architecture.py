@@ -1,5 +1,5 @@
 """The architecture holds: the import contracts of pyproject.toml ([tool.importlinter]) pass,
-and docs/architecture.md's op table matches the tree.
+and every op the registry knows is its files under one name.
 
 The contracts: the layers (core <- harness | fixtures | kernels <- dispatch <- ops <- measure
 <- history <- cli; imports inside functions count) and no import cycle between sibling
@@ -8,7 +8,6 @@ modules or packages at any depth. import-linter decides; this test runs it the w
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -45,29 +44,31 @@ def test_a_planted_upward_import_breaks_the_layer_contract(tmp_path):
     assert "kvbench.harness is not allowed to import kvbench.dispatch" in result.stdout
 
 
-def _documented_ops() -> dict[str, set[str]]:
-    """docs/architecture.md's "One name per op" table: op -> the files it names."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
-    section = text.split("## One name per op", 1)[1].split("\n## ", 1)[0]
-    ops: dict[str, set[str]] = {}
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 2 or not cells[0].startswith("`") or cells[0].startswith("`op"):
-            continue
-        op = cells[0].strip("`")
-        ops[op] = set(re.findall(r"`([\w/.]+\.py)`", " ".join(cells[1:])))
-    return ops
+#: An op's files, each named after it: its kernels, its op module, its asv benchmark, its test.
+OP_FILES = ("kvbench/kernels/{op}.py", "kvbench/ops/{op}.py", "benchmarks/{op}.py",
+            "tests/**/test_{op}.py")
+
+
+def missing_op_files(root: Path, ops) -> list[str]:
+    """`op: pattern` for every file of OP_FILES an op of `ops` lacks under `root`."""
+    return [f"{op}: {pattern.format(op=op)}" for op in ops for pattern in OP_FILES
+            if not any(root.glob(pattern.format(op=op)))]
 
 
 def test_every_op_is_its_files_under_one_name():
     from kvbench.dispatch.registry import OPS
 
-    documented = _documented_ops()
-    assert set(documented) == set(OPS), "docs/architecture.md lists another set of ops"
-    for op, files in documented.items():
-        assert files, f"{op}: no files listed"
-        for f in files:
-            assert (ROOT / f).is_file(), f"{op}: {f} is listed but does not exist"
-            assert op in Path(f).name, f"{op}: {f} is not named after the op"
-        for must in (f"kvbench/ops/{op}.py", f"tests/test_{op}.py"):
-            assert must in files, f"{op}: {must} missing from its row"
+    assert OPS, "the registry knows no op"
+    assert missing_op_files(ROOT, OPS) == []
+
+
+def test_an_op_without_its_benchmark_is_reported(tmp_path):
+    """The check can fail: a tree whose op lacks a file is reported, by op and file."""
+    for pattern in OP_FILES:
+        path = tmp_path / pattern.format(op="toy").replace("**/", "")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    assert missing_op_files(tmp_path, ["toy"]) == []
+    (tmp_path / "benchmarks" / "toy.py").unlink()
+    assert missing_op_files(tmp_path, ["toy", "other"]) == [
+        "toy: benchmarks/toy.py", *(f"other: {p.format(op='other')}" for p in OP_FILES)]

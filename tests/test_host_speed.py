@@ -98,7 +98,7 @@ def test_the_recorded_h200_host_group_replayed_gives_no_false_finding(session, f
     """27 host series over 12 identical commits on one machine: judged on the stored values
     the engine reported a step in one of them (the machine's slow spell); at the host's
     typical speed none, while planted 30% steps are found in >= 80% of the series."""
-    runs = ROOT / "docs/data" / session / "host_suite_runs.jsonl"
+    runs = ROOT / "tests/data" / session / "host_suite_runs.jsonl"
     raw = sim.replay(runs, canaries=False)
     assert [(f["series"], f["commits"]) for f in raw["false_on_recorded"]] == [false_on_values]
     scaled = sim.replay(runs)
@@ -115,7 +115,7 @@ def test_a_lease_whose_host_sped_up_gives_no_false_finding_at_the_typical_speed(
     between commits: on the stored values the engine called the machine's speed-up an
     improvement; at the typical speed it reports nothing, and no planted step is placed at a
     wrong commit (it finds fewer of them on such a machine)."""
-    runs = ROOT / "docs/data/h200-2026-12-02-s20/runs.jsonl"
+    runs = ROOT / "tests/data/h200-2026-12-02-s20/runs.jsonl"
     raw = sim.replay(runs, canaries=False)
     assert [(f["series"], f["commits"]) for f in raw["false_on_recorded"]] == [
         ("DispatchOverhead('kv_gather_fp8', 'ops_call')", [5, 6])]

@@ -3,7 +3,6 @@
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -80,17 +79,6 @@ def test_move_aside_keeps_the_bytes_under_a_timestamped_name(tmp_path):
     assert not path.exists()
 
 
-def _script(name: str):
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_kvbench_script_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module's annotations there
-    spec.loader.exec_module(module)
-    return module
-
-
 def _commands_with_json(monkeypatch):
     """(name, call(argv)) of every command that takes --json PATH, its measuring replaced by a
     failure: the path must be refused before it is reached."""
@@ -105,17 +93,10 @@ def _commands_with_json(monkeypatch):
     monkeypatch.setattr(alloc_report, "host_floor", measured, raising=False)
     monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", measured)
     monkeypatch.setattr(validate_gpu, "calibrate", measured)
-    simulation = _script("regressions_simulation")
-    monkeypatch.setattr(simulation, "simulate", measured)
-    host_noise = _script("host_noise")
-    monkeypatch.setattr(host_noise, "worker", measured)
-    monkeypatch.setattr(host_noise.subprocess, "run", measured)
     return [
         ("kvbench table", lambda argv: table_mod.main(["kv_alloc", *argv])),
         ("alloc_report", alloc_report.main),
         ("validate_gpu", validate_gpu.main),
-        ("scripts/regressions_simulation.py", simulation.main),
-        ("scripts/host_noise.py", host_noise.main),
     ]
 
 

@@ -10,7 +10,7 @@ import pytest
 from kvbench.cli import main as cli_main
 from kvbench.measure.plots import plot_roofline
 
-DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 
 
 def _pixels_vary(path: Path) -> float:
@@ -63,7 +63,7 @@ def test_table_plot_on_this_machine(tmp_path, capsys):
 
 def test_plot_of_a_stored_h200_table(tmp_path):
     stored = sorted(DATA.glob("h200-*/table_kv_gather_fp8_*.json"))
-    assert stored, "no stored H200 gather table under docs/data"
+    assert stored, "no stored H200 gather table under tests/data"
     out = tmp_path / "h200.png"
     assert cli_main(["plot", str(stored[-1]), str(out)]) == 0
     assert out.stat().st_size > 20_000 and _pixels_vary(out) > 0.05

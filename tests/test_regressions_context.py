@@ -171,7 +171,7 @@ def test_the_fast_speed_fact_separates_a_new_lease_from_one_leases_commits():
     """A recorded host group over 15 commits: commits 1-10 on one device machine, 11-15 on
     another behind the same name. Every series gets the fact at the change of machine and
     none between commits of one machine."""
-    path = Path(__file__).resolve().parents[1] / "docs/data/h200-2026-12-01-s16" / \
+    path = Path(__file__).resolve().parents[1] / "tests/data/h200-2026-12-01-s16" / \
         "host_suite_runs.jsonl"
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     series = sorted(set.intersection(*(set(r) for r in runs)))

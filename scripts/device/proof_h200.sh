@@ -12,7 +12,6 @@
 #      recorded clocks and clock-event reasons stand)
 #   4. a real `asv run` of HEAD (asv from carried wheels in .whl/): the sidecar with NVML
 #      state, the result file's size
-#   5. host-series noise before/after (scripts/host_noise.py, unpinned vs pinned)
 # Carry: .whl (asv wheels) and nvidia-ml-py's wheel in .whl/ too if NVML state is wanted.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,12 +46,8 @@ if [ -f .device/repo.bundle ]; then
      tar czf "$OUT/sidecar.tgz" results/h200/kvbench 2>/dev/null)
 fi
 
-python3 scripts/host_noise.py --processes 10 --repeats 5 --json "$OUT/host_noise_unpinned.json" >"$OUT/host_noise.log" 2>&1
-python3 scripts/host_noise.py --processes 10 --repeats 5 --pin --json "$OUT/host_noise_pinned.json" >>"$OUT/host_noise.log" 2>&1
-
 nvidia-smi -q -d CLOCK,PERFORMANCE >"$OUT/nvidia_smi_after.txt" 2>&1
 echo "== asv result sizes"; cat "$OUT/asv_sizes.txt" 2>/dev/null | tail -8
 echo "== pytest -m gpu"; tail -3 "$OUT/pytest_gpu.log"
 echo "== clock lock"; cat "$OUT/lgc.log"
-echo "== host noise"; cat "$OUT/host_noise.log"
 echo "== CUPTI vs events (and error figures)"; tail -30 "$OUT/proof_h200.log"
