@@ -163,6 +163,12 @@ class _Session:
         return format_value(value, self.outcome.unit)
 
 
+def _effect_text(result: abtest.ABResult) -> str:
+    """An A/B result's evidence in the verdict line: effect, interval, p, rounds."""
+    return (f"effect {result.effect:+.2%} [{result.ci_low:+.2%}, {result.ci_high:+.2%}], "
+            f"p {result.p:.3g}, {result.rounds} rounds")
+
+
 def _runnable_endpoints(session: _Session, commits: list[str]
                         ) -> tuple[int, int, tuple[float, float]] | None:
     """(lo, hi, their values): the oldest and newest commits of the range where the series
@@ -220,9 +226,8 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
                 if result.outcome == abtest.NO_CHANGE
                 else f"it improved by {abs(result.effect):.1%}")
         return finish(NO_REGRESSION, f"no regression in {range_text}: the end points "
-                      f"({ends_text}) do not differ for the worse ({what}: effect "
-                      f"{result.effect:+.2%} [{result.ci_low:+.2%}, {result.ci_high:+.2%}], "
-                      f"p {result.p:.3g}, {result.rounds} rounds)")
+                      f"({ends_text}) do not differ for the worse ({what}: "
+                      f"{_effect_text(result)})")
     if result.outcome == abtest.INCONCLUSIVE:
         return finish(INCONCLUSIVE, f"inconclusive over {range_text}: the end points "
                       f"({ends_text}) after {result.rounds} rounds: {result.reason}")
@@ -274,9 +279,7 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
     also = (f" (or one of the {len(outcome.untested_between)} commits between them where the "
             "series cannot run)" if outcome.untested_between else "")
     evidence = (f"{session.fmt(abtest.median(result.before))} -> "
-                f"{session.fmt(abtest.median(result.after))}, effect {result.effect:+.2%} "
-                f"[{result.ci_low:+.2%}, {result.ci_high:+.2%}], p {result.p:.3g}, "
-                f"{result.rounds} rounds")
+                f"{session.fmt(abtest.median(result.after))}, {_effect_text(result)}")
     if result.outcome == abtest.REGRESSION:
         return finish(REGRESSION, f"regression at {short[commits[hi]]}{also} against "
                       f"{short[commits[lo]]}: {evidence}")
