@@ -1,5 +1,5 @@
-"""`kvbench bisect RANGE SERIES`: which commit of RANGE made SERIES worse, confirmed, or
-"no regression in RANGE".
+"""The search behind `kvbench bisect RANGE SERIES`: which commit of RANGE made SERIES worse,
+confirmed, or "no regression in RANGE".
 
 One series, fresh measurements only. SERIES is asv's own name of one param combination,
 `module.Class.method(param, ...)` with the params as Python literals, e.g.
