@@ -9,10 +9,10 @@ suite's setup_cache process writes them here, one JSON file per (commit, env, gr
 
 In a sub-folder and not named *.json on purpose: asv 0.6.6 walks results/ recursively and
 loads every *.json as a result file (warning on each one it cannot read). The format is in
-docs/harness.md ("The sidecar"); kvbench/history/sidecar.py reads it.
+docs/harness.md ("The sidecar"); kvbench/history/verdict/sidecar.py reads it.
 
 Where: asv gives a benchmark process ASV_CONF_DIR, ASV_COMMIT and ASV_ENV_NAME but not the
-machine; kvbench's environment plugin (kvbench/asv_env.py) adds ASV_KVBENCH_MACHINE and
+machine; kvbench's environment plugin (kvbench/history/asv/asv_env.py) adds ASV_KVBENCH_MACHINE and
 ASV_KVBENCH_RESULTS_DIR. Without them (another env type, a plain import) nothing is written.
 This module is part of the working-tree suite: it imports nothing from the kvbench of the
 commit under test, and NVML (nvidia-ml-py) and Triton only lazily.

@@ -13,18 +13,9 @@ import json
 import sys
 from collections.abc import Sequence
 
+from kvbench.history.command import positive_int
+
 OPS = ("paged_decode", "kv_write", "kv_gather_fp8", "kv_alloc")
-
-
-def _positive_int(text: str) -> int:
-    """argparse type of a count that must be >= 1 (the error names the value it got)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -81,53 +72,30 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_machine(rest: list[str]) -> int:
-    from kvbench.history.machine import main as machine_main
-
-    return machine_main(rest)
-
-
-def _run_publish(rest: list[str]) -> int:
-    from kvbench.history.publish import main as publish_main
-
-    return publish_main(rest)
-
-
-def _run_regressions(rest: list[str]) -> int:
-    from kvbench.history.regressions_cmd import main as regressions_main
-
-    return regressions_main(rest)
+#: The history commands (kvbench.history.command gives them one shape: NAME, HELP, DESCRIPTION,
+#: add_arguments, run), by name: the module that holds each. Each gets its own parser, handed
+#: every argument after the name before `kvbench`'s parser runs (argparse.REMAINDER as a
+#: subparser's only positional does not capture options that come first; `kvbench publish`
+#: forwards the options it does not know to asv).
+HISTORY_COMMANDS = {
+    "machine": "kvbench.history.asv.machine_cmd",
+    "publish": "kvbench.history.dashboard.publish_cmd",
+    "preview": "kvbench.history.dashboard.preview_cmd",
+    "regressions": "kvbench.history.verdict.regressions_cmd",
+    "bisect": "kvbench.history.bisect.bisect_cmd",
+    "discover": "kvbench.history.asv.discover_cmd",
+}
 
 
-#: Subcommands whose own parser takes every argument after the name. They are handed over
-#: before `kvbench`'s parser runs: argparse.REMAINDER as a subparser's only positional does
-#: not capture options that come first (`kvbench machine --name x` was an error).
-def _run_preview(rest: list[str]) -> int:
-    from kvbench.history.publish import preview_main
+def _history_command(name: str):
+    import importlib
 
-    return preview_main(rest)
+    return importlib.import_module(HISTORY_COMMANDS[name])
 
 
-PASSTHROUGH = {"machine": _run_machine, "publish": _run_publish, "preview": _run_preview,
-               "regressions": _run_regressions}
-
-
-def _cmd_discover(args: argparse.Namespace) -> int:
-    """results/benchmarks.json from benchmarks/ (asv's discovery, offline): write or check."""
-    from kvbench.history import suite
-
-    if args.check:
-        diffs = suite.differences(args.config)
-        for line in diffs:
-            print(line)
-        if diffs:
-            print(f"{suite.benchmarks_json_path(args.config)} differs from the suite: run "
-                  "`kvbench discover` and commit it")
-            return 1
-        print("benchmarks.json matches the suite")
-        return 0
-    print(f"wrote {suite.write(args.config)}")
-    return 0
+def _add_history_command(sub, name: str) -> None:
+    """List a history command in `kvbench --help` (its options are its own parser's)."""
+    sub.add_parser(name, help=_history_command(name).HELP, add_help=False)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -196,33 +164,6 @@ def _cmd_main(args: argparse.Namespace) -> int:
     return run_all(json_dir=args.json_dir) | (1 if env_status else 0)
 
 
-def _percent(text: str) -> float:
-    """argparse type of a relative effect given in percent ('2' or '2%' -> 0.02)."""
-    try:
-        value = float(text.rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage > 0 (e.g. 2 or 2%), got {text!r}") from None
-    if not 0 < value < 1000:
-        raise argparse.ArgumentTypeError(f"expected a percentage in (0, 1000), got {text!r}")
-    return value / 100
-
-
-def _cmd_bisect(args: argparse.Namespace) -> int:
-    """Which commit of RANGE made the series worse, confirmed by A/B runs (docs/history.md)."""
-    from kvbench.history.bisect import run_command
-
-    try:
-        return run_command(args.range, args.series, machine=args.machine, rounds=args.rounds,
-                           max_rounds=args.max_rounds, search_runs=args.search_runs,
-                           mde=args.mde, json_path=args.json, log_dir=args.log_dir,
-                           config=args.config)
-    except ValueError as exc:
-        args.parser.error(str(exc))
-    except RuntimeError as exc:
-        print(f"kvbench bisect: {exc}", file=sys.stderr)
-        return 1
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvbench",
@@ -235,17 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_env)
 
     p = sub.add_parser("calibrate", help="measure and store copy/read/write ceilings")
-    p.add_argument("--size-mib", type=_positive_int, default=None,
+    p.add_argument("--size-mib", type=positive_int, default=None,
                    help="buffer size in MiB (default per device: 2048 on CUDA, 256 on a CPU)")
     p.set_defaults(func=_cmd_calibrate)
 
-    for name, text in (
-        ("machine", "write the asv machine record from code ([--name NAME] [--file PATH])"),
-        ("publish", "asv publish + local dashboard assets (renders offline)"),
-        ("preview", "serve the published dashboard on 127.0.0.1 and print its URL"),
-        ("regressions", "real steps in a machine's asv history, direction-aware (CI gate)"),
-    ):
-        sub.add_parser(name, help=text, add_help=False)  # listed in --help; see PASSTHROUGH
+    for name in ("machine", "publish", "preview", "regressions"):
+        _add_history_command(sub, name)
 
     for name, func, add_arguments, text in (
         ("tune", _cmd_tune, _add_tune_arguments,
@@ -257,38 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_arguments(p)
         p.set_defaults(func=func)
 
-    p = sub.add_parser(
-        "bisect", help="which commit of RANGE made one series worse, measured fresh and confirmed",
-        description="Bisect one asv series over RANGE with fresh process-level runs: end points "
-                    "first (no regression -> says so), then a binary search, then an interleaved "
-                    "A/B confirmation of the commit it names. Exit 0: a verdict (regression "
-                    "named, or no regression); 3: inconclusive; 2: bad input; 1: asv failed.")
-    p.add_argument("range", help="BASE..END, e.g. HEAD~32..HEAD (first-parent history)")
-    p.add_argument("series", help="asv's name of one param combination, e.g. "
-                   "\"paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')\"")
-    p.add_argument("--machine", default=None,
-                   help="asv machine name (default: this hardware's, as `kvbench machine` names it)")
-    p.add_argument("--rounds", type=_positive_int, default=5,
-                   help="A/B rounds (one run per side each) for the end points and the "
-                        "confirmation (default 5, the fewest that can reach p <= 0.01)")
-    p.add_argument("--max-rounds", type=_positive_int, default=10,
-                   help="cap on A/B rounds while inconclusive (default 10)")
-    p.add_argument("--search-runs", type=_positive_int, default=3,
-                   help="runs per commit visited by the search (default 3; more while unclear)")
-    p.add_argument("--mde", type=_percent, default=None,
-                   help="minimum detectable effect in %% for 'no change' (default: 3x the "
-                        "between-process noise of the runs, at least 0.5%%)")
-    p.add_argument("--json", default=None, metavar="PATH", help="write the evidence as JSON")
-    p.add_argument("--log-dir", default=None, help="keep asv's output (asv.log) here")
-    p.add_argument("--config", default=None, help="asv.conf.json (default: the project root's)")
-    p.set_defaults(func=_cmd_bisect, parser=p)
-
-    p = sub.add_parser("discover", help="rewrite results/benchmarks.json from benchmarks/ "
-                       "(asv's discovery, offline; --check: exit 1 where it differs)")
-    p.add_argument("--check", action="store_true",
-                   help="only compare: exit 1 and name what differs")
-    p.add_argument("--config", default="asv.conf.json", help="asv config (default: %(default)s)")
-    p.set_defaults(func=_cmd_discover)
+    for name in ("bisect", "discover"):
+        _add_history_command(sub, name)
 
     p = sub.add_parser("plot", help="draw the roofline of a stored table JSON "
                        "(kvbench table OP --json FILE) to PATH")
@@ -304,8 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in PASSTHROUGH:
-        return int(PASSTHROUGH[argv[0]](argv[1:]) or 0)
+    if argv and argv[0] in HISTORY_COMMANDS:
+        from kvbench.history import command
+
+        return command.main(_history_command(argv[0]), argv[1:])
     args = build_parser().parse_args(argv)
     args.argv = argv[1:]  # what followed the command name: table/tune re-parse it themselves
     return int(args.func(args) or 0)

@@ -6,7 +6,7 @@
 #   bash scripts/gpu_session.sh tests harness tables
 #
 # Stages: env (nvidia-smi + kvbench env), tests (pytest -m gpu), alloc (allocator GPU tests +
-# alloc_report), profile (where the asv suite's per-commit time goes, scripts/profile_suite.py),
+# alloc_table), profile (where the asv suite's per-commit time goes, scripts/profile_suite.py),
 # harness (validate_gpu + calibrate), tables (kvbench table for every op), grid (the decode
 # table over its whole case grid), tune (kvbench tune for every op). An unknown stage is named
 # and skipped.
@@ -35,7 +35,7 @@ for stage in "$@"; do
         ;;
     alloc)
         python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_alloc.py 2>&1 | tee "$OUT/pytest_alloc.log" | tail -8
-        python3 -m kvbench.measure.alloc_report --json "$OUT/alloc_report.json" 2>&1 | tee "$OUT/alloc_report.log"
+        python3 -m kvbench.measure.alloc_table --json "$OUT/alloc_table.json" 2>&1 | tee "$OUT/alloc_table.log"
         ;;
     profile)
         python3 scripts/profile_suite.py 2>&1 | tee "$OUT/profile.log" | tail -9

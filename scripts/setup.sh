@@ -110,7 +110,7 @@ if ! command -v npm >/dev/null 2>&1; then
     apt_install npm "fetches the dashboard's JavaScript assets"
 fi
 if command -v npm >/dev/null 2>&1; then
-    "$PY" -m kvbench.history.publish --prefetch || say "prefetching the dashboard assets failed"
+    "$PY" -m kvbench.history.dashboard.publish_cmd --prefetch || say "prefetching the dashboard assets failed"
 fi
 
 "$PY" -c "import torch, triton, kvbench; print(f'kvbench {kvbench.__version__}: torch {torch.__version__}, triton {triton.__version__}, cuda={torch.cuda.is_available()}')"

@@ -1,4 +1,4 @@
-"""kvbench.history.abtest on synthetic run medians: outcomes, direction, error rates.
+"""kvbench.history.bisect.abtest on synthetic run medians: outcomes, direction, error rates.
 
 The rates are of the whole sequential procedure `kvbench bisect` runs (5 rounds, then 5 more
 while inconclusive, capped at 10), simulated with a fixed seed: Gaussian noise for a GPU
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvbench.history import abtest as ab
+from kvbench.history.bisect import abtest as ab
 
 GPU_SIGMA = 0.005  # relative, Gaussian
 HOST_SIGMA = 0.3  # log-normal

@@ -47,10 +47,10 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def test_conf_uses_the_offline_plugin_and_offline_build():
-    from kvbench.history.asv_env import TOOL_NAME
+    from kvbench.history.asv.asv_env import TOOL_NAME
 
     conf = _conf()
-    assert conf.plugins == [".kvbench.history.asv_env"]  # leading dot: imported from the repo root
+    assert conf.plugins == [".kvbench.history.asv.asv_env"]  # leading dot: imported from the repo root
     assert conf.environment_type == TOOL_NAME
     assert conf.repo == "." and conf.branches == ["main"]
     assert (conf.benchmark_dir, conf.results_dir, conf.html_dir) == ("benchmarks", "results",
@@ -67,7 +67,7 @@ def test_conf_uses_the_offline_plugin_and_offline_build():
 
 
 def test_plugin_registers_through_asv_plugin_manager():
-    """asv imports ".kvbench.history.asv_env" from the config's folder and finds the env type."""
+    """asv imports ".kvbench.history.asv.asv_env" from the config's folder and finds the env type."""
     code = (
         "from asv.config import Config; from asv.plugin_manager import plugin_manager;"
         "from asv import environment as e; c = Config.load('asv.conf.json');"
@@ -77,7 +77,7 @@ def test_plugin_registers_through_asv_plugin_manager():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_clean_env(),
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["kvbench.history.asv_env", "OfflineVirtualenv"]
+    assert out == ["kvbench.history.asv.asv_env", "OfflineVirtualenv"]
 
 
 def test_asv_check_passes():
@@ -95,7 +95,7 @@ def test_asv_check_passes():
 def test_offline_env_reaches_parent_packages_and_keeps_its_own_first(tmp_path, monkeypatch):
     """A real env built with PIP_NO_INDEX=1: torch/asv_runner from the parent, own site first,
     and the parent's kvbench (editable or not) invisible until a wheel is installed."""
-    from kvbench.history.asv_env import PTH_NAME, OfflineVirtualenv
+    from kvbench.history.asv.asv_env import PTH_NAME, OfflineVirtualenv
 
     monkeypatch.chdir(ROOT)  # asv reads [build-system].requires from ./pyproject.toml
     monkeypatch.setenv("PIP_NO_INDEX", "1")
@@ -127,7 +127,7 @@ def test_offline_env_reaches_parent_packages_and_keeps_its_own_first(tmp_path, m
 
 
 def test_default_machine_names():
-    from kvbench.history.machine import default_name
+    from kvbench.history.asv.machine import default_name
 
     assert default_name("NVIDIA H200", "x") == "h200"
     assert default_name("NVIDIA H100 80GB HBM3", "x") == "h100-80gb-hbm3"
@@ -139,7 +139,7 @@ def test_default_machine_names():
 def test_write_machine_record_is_what_asv_reads(tmp_path):
     from asv.machine import MachineCollection
 
-    from kvbench.history.machine import EXTRA_KEYS, write_machine_record
+    from kvbench.history.asv.machine import EXTRA_KEYS, write_machine_record
 
     path = tmp_path / ".asv-machine.json"
     MachineCollection.save("other", {"machine": "other", "cpu": "z"}, _path=str(path))
@@ -158,7 +158,7 @@ def test_write_machine_record_is_what_asv_reads(tmp_path):
 
 
 def test_machine_cli_defaults_to_home(tmp_path, monkeypatch):
-    from kvbench.history.machine import main
+    from kvbench.history.asv.machine_cmd import main
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert main([]) == 0
@@ -168,7 +168,7 @@ def test_machine_cli_defaults_to_home(tmp_path, monkeypatch):
 
 
 def test_machine_name_is_validated():
-    from kvbench.history.machine import write_machine_record
+    from kvbench.history.asv.machine import write_machine_record
 
     with pytest.raises(ValueError, match="name must be"):
         write_machine_record("bad/name", "/nonexistent/never-written.json")

@@ -8,7 +8,7 @@ files; results/ and html/ left out), then commits are added on top:
 The plant appends to kvbench/kernels/kv_alloc.py a wrapper that makes the production allocator
 (HostFreeListAllocator.alloc, registry row host/freelist) busy-wait PLANT_US more per call:
 a host-side slowdown a CUDA-event timer would not even see. Then, with PIP_NO_INDEX=1, a
-machine record written by kvbench.history.machine into a temporary HOME, and only the allocator
+machine record written by kvbench.history.asv.machine into a temporary HOME, and only the allocator
 benchmark selected:
 
 1. `asv run` over every commit, then `asv find c0..c5` must name c2, and
@@ -148,7 +148,7 @@ def make_history(tmp: Path, steps: list[tuple[str, object]]) -> History:
     commits = {"c0": commit(repo, "base: this checkout", lambda r: None)}
     for label, edit in steps:
         commits[label] = commit(repo, label, edit)
-    from kvbench.history.machine import write_machine_record
+    from kvbench.history.asv.machine import write_machine_record
 
     write_machine_record(MACHINE, home / ".asv-machine.json")
     return History(repo, commits, asv_env(home))

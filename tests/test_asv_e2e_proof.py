@@ -144,7 +144,7 @@ def test_planted_wrong_kernels_get_no_number_and_a_recorded_reason(tmp_path):
     host = [v for (b, _), v in stored.items() if b == "kv_alloc.KVAlloc.track_us"]
     assert len(host) == 18 and all(v is not None for v in host), "the allocator keeps its numbers"
 
-    from kvbench.history.sidecar import read_commit
+    from kvbench.history.verdict.sidecar import read_commit
 
     side = read_commit(hist.repo / "results", MACHINE, c1)
     assert side is not None, f"no sidecar under {machine_dir}"

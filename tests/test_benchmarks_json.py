@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvbench.history import suite
+from kvbench.history.asv import suite
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "asv.conf.json"

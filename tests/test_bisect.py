@@ -1,4 +1,4 @@
-"""kvbench.history.bisect: the search on synthetic measurements (a fake measurer), the series
+"""kvbench.history.bisect.search: the search on synthetic measurements (a fake measurer), the series
 and range parsing, and the report. tests/test_bisect_e2e.py drives the real asv."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from kvbench.history import abtest
-from kvbench.history import asv_measure as am
-from kvbench.history import bisect as bs
+from kvbench.history.bisect import abtest, bisect_cmd
+from kvbench.history.bisect import measurer as am
+from kvbench.history.bisect import search as bs
 
 SERIES = "paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')"
 
@@ -96,7 +96,7 @@ def test_commits_that_cannot_run_are_skipped_and_listed():
     assert set(report.skipped) == broken
     assert all("no kvbench.ops" in why for why in report.skipped.values())
     assert report.endpoints["before_commit"] == commits[1]  # moved inward past the base
-    assert "skipped" in bs.format_report(report)
+    assert "skipped" in bs.format_outcome(report)
 
 
 def test_a_step_behind_a_commit_that_cannot_run_names_both():
@@ -249,15 +249,15 @@ def test_the_confirmed_pair_gets_its_sidecar_facts(tmp_path, monkeypatch):
     commits = _commits(8)
     report = _bisect(commits, FakeMeasurer(commits, lambda i: 1e-3 * (1.2 if i >= 5 else 1.0)))
     assert report.verdict == bs.REGRESSION and report.culprit == commits[5]
-    plain = bs.format_report(report)
+    plain = bs.format_outcome(report)
     bs.attach_context(report, tmp_path, am.parse_series(SERIES))  # no sidecars: nothing
-    assert report.context == [] and bs.format_report(report) == plain
+    assert report.context == [] and bs.format_outcome(report) == plain
     _sidecar_of(monkeypatch, tmp_path, commits[4], "cuda/cluster_decode")
     _sidecar_of(monkeypatch, tmp_path, commits[5], "triton/split_kv")
     bs.attach_context(report, tmp_path, am.parse_series(SERIES))
     text = "auto switched cuda/cluster_decode -> triton/split_kv"
     assert [f["text"] for f in report.context] == [text]
-    assert f"  context: {text}" in bs.format_report(report)
+    assert f"  context: {text}" in bs.format_outcome(report)
     assert json.loads(json.dumps(report.to_json()))["context"][0]["kind"] == "auto_switch"
 
 
@@ -268,6 +268,6 @@ def test_bisect_log_keeps_its_lines_and_feeds_the_status(capsys):
         invocations = 7
 
     with progress.status("kvbench bisect x") as st:
-        bs._log_with_status(Counting())("  search 0a1b2c3d: 1 us -> bad")
+        bisect_cmd._log_with_status(Counting())("  search 0a1b2c3d: 1 us -> bad")
         assert st.what == "search 0a1b2c3d; 7 asv runs so far"
     assert capsys.readouterr().out == "  search 0a1b2c3d: 1 us -> bad\n"

@@ -1,7 +1,7 @@
 """`kvbench publish`: the asv dashboard must render with no internet.
 
 Unit tests pin the HTML rewrite (no network). The browser test makes a real results folder
-(a two-commit history, allocator benchmark only), publishes it with kvbench.history.publish (which
+(a two-commit history, allocator benchmark only), publishes it with kvbench.history.dashboard.publish (which
 fetches jQuery/flot/bootstrap with `npm pack`), serves html/ on 127.0.0.1, and loads a
 benchmark's graph page in headless Chromium with every other host unresolvable: the DOM must
 hold flot's canvas and the screenshot must not be blank.
@@ -26,7 +26,7 @@ from typing import Self
 
 import pytest
 
-from kvbench.history import publish
+from kvbench.history.dashboard import publish
 
 
 def _asv_index() -> str:
@@ -169,7 +169,7 @@ def test_published_dashboard_renders_offline(tmp_path):
     hist.asv("run", "--machine", MACHINE, "--launch-method", "forkserver",
              "--bench", r"kv_alloc\.KVAlloc\.track_us", "ALL")
     proc = subprocess.run(
-        [sys.executable, "-m", "kvbench.history.publish", "--config", str(hist.repo / "asv.conf.json")],
+        [sys.executable, "-m", "kvbench.history.dashboard.publish_cmd", "--config", str(hist.repo / "asv.conf.json")],
         env=hist.env, capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

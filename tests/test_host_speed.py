@@ -1,4 +1,4 @@
-"""Host-side series are judged at the host's typical speed (kvbench/history/host_speed.py).
+"""Host-side series are judged at the host's typical speed (kvbench/history/verdict/host_speed.py).
 
 Synthetic asv results with sidecars written by the suite's own writer, whose host records
 carry the fast canary the measuring process read; and recorded host groups of identical
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvbench.history.regressions import analyze
+from kvbench.history.verdict.regressions import analyze
 from tests.test_regressions import _history, _steady, sim
 from tests.test_regressions_context import _entry, _write_sidecars
 

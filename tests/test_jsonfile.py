@@ -83,7 +83,7 @@ def _commands_with_json(monkeypatch):
     """(name, call(argv)) of every command that takes --json PATH, its measuring replaced by a
     failure: the path must be refused before it is reached."""
     from kvbench.harness import validate_gpu
-    from kvbench.measure import alloc_report
+    from kvbench.measure import alloc_table as alloc_report
     from kvbench.measure import table as table_mod
 
     def measured(*args, **kwargs):

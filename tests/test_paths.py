@@ -42,7 +42,7 @@ def test_every_cache_lives_under_the_root(root, monkeypatch):
     tarballs: all moved by KVBENCH_CACHE_DIR (the CUDA library and FlashInfer's workspace
     were not)."""
     from kvbench.dispatch import perf_tables
-    from kvbench.history import publish
+    from kvbench.history.dashboard import publish
     calibrate = importlib.import_module("kvbench.harness.calibrate")  # the module
 
     monkeypatch.delenv("KVBENCH_NPM_CACHE", raising=False)

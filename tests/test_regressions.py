@@ -1,6 +1,6 @@
 """`kvbench regressions` on synthetic asv histories whose truth is known, and on the committed one.
 
-Synthetic histories come from scripts/regressions_simulation.py: a real git repository (its
+Synthetic histories come from kvbench/history/verdict/simulate.py: a real git repository (its
 first-parent line orders the commits) and asv 0.6.6 result files for many series with
 realistic noise: GPU-like (normal within a run, whole runs shifted by ~1%) and host-like
 (Student t3, ~30% median change between identical commits, so 2x values are routine).
@@ -10,33 +10,22 @@ rate of planted steps; docs/history.md records the rates the script measures at 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kvbench.history import regressions, results
-from kvbench.history.regressions import analyze
-from kvbench.history.results import load_history
+from kvbench.history.verdict import regressions, results
+from kvbench.history.verdict import simulate as sim
+from kvbench.history.verdict.regressions import analyze
+from kvbench.history.verdict.results import load_history
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_simulation():
-    spec = importlib.util.spec_from_file_location(
-        "regressions_simulation", ROOT / "scripts" / "regressions_simulation.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-sim = _load_simulation()
 
 
 def _history(tmp_path, series: dict[str, tuple[str, list[float]]], runs=None):
@@ -225,7 +214,7 @@ def test_a_process_that_runs_in_two_modes_is_noise(tmp_path):
 
 
 def test_false_positive_and_detection_rates_on_a_simulated_history():
-    """Bounds on the rates of scripts/regressions_simulation.py (seed fixed, 40 series per
+    """Bounds on the rates of kvbench.history.verdict.simulate (seed fixed, 40 series per
     scenario x noise model, 45 commits); docs/history.md has the rates at 200 series. The
     bounds sit ~3 binomial standard deviations (at 40 series) inside the 200-series rates."""
     result = sim.simulate(seed=20261201, per_scenario=40)
@@ -371,7 +360,7 @@ def test_prefix_sum_cost_segments_like_ruptures_l2():
     """changepoints' O(1) least-squares cost must give ruptures' own CostL2 segmentation."""
     import ruptures
 
-    from kvbench.history import changepoints
+    from kvbench.history.verdict import changepoints
 
     rng = np.random.default_rng(7)
     for _ in range(50):
@@ -385,10 +374,10 @@ def test_prefix_sum_cost_segments_like_ruptures_l2():
 
 
 def test_default_machine_is_kvbench_machines_name(tmp_path, capsys, monkeypatch):
-    import kvbench.history.machine
+    import kvbench.history.asv.machine
 
     res, _ = _cli_history(tmp_path)
-    monkeypatch.setattr(kvbench.history.machine, "machine_record", lambda name=None: {"machine": sim.MACHINE})
+    monkeypatch.setattr(kvbench.history.asv.machine, "machine_record", lambda name=None: {"machine": sim.MACHINE})
     proc = _run_cli("--results", str(res), capsys=capsys)
     assert proc.returncode == 0 and proc.stdout.startswith(f"{sim.MACHINE}: 24 measured commits")
 
@@ -396,7 +385,7 @@ def test_default_machine_is_kvbench_machines_name(tmp_path, capsys, monkeypatch)
 def test_rich_table_lists_the_findings(tmp_path):
     import io
 
-    from kvbench.history.report import print_table
+    from kvbench.history.verdict.text import print_table
 
     res, commits = _cli_history(tmp_path)
     out = io.StringIO()

@@ -1,6 +1,6 @@
 """`kvbench regressions` shows what the sidecars say differed across a step (issue 21).
 
-Synthetic asv results (scripts/regressions_simulation.py) with a planted step, and sidecars
+Synthetic asv results (kvbench/history/verdict/simulate.py) with a planted step, and sidecars
 written by the suite's own writer (benchmarks/_sidecar.write_sidecar, as a kvbench asv run
 writes them) where the step coincides with an auto switch, a register change, a low SM clock
 or an error drift. Without sidecars the report is what it was.
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from benchmarks import _sidecar
-from kvbench.history import context
-from kvbench.history.regressions import analyze
-from kvbench.history.regressions_page import render_page
-from kvbench.history.report import plot_findings, print_table
+from kvbench.history.verdict import context
+from kvbench.history.verdict.regressions import analyze
+from kvbench.history.verdict.page import render_page
+from kvbench.history.verdict.text import plot_findings, print_table
 from tests.test_regressions import _history, _steady, sim
 
 N, STEP_AT = 24, 14
@@ -264,7 +264,7 @@ def test_the_sidecar_cache_lists_the_folder_once_for_all_commits(stepped, monkey
     """A host series reads every commit's sidecar; a glob per commit would list the folder
     once per commit (quadratic in the history). The cache lists it once, and reads the same
     records as a reader of one commit does."""
-    from kvbench.history import sidecar
+    from kvbench.history.verdict import sidecar
 
     history, commits = stepped
     _write_sidecars(monkeypatch, history.results_dir, commits, lambda i: _entry())

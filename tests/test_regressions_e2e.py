@@ -44,8 +44,8 @@ def test_a_real_auto_switch_is_named_beside_its_step(tmp_path):
     hist.asv("run", "--machine", MACHINE, "--launch-method", "forkserver", "--bench",
              r"kv_alloc\.KVAlloc\.track_us", "ALL", timeout=1500)
 
-    from kvbench.history.regressions import analyze
-    from kvbench.history.results import load_history
+    from kvbench.history.verdict.regressions import analyze
+    from kvbench.history.verdict.results import load_history
 
     report = analyze(load_history(hist.repo / "results", MACHINE, repo=hist.repo))
     assert report.sidecar_problems == []

@@ -9,7 +9,6 @@ runs the real `asv publish` on a synthetic history with a GB/s drop and a GB/s g
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,7 +18,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kvbench.history import publish, regressions_page
+from kvbench.history.dashboard import publish
+from kvbench.history.verdict import page as regressions_page
 
 ROOT = Path(__file__).resolve().parents[1]
 GBPS = {"name": "m.C.track_gbps", "unit": "GB/s", "params": [["'a'", "'b'"], ["'x'"]]}
@@ -67,17 +67,9 @@ def test_index_tab_points_at_kvbench():
         regressions_page.link_from_index("<html></html>")
 
 
-def _load_simulation():
-    spec = importlib.util.spec_from_file_location(
-        "regressions_simulation", ROOT / "scripts" / "regressions_simulation.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_published_dashboard_calls_a_gbps_drop_a_regression(tmp_path):
-    sim = _load_simulation()
+    from kvbench.history.verdict import simulate as sim
+
     rng = np.random.default_rng(11)
     n = 24
     commits = sim.git_history(tmp_path, n)

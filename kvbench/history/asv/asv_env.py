@@ -24,10 +24,10 @@ force-reinstalled per commit) and changes two things:
    package. Anything else missing is installed with pip as asv would (which works offline
    only through PIP_FIND_LINKS) and fails with a message naming the package.
 
-Usage (asv.conf.json): "plugins": [".kvbench.history.asv_env"], "environment_type":
+Usage (asv.conf.json): "plugins": [".kvbench.history.asv.asv_env"], "environment_type":
 "kvbench-offline". The leading dot matters: asv 0.6.6 imports a dotted plugin name from the
 directory holding asv.conf.json and looks a plain name up only inside asv.plugins, where
-"kvbench.history.asv_env" would be silently ignored (asv/plugin_manager.py, import_plugin).
+"kvbench.history.asv.asv_env" would be silently ignored (asv/plugin_manager.py, import_plugin).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What else changed across a step: the sidecar facts of the commits on both sides of it.
 
 A finding of `kvbench regressions` (or bisect's confirmed pair) says a series moved between
-two commits. The suite's sidecars (benchmarks/_sidecar.py, read by kvbench/history/sidecar.py)
+two commits. The suite's sidecars (benchmarks/_sidecar.py, read by kvbench/history/verdict/sidecar.py)
 say what else differed between those two measurements, which is often the explanation:
 
 - `auto_switch`: the registry row `auto` (or the selector) actually ran changed
@@ -28,7 +28,7 @@ import ast
 import math
 from dataclasses import dataclass
 
-from kvbench.history.sidecar import CommitSidecar
+from kvbench.history.verdict.sidecar import CommitSidecar
 
 #: The resource keys that describe a compiled kernel; a record without any of them (the
 #: launch hook's bare {"function": <handle>} under some Triton versions) says nothing.
@@ -38,7 +38,7 @@ RESOURCE_LABELS = {"registers": "registers", "spills": "spills",
                    "local_bytes": "local memory bytes", "shared_bytes": "shared bytes",
                    "num_warps": "warps", "num_stages": "stages", "maxnreg": "maxnreg"}
 #: A clock differs when the two sides are this far apart (relative): NVML reads clocks in
-#: steps, and a boosted H200 reads the same 1980 MHz group after group.
+#: steps, and a boosted GPU reads the same clock group after group.
 CLOCK_CHANGE = 0.05
 #: The reason NVML gives for a clock that is low because the GPU had nothing to do: the
 #: reading before a group's first launch, not a throttle.
@@ -47,17 +47,17 @@ IDLE_REASON = "GpuIdle"
 #: kernel are a few units in the last place; a factor 2 is a changed computation).
 MAX_ABS_FACTOR = 2.0
 #: scale / bias moved when they differ by more than this (absolute). The systematic-error
-#: criterion's tightest tolerance (fp16 scale) is 2.4e-4; honest H200 rows move by < 1e-5.
+#: criterion's tightest tolerance (fp16 scale) is 2.4e-4; an unchanged row moves far less.
 SCALE_CHANGE = 1e-4
 BIAS_CHANGE = 1e-4
 #: The host's canary differs when the slower side's slowest reading is this factor of the
-#: other's: shared machines run it ~1.5-1.8x slower for seconds at a time, while one state
+#: other's: a shared machine's slow spells cost far more than this, while one machine state
 #: repeats within a few percent (docs/harness.md, "Host-side series noise").
 HOST_CHANGE = 1.15
 #: The machine's best speed differs when the fastest canary the measuring process read (the
-#: gate's reference) is this factor of the other side's. On the H200, cases of commits on one
-#: device lease differed by at most 1.15x, and by 1.19-1.33x across a new lease (one lease
-#: change seen: a smaller change of machine goes unreported; docs/harness.md).
+#: gate's reference) is this factor of the other side's: above the spread of commits measured
+#: on one machine allocation, below that between allocations, so a change of machine is named
+#: and a steady machine is not (a smaller change of machine goes unreported; docs/harness.md).
 HOST_SPEED_CHANGE = 1.17
 
 
@@ -287,7 +287,7 @@ class SidecarCache:
 
     def get(self, commit: str) -> CommitSidecar | None:
         if commit not in self._read:
-            from kvbench.history.sidecar import index, read_commit
+            from kvbench.history.verdict.sidecar import index, read_commit
 
             try:
                 if self._files is None:

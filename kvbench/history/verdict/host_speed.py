@@ -1,10 +1,9 @@
 """Host-side series judged at one machine speed: each point scaled by its process's canary.
 
 A host-side series (the suite's KVAlloc and DispatchOverhead) moves with the speed of the
-machine that measured it, and that speed drifts over minutes: on the H200's host, every host
-series of a commit moves together by up to ~5-10% within one device lease, and by ~16% across
-leases (docs/harness.md, "Host-side series noise"). Commits of an asv run are measured minutes
-apart, so a slow spell covering a few consecutive commits looks to the verdict engine like a
+machine that measured it, and that speed drifts over minutes: every host series of a commit
+moves together, more between machine allocations than within one (docs/harness.md gives the
+measured spread). Commits of an asv run are measured minutes apart, so a slow spell covering a few consecutive commits looks to the verdict engine like a
 step of one series, which the engine's noise model (independent per commit, plus a shift per
 run) cannot tell from a code change.
 
@@ -26,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from kvbench.history.context import Fact, SidecarCache, case_key, host_reference_us
-from kvbench.history.results import Series
+from kvbench.history.verdict.context import Fact, SidecarCache, case_key, host_reference_us
+from kvbench.history.verdict.results import Series
 
 
 def references(series: Series, sidecars: SidecarCache) -> list[float | None]:

@@ -15,9 +15,7 @@ results/<name>/ says what ran them. Pass `name` to split them deliberately.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -33,7 +31,7 @@ from kvbench.core.jsonfile import check_writable
 EXTRA_KEYS = ("gpu", "sm_count", "l2_bytes", "mem_peak_gbps", "driver", "cuda", "torch", "triton")
 #: asv's keys that describe the host a run happened to get (its share of cores and memory,
 #: its kernel build), not the machine kind: `kvbench publish` folds them onto the machine's
-#: stored record so the dashboard draws one line per machine kind (kvbench.history.publish).
+#: stored record so the dashboard draws one line per machine kind (kvbench.history.dashboard.publish).
 HOST_KEYS = ("num_cpu", "ram", "os")
 UNKNOWN = "unknown"
 NOT_APPLICABLE = "n/a"
@@ -133,6 +131,11 @@ def machine_record(name: str | None = None) -> dict[str, str]:
     return record
 
 
+def default_machine() -> str:
+    """The machine name `kvbench machine` would write for this host (h200, cpu-...)."""
+    return machine_record()["machine"]
+
+
 def write_machine_record(name: str | None = None, path: str | os.PathLike | None = None) -> dict:
     """Add (or replace) this machine's entry in the asv machine file; return the entry.
 
@@ -163,30 +166,3 @@ def write_machine_record(name: str | None = None, path: str | os.PathLike | None
     finally:
         Path(tmp).unlink(missing_ok=True)
     return record
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI: `kvbench machine [--name NAME] [--file PATH]`; prints the entry and the file."""
-    parser = argparse.ArgumentParser(
-        prog="kvbench machine",
-        description="Write this machine's asv record (asv's keys + GPU, driver, torch, triton).",
-    )
-    parser.add_argument("--name", default=None,
-                        help="entry name (default: from the GPU, e.g. h200, or cpu-<model>)")
-    parser.add_argument("--file", default=None,
-                        help="machine file (default: ~/.asv-machine.json, the one asv reads)")
-    args = parser.parse_args(argv)
-    try:
-        record = write_machine_record(args.name, args.file)
-    except (ValueError, OSError) as exc:
-        parser.error(str(exc))
-    except Exception as exc:  # noqa: BLE001 - asv's own errors on a malformed machine file
-        parser.error(f"{args.file or machine_file_path()}: {type(exc).__name__}: {exc}")
-    target = args.file or machine_file_path()
-    print(json.dumps(record, indent=2, sort_keys=True))
-    print(f"wrote {target}; use: asv run --machine {record['machine']} ...", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

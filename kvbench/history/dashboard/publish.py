@@ -22,12 +22,11 @@ silently fails offline.
 Regressions: asv's own regressions page treats bigger as worse, so it would call every GB/s
 gain a regression. `publish` refuses a config that leaves a GB/s series to it, writes
 kvbench's verdicts (`kvbench regressions` for every machine) to html/kvbench/ and points the
-dashboard's Regressions tab there (kvbench.history.regressions_page).
+dashboard's Regressions tab there (kvbench.history.verdict.page).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -188,7 +187,7 @@ def rewrite_html(text: str) -> str:
             if tag.lower().startswith("<link") and "stylesheet" not in tag.lower():
                 return tag  # e.g. rel="alternate" feeds: not loaded by the page
             raise RuntimeError(
-                f"asv's HTML loads {url}, which kvbench.history.publish does not vendor: add it to ASSETS")
+                f"asv's HTML loads {url}, which kvbench.history.dashboard.publish does not vendor: add it to ASSETS")
         tag = tag.replace(url_match.group(0), f'{url_match.group(1)}="{by_url[url]}"')
         return _DROP_ATTRS.sub("", tag)
 
@@ -235,7 +234,7 @@ def check_regressions_config(config: str | os.PathLike) -> None:
 
     from asv.config import Config
 
-    from kvbench.history.regressions_page import check_asv_config
+    from kvbench.history.verdict.page import check_asv_config
 
     conf = Config.load(str(Path(config).resolve()))
     benchmarks_file = results_dir_of(config) / "benchmarks.json"
@@ -246,7 +245,7 @@ def check_regressions_config(config: str | os.PathLike) -> None:
 
 def add_regressions_page(config: str | os.PathLike) -> Path:
     """kvbench's regressions page into html_dir/kvbench/, linked from the index; its path."""
-    from kvbench.history.regressions_page import link_from_index, write_page
+    from kvbench.history.verdict.page import link_from_index, write_page
 
     html_dir = html_dir_of(config)
     page = write_page(html_dir, results_dir_of(config))
@@ -261,10 +260,10 @@ _PATH_KEYS = ("repo", "benchmark_dir", "results_dir", "html_dir", "env_dir")
 
 def fold_host_keys(result: dict, record: dict) -> bool:
     """Give one result's params the machine record's values for HOST_KEYS (in place); True
-    when anything changed. The 1-GPU and 2-GPU H200 hosts' records differ in num_cpu and
-    ram, and every boot in its kernel build: asv draws one line per distinct params, so
+    when anything changed. Hosts of one machine kind (one GPU or two of the same model) differ
+    in num_cpu and ram, and every boot in its kernel build: asv draws one line per distinct params, so
     unfolded they split one machine kind into several lines."""
-    from kvbench.history.machine import HOST_KEYS
+    from kvbench.history.asv.machine import HOST_KEYS
 
     params = result.get("params")
     if not isinstance(params, dict):
@@ -338,12 +337,12 @@ def set_default_machines(html_dir: Path, machines: list[str]) -> None:
         return
     if _ALL_MACHINES_JS not in text:
         raise RuntimeError(f"{script}: asv's default-selection code changed; update "
-                           "kvbench.history.publish._ALL_MACHINES_JS")
+                           "kvbench.history.dashboard.publish._ALL_MACHINES_JS")
     script.write_text(text.replace(_ALL_MACHINES_JS, _DEFAULT_MACHINES_JS), encoding="utf-8")
 
 
 def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | None = None) -> Path:
-    """Rewrite results/benchmarks.json from the suite (kvbench.history.suite: asv publish
+    """Rewrite results/benchmarks.json from the suite (kvbench.history.asv.suite: asv publish
     shows only the series it lists), run `asv publish` for `config` on a staged copy of the
     results with host keys folded (one line per machine kind; stage_results), then open it
     on the GPU machines and vendor the dashboard's assets; return html_dir."""
@@ -351,7 +350,7 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
 
     from asv import util
 
-    from kvbench.history import suite
+    from kvbench.history.asv import suite
 
     check_regressions_config(config)
     suite.write(config)
@@ -396,58 +395,3 @@ def serve(html_dir: Path, port: int = 8080, host: str = "127.0.0.1") -> None:
             server.serve_forever()
         except KeyboardInterrupt:
             pass
-
-
-def preview_main(argv: list[str] | None = None) -> int:
-    """CLI: `kvbench preview [--config asv.conf.json] [--port 8080]`."""
-    parser = argparse.ArgumentParser(
-        prog="kvbench preview",
-        description="Serve the published dashboard on 127.0.0.1 and print its URL.")
-    parser.add_argument("--config", default="asv.conf.json",
-                        help="asv config whose html_dir to serve (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8080,
-                        help="port on 127.0.0.1 (default: %(default)s; 0 picks a free one)")
-    args = parser.parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port must be 0-65535, got {args.port}")
-    try:
-        serve(html_dir_of(args.config), args.port)
-    except (ValueError, OSError) as exc:
-        parser.error(str(exc))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI: `kvbench publish [--config asv.conf.json] [--vendor-only] [asv publish args...]`."""
-    parser = argparse.ArgumentParser(
-        prog="kvbench publish",
-        description="asv publish, then vendor jQuery/flot/bootstrap so html/ renders offline.",
-    )
-    parser.add_argument("--config", default="asv.conf.json",
-                        help="asv config (default: %(default)s)")
-    parser.add_argument("--vendor-only", action="store_true",
-                        help="skip `asv publish`; only vendor an already published html/")
-    parser.add_argument("--prefetch", action="store_true",
-                        help="only fill the npm tarball cache (needs npm once), then exit")
-    args, rest = parser.parse_known_args(argv)
-    try:
-        if args.prefetch:
-            tarballs = prefetch()
-            print(f"dashboard assets cached: {len(tarballs)} npm tarballs in {cache_dir()}")
-            return 0
-        if args.vendor_only:
-            html_dir = html_dir_of(args.config)
-            vendor_dashboard(html_dir)
-            add_regressions_page(args.config)
-        else:
-            html_dir = publish(args.config, rest)
-    except ValueError as exc:
-        parser.error(str(exc))
-    print(f"dashboard: {html_dir}/index.html (offline assets in {html_dir / VENDOR_DIR}; "
-          f"regressions: {html_dir}/kvbench/regressions.html); serve it with `kvbench preview` "
-          "(opened from disk it shows \"Error fetching content\")")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

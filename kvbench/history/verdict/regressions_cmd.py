@@ -5,31 +5,24 @@
 
 Reads results/<machine>/ (default machine: the name `kvbench machine` gives this host),
 orders its commits by the repository's first-parent history, judges every series
-(kvbench.history.regressions) and prints the findings worst first. Exit status: 0, or 1
+(kvbench.history.verdict.regressions) and prints the findings worst first. Exit status: 0, or 1
 with `--fail-on regression` when a regression is reported (after --since), 2 on bad input.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
+from kvbench.history import command
+
+NAME = "regressions"
+HELP = "real steps in a machine's asv history, direction-aware (CI gate)"
+DESCRIPTION = ("Real steps in a machine's asv history: direction-aware, with the noise "
+               "estimated from the history itself (docs/history.md).")
 FAIL_ON = ("regression", "never")
 
 
-def default_machine() -> str:
-    """The machine name `kvbench machine` would write for this host (h200, cpu-...)."""
-    from kvbench.history.machine import machine_record
-
-    return machine_record()["machine"]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kvbench regressions",
-        description="Real steps in a machine's asv history: direction-aware, with the noise "
-                    "estimated from the history itself (docs/history.md).")
+def add_arguments(parser) -> None:
     parser.add_argument("--machine", default=None,
                         help="results/<machine> to read (default: this host's `kvbench machine` name)")
     parser.add_argument("--results", default="results",
@@ -42,17 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit 1 when a regression is reported (default: %(default)s)")
     parser.add_argument("--plot", default=None, metavar="DIR",
                         help="draw each series with a regression into DIR as PNG")
-    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run(args) -> int:
+    """Judge the history; files first (JSON, plots), then the table on stdout."""
+    from pathlib import Path
+
     from kvbench.core import progress
     from kvbench.core.jsonfile import check_writable, write_json_atomic
-    from kvbench.history.regressions import analyze
-    from kvbench.history.report import plot_findings, print_table, readable_by_all
-    from kvbench.history.results import load_history, repository_of, resolve
+    from kvbench.history.asv.machine import default_machine
+    from kvbench.history.verdict.regressions import analyze
+    from kvbench.history.verdict.results import load_history, repository_of, resolve
+    from kvbench.history.verdict.text import plot_findings, print_table, readable_by_all
 
     try:
         results = Path(args.results)
@@ -67,21 +61,25 @@ def main(argv: list[str] | None = None) -> int:
             progress.report(f"loading {results / machine}")
             history = load_history(results, machine)
             since = resolve(repository_of(results), args.since) if args.since else None
-            report = analyze(history, since=since)
+            verdicts = analyze(history, since=since)
     except ValueError as exc:
-        parser.error(str(exc))
+        args.parser.error(str(exc))
     # files first: a reader of the table that stops early (| head) must not cost the JSON
     if json_path is not None:
-        write_json_atomic(json_path, report.to_json(), indent=1)
+        write_json_atomic(json_path, verdicts.to_json(), indent=1)
         readable_by_all(json_path)
         print(f"wrote {json_path}", file=sys.stderr)
     if args.plot:
-        written = plot_findings(report, args.plot)
+        written = plot_findings(verdicts, args.plot)
         print(f"wrote {len(written)} plots to {args.plot}", file=sys.stderr)
-    print_table(report)
-    if args.fail_on == "regression" and report.regressions:
+    print_table(verdicts)
+    if args.fail_on == "regression" and verdicts.regressions:
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command.main(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

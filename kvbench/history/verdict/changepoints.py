@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvbench.history.noise import Noise
+from kvbench.history.verdict.noise import Noise
 
 #: Points on each side of a boundary that its test reads (Otava reads 50 around a point).
 WINDOW = 30

@@ -18,7 +18,15 @@ import re
 import sys
 from pathlib import Path
 
-from kvbench.history.regressions import SCHEMA, WORSE_SIGN, Report
+from kvbench.history.verdict.regressions import SCHEMA, WORSE_SIGN, Verdicts
+from kvbench.history.verdict.text import (
+    HEADERS,
+    format_value,
+    plot_findings,
+    plot_name,
+    readable_by_all,
+    summary_line,
+)
 
 PAGE_DIR = "kvbench"
 ASV_NAV = '<li id="nav-li-regressions"><a href="#/regressions">Regressions</a></li>'
@@ -70,7 +78,8 @@ def _row(f, plot: str | None) -> str:
         + "".join(f'<br><small class="context">{html.escape(fact.text)}</small>'
                   for fact in f.context),
         f"<code>{f.parent[:8]}..{f.settled[:8]}</code> ({f.commits_in_range})",
-        html.escape(f"{_value(f.before, f.series.unit)} -> {_value(f.after, f.series.unit)}"),
+        html.escape(f"{format_value(f.before, f.series.unit)} -> "
+                    f"{format_value(f.after, f.series.unit)}"),
         f"{f.effect_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]",
         f"{100 * math.expm1(f.noise.within):.2g}%/{100 * math.expm1(f.noise.runs):.2g}%",
         f"{f.mde_pct:.2g}%",
@@ -80,16 +89,8 @@ def _row(f, plot: str | None) -> str:
     return f'<tr class="{cls}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
-def _value(value: float, unit: str) -> str:
-    from kvbench.history.report import format_value
-
-    return format_value(value, unit)
-
-
-def render_page(reports: dict[str, Report | str], plots: dict[str, dict[str, str]]) -> str:
-    """The HTML page: one section per machine (a Report, or the error that stopped it)."""
-    from kvbench.history.report import HEADERS, summary_line
-
+def render_page(by_machine: dict[str, Verdicts | str], plots: dict[str, dict[str, str]]) -> str:
+    """The HTML page: one section per machine (its Verdicts, or the error that stopped it)."""
     style = ("body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;"
              "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
              "tr.reg td{background:#fde8e8}tr.imp td{background:#e8f6e8}")
@@ -101,17 +102,17 @@ def render_page(reports: dict[str, Report | str], plots: dict[str, dict[str, str
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
              f"<title>kvbench regressions</title><style>{style}</style></head><body>",
              "<h1>kvbench regressions</h1>", f"<p>{intro}</p>"]
-    for machine, report in reports.items():
+    for machine, verdicts in by_machine.items():
         parts.append(f"<h2>{html.escape(machine)}</h2>")
-        if isinstance(report, str):
-            parts.append(f"<p>not analyzed: {html.escape(report)}</p>")
+        if isinstance(verdicts, str):
+            parts.append(f"<p>not analyzed: {html.escape(verdicts)}</p>")
             continue
-        parts.append(f"<p>{html.escape(summary_line(report))}</p>")
-        if report.findings:
+        parts.append(f"<p>{html.escape(summary_line(verdicts))}</p>")
+        if verdicts.findings:
             parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>"
                                                   for h in (*HEADERS, "")) + "</tr>")
             machine_plots = plots.get(machine, {})
-            parts += [_row(f, machine_plots.get(f.series.name)) for f in report.findings]
+            parts += [_row(f, machine_plots.get(f.series.name)) for f in verdicts.findings]
             parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -120,33 +121,32 @@ def render_page(reports: dict[str, Report | str], plots: dict[str, dict[str, str
 def write_page(html_dir: str | Path, results_dir: str | Path) -> Path:
     """html_dir/kvbench/regressions.{html,json} (+ plots) for every machine in results_dir."""
     from kvbench.core.jsonfile import write_json_atomic
-    from kvbench.history.regressions import analyze
-    from kvbench.history.report import plot_findings, plot_name, readable_by_all
-    from kvbench.history.results import load_history, machines
+    from kvbench.history.verdict.regressions import analyze
+    from kvbench.history.verdict.results import load_history, machines
 
     out = Path(html_dir) / PAGE_DIR
     out.mkdir(parents=True, exist_ok=True)
-    reports: dict[str, Report | str] = {}
+    by_machine: dict[str, Verdicts | str] = {}
     plots: dict[str, dict[str, str]] = {}
     for machine in machines(Path(results_dir)):
         try:
-            reports[machine] = analyze(load_history(results_dir, machine))
+            by_machine[machine] = analyze(load_history(results_dir, machine))
         except ValueError as exc:
             print(f"kvbench publish: regressions of {machine} not analyzed: {exc}",
                   file=sys.stderr)
-            reports[machine] = str(exc)
+            by_machine[machine] = str(exc)
             continue
-        written = plot_findings(reports[machine], out / "plots" / machine)
+        written = plot_findings(by_machine[machine], out / "plots" / machine)
         by_file = {p.name: f"plots/{machine}/{p.name}" for p in written}
         plots[machine] = {f.series.name: by_file[plot_name(f.series.name)]
-                          for f in reports[machine].findings
+                          for f in by_machine[machine].findings
                           if plot_name(f.series.name) in by_file}
     write_json_atomic(out / "regressions.json",
-                      {m: (r.to_json() if isinstance(r, Report) else {"error": r})
-                       for m, r in reports.items()}, indent=1)
+                      {m: (r.to_json() if isinstance(r, Verdicts) else {"error": r})
+                       for m, r in by_machine.items()}, indent=1)
     readable_by_all(out / "regressions.json")
     page = out / "regressions.html"
-    page.write_text(render_page(reports, plots), encoding="utf-8")
+    page.write_text(render_page(by_machine, plots), encoding="utf-8")
     return page
 
 
@@ -157,5 +157,5 @@ def link_from_index(index_html: str) -> str:
     if ASV_NAV not in index_html:
         raise RuntimeError("asv's index.html has no Regressions tab where kvbench expects it "
                            f"({ASV_NAV!r}): a new asv release; update kvbench.history."
-                           "regressions_page.ASV_NAV")
+                           "verdict.page.ASV_NAV")
     return index_html.replace(ASV_NAV, REGRESSIONS_NAV)

@@ -5,9 +5,8 @@ in one `setup_cache` process), so the spread between successive commits is the s
 processes; the samples inside one process are correlated and understate it (docs/history.md,
 "What asv's own tools answer"). The history adds a second component:
 commits measured in one asv invocation (a *run*, results.run_ids) share a host, a GPU and its
-state, and two runs of one machine name may differ by a few percent as a whole (on the H200,
-`triton/split_kv` fp16 b64_c8k reads 504-506 µs in some runs and 495 µs in others, with the
-same kernel). The model, on log values (0.01 ~ 1%):
+state, and two runs of one machine name may differ by a few percent as a whole with the same
+kernel (each allocation of a machine is its own GPU, clocks and host). The model, on log values (0.01 ~ 1%):
 
     log x_i = level_i + run_effect[run(i)] + e_i,   e ~ sigma_within,   run_effect ~ sigma_runs
 
@@ -15,9 +14,9 @@ same kernel). The model, on log values (0.01 ~ 1%):
   their median (which removes a drift's slope), the larger of two estimates:
   1.4826 * MAD / sqrt(2), robust to a few real steps and 2x outliers, and the RMS of the
   smallest 90% of the differences (normal-consistent), which sees a process that switches
-  between two modes: the CPU runner's dispatch path runs in a 2.5 or a 4.3 µs mode per
-  process, so half of its successive differences are 0 and half are +-70%, and a MAD alone
-  reads that series as 5% noise and reports every mode switch as a step.
+  between two modes: a host path that runs in one of two speed modes per process has half
+  its successive differences near 0 and half as large as the gap between the modes, and a
+  MAD alone reads that series as quiet and reports every mode switch as a step.
 - sigma_runs: from the successive differences that cross a run boundary,
   sqrt(max(0, mean(d^2)/2 - sigma_within^2)). A mean of squares, not a MAD: the run effects
   of one machine name are few and often bimodal (two hosts), and a robust scale would call

@@ -9,7 +9,7 @@ verdict: a latency series (unit seconds) regresses when it goes up, a throughput
 series whose sidecars carry the machine's canary is judged at the host's typical speed
 (host_speed.py): a slow spell of the machine is not a step of the code.
 
-`Report.to_json()` is the `--json` output; its schema (SCHEMA) is documented in
+`Verdicts.to_json()` is the `--json` output; its schema (SCHEMA) is documented in
 docs/history.md and versioned: a change that renames or removes a key bumps the version.
 """
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbench.core import progress
-from kvbench.history import changepoints, host_speed, noise
-from kvbench.history.context import Fact, SidecarCache
-from kvbench.history.results import History, Series
+from kvbench.history.verdict import changepoints, host_speed, noise
+from kvbench.history.verdict.context import Fact, SidecarCache
+from kvbench.history.verdict.results import History, Series
 
 SCHEMA = "kvbench.regressions/1"
 
@@ -32,8 +32,8 @@ SCHEMA = "kvbench.regressions/1"
 WORSE_SIGN = {"seconds": +1, "GB/s": -1}
 
 #: Two-sided significance level of a reported step (Student t on the history's noise). Set
-#: with the simulation in scripts/regressions_simulation.py: it keeps flat host-style series
-#: (heavy-tailed, 30% noise) quiet; docs/history.md gives the measured rates.
+#: with the simulation (kvbench.history.verdict.simulate): it keeps flat, heavy-tailed
+#: host-style series quiet; docs/history.md gives the measured rates.
 ALPHA = 1e-3
 #: The minimum detectable effect, in units of the noise a step is seen against (the
 #: within-run noise when a run has commits on both sides of it, else the total): a smaller
@@ -72,9 +72,9 @@ class Finding:
     mde_pct: float  # the MDE that applied: within-run or across runs (within_run)
     within_run: bool  # a measurement run has commits on both sides of the step
     #: what the sidecars of parent and settled say differed (auto's row, kernel resources,
-    #: GPU clocks, measured error): kvbench/history/context.py; () without sidecars
+    #: GPU clocks, measured error): kvbench/history/verdict/context.py; () without sidecars
     context: tuple[Fact, ...] = ()
-    #: the series was judged at the host's typical speed (kvbench/history/host_speed.py):
+    #: the series was judged at the host's typical speed (kvbench/history/verdict/host_speed.py):
     #: its points, before and after are scaled by each commit's canary
     host_speed_scaled: bool = False
 
@@ -150,7 +150,7 @@ class SeriesVerdict:
 
 
 @dataclass
-class Report:
+class Verdicts:
     """Every series' verdict for one machine, and the findings to print."""
 
     history: History
@@ -325,7 +325,7 @@ def _judge(prep: _Prepared, history: History,
     return SeriesVerdict(prep.series, est, mde_pct(est.total), findings, is_scaled)
 
 
-def analyze(history: History, *, since: str | None = None) -> Report:
+def analyze(history: History, *, since: str | None = None) -> Verdicts:
     """Judge every series of `history` whose unit has a direction.
 
     `since` (a full hash on the history's first-parent line) limits the findings reported to
@@ -346,7 +346,7 @@ def analyze(history: History, *, since: str | None = None) -> Report:
     progress.report("reading the sidecars of the findings' commits")
     for verdict in verdicts:
         verdict.findings = [with_context(f, sidecars) for f in verdict.findings]
-    return Report(history=history, since=since, verdicts=verdicts,
+    return Verdicts(history=history, since=since, verdicts=verdicts,
                   sidecar_problems=sidecars.problems)
 
 

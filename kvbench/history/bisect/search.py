@@ -1,5 +1,5 @@
-"""`kvbench bisect RANGE SERIES`: which commit of RANGE made SERIES worse, confirmed, or
-"no regression in RANGE".
+"""The search behind `kvbench bisect RANGE SERIES`: which commit of RANGE made SERIES worse,
+confirmed, or "no regression in RANGE".
 
 One series, fresh measurements only. SERIES is asv's own name of one param combination,
 `module.Class.method(param, ...)` with the params as Python literals, e.g.
@@ -11,7 +11,7 @@ installs each commit); nothing is read from the user's results/. The suite's one
 The unit of evidence is one process run (the median of its samples; `Run`). The steps:
 
 1. End points: the range's base and end, measured in interleaved rounds (A,B then B,A, so a
-   linear drift cancels) and judged by kvbench.history.abtest (min p of Mann-Whitney U and
+   linear drift cancels) and judged by kvbench.history.bisect.abtest (min p of Mann-Whitney U and
    KS; regression / improvement / no change / inconclusive, rounds added while inconclusive
    up to a cap). Not a regression -> "no regression in RANGE" and no commit is named. An end
    point where the series cannot run (asv skip, failure) is moved inward and reported.
@@ -24,30 +24,26 @@ The unit of evidence is one process run (the median of its samples; `Run`). The 
    rounds again, judged by the same A/B test. Only a confirmed regression names a commit;
    otherwise the answer is "inconclusive" with the evidence.
 
-The measuring side is a `Measurer` (kvbench.history.asv_measure.AsvMeasurer drives asv;
+The measuring side is a `Measurer` (kvbench.history.bisect.measurer.AsvMeasurer drives asv;
 tests pass a fake), so the search itself is a pure function of the values it is given.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvbench.core import progress
-from kvbench.history import abtest, results
-from kvbench.history.asv_measure import (
+from kvbench.history.bisect import abtest
+from kvbench.history.bisect.measurer import (
     OK,
-    AsvMeasurer,
     Measurer,
     Run,
-    check_series,
-    parse_series,
 )
+from kvbench.history.verdict import results
+from kvbench.history.verdict.text import format_value
 
 SCHEMA = "kvbench-bisect/1"
 #: Runs a search step gives a visited commit before placing it (more while unclear).
@@ -86,10 +82,10 @@ def resolve_range(repo: Path, text: str) -> list[str]:
     return [base, *listed]
 
 
-# ---- the report -------------------------------------------------------------------------------
+# ---- the outcome ---------------------------------------------------------------------------
 
 @dataclass
-class Report:
+class BisectOutcome:
     """What bisect found, with every run; `to_json` is the --json schema (docs/history.md)."""
 
     range: str
@@ -110,7 +106,7 @@ class Report:
     confirmation: dict | None = None
     runs: list[Run] = field(default_factory=list)
     wall_s: float = 0.0
-    #: what the sidecars of parent and culprit say differed (kvbench/history/context.py):
+    #: what the sidecars of parent and culprit say differed (kvbench/history/verdict/context.py):
     #: [{kind, text, before, after}]; [] without sidecars or without a confirmed pair
     context: list[dict] = field(default_factory=list)
 
@@ -132,18 +128,18 @@ def _ab_json(result: abtest.ABResult, before: str, after: str) -> dict:
 # ---- the bisection ----------------------------------------------------------------------------
 
 class _Session:
-    """Runs measurements through the measurer and records every run in the report."""
+    """Runs measurements through the measurer and records every run in the outcome."""
 
-    def __init__(self, measurer: Measurer, report: Report, log) -> None:
-        self.measurer, self.report, self.log = measurer, report, log
+    def __init__(self, measurer: Measurer, outcome: BisectOutcome, log) -> None:
+        self.measurer, self.outcome, self.log = measurer, outcome, log
 
     def measure(self, commits: Sequence[str], phase: str) -> list[Run]:
         runs = self.measurer.measure(list(commits))
         runs = [Run(**{**asdict(r), "phase": phase}) for r in runs]
-        self.report.runs.extend(runs)
+        self.outcome.runs.extend(runs)
         for run in runs:
-            if run.status != OK and run.commit not in self.report.skipped:
-                self.report.skipped[run.commit] = f"{run.status}: {run.reason}"
+            if run.status != OK and run.commit not in self.outcome.skipped:
+                self.outcome.skipped[run.commit] = f"{run.status}: {run.reason}"
         return runs
 
     def ab(self, before: str, after: str, phase: str, *, rounds: int, max_rounds: int,
@@ -161,18 +157,16 @@ class _Session:
             return got.get(before), got.get(after)
 
         return abtest.run_sequential(one_round, rounds=rounds, max_rounds=max_rounds,
-                                     higher_is_better=self.report.higher_is_better, mde=mde)
+                                     higher_is_better=self.outcome.higher_is_better, mde=mde)
 
     def fmt(self, value: float | None) -> str:
-        return format_value(value, self.report.unit)
+        return format_value(value, self.outcome.unit)
 
 
-def format_value(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    if unit == "seconds":
-        return f"{value * 1e6:.4g} us"
-    return f"{value:.4g} {unit}"
+def _effect_text(result: abtest.ABResult) -> str:
+    """An A/B result's evidence in the verdict line: effect, interval, p, rounds."""
+    return (f"effect {result.effect:+.2%} [{result.ci_low:+.2%}, {result.ci_high:+.2%}], "
+            f"p {result.p:.3g}, {result.rounds} rounds")
 
 
 def _runnable_endpoints(session: _Session, commits: list[str]
@@ -199,7 +193,7 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
                machine: str, unit: str, higher_is_better: bool, rounds: int = abtest.MIN_ROUNDS,
                max_rounds: int = 2 * abtest.MIN_ROUNDS, search_runs: int = SEARCH_RUNS,
                mde: float | None = None, subjects: dict[str, str] | None = None,
-               log=print) -> Report:
+               log=print) -> BisectOutcome:
     """Bisect `commits` ([base, ..., end], oldest first) for a regression of one series."""
     abtest.check_rounds(rounds, max_rounds)
     if search_runs < 1:
@@ -207,15 +201,15 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
     if len(commits) < 2:
         raise ValueError("a range needs a base and at least one commit after it")
     t0 = time.monotonic()
-    report = Report(range_text, series, machine, unit, higher_is_better, list(commits),
+    outcome = BisectOutcome(range_text, series, machine, unit, higher_is_better, list(commits),
                     subjects=dict(subjects or {}))
-    session = _Session(measurer, report, log)
+    session = _Session(measurer, outcome, log)
     short = {c: c[:8] for c in commits}
 
-    def finish(verdict: str, summary: str) -> Report:
-        report.verdict, report.summary = verdict, summary
-        report.wall_s = time.monotonic() - t0
-        return report
+    def finish(verdict: str, summary: str) -> BisectOutcome:
+        outcome.verdict, outcome.summary = verdict, summary
+        outcome.wall_s = time.monotonic() - t0
+        return outcome
 
     log(f"end points: {short[commits[0]]} .. {short[commits[-1]]} ({len(commits) - 1} commits)")
     ends = _runnable_endpoints(session, commits)
@@ -225,28 +219,27 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
     lo, hi, first = ends
     result = session.ab(commits[lo], commits[hi], "endpoints", rounds=rounds,
                         max_rounds=max_rounds, mde=mde, first=first)
-    report.endpoints = _ab_json(result, commits[lo], commits[hi])
+    outcome.endpoints = _ab_json(result, commits[lo], commits[hi])
     ends_text = f"{short[commits[lo]]}..{short[commits[hi]]}"
     if result.outcome in (abtest.NO_CHANGE, abtest.IMPROVEMENT):
         what = (f"no change beyond the MDE of +-{result.mde:.1%}"
                 if result.outcome == abtest.NO_CHANGE
                 else f"it improved by {abs(result.effect):.1%}")
         return finish(NO_REGRESSION, f"no regression in {range_text}: the end points "
-                      f"({ends_text}) do not differ for the worse ({what}: effect "
-                      f"{result.effect:+.2%} [{result.ci_low:+.2%}, {result.ci_high:+.2%}], "
-                      f"p {result.p:.3g}, {result.rounds} rounds)")
+                      f"({ends_text}) do not differ for the worse ({what}: "
+                      f"{_effect_text(result)})")
     if result.outcome == abtest.INCONCLUSIVE:
         return finish(INCONCLUSIVE, f"inconclusive over {range_text}: the end points "
                       f"({ends_text}) after {result.rounds} rounds: {result.reason}")
 
     # 2. search between the two sides
     values: dict[str, list[float]] = {}
-    for run in report.runs:
+    for run in outcome.runs:
         if run.value is not None:
             values.setdefault(run.commit, []).append(run.value)
     good = list(values[commits[lo]])
     bad = list(values[commits[hi]])
-    cannot_run = set(report.skipped)
+    cannot_run = set(outcome.skipped)
 
     def candidates(a: int, b: int) -> list[int]:
         return [i for i in range(a + 1, b) if commits[i] not in cannot_run]
@@ -267,7 +260,7 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
             got += [r.value for r in session.measure([commits[m]], "search") if r.value is not None]
             side, position = abtest.side_of(got, good, bad)
         placed = side if side != abtest.UNCLEAR else (abtest.BAD if position >= 0.5 else abtest.GOOD)
-        report.search.append({"commit": commits[m], "runs": got, "side": side, "placed": placed,
+        outcome.search.append({"commit": commits[m], "runs": got, "side": side, "placed": placed,
                               "position": position, "good_median": abtest.median(good),
                               "bad_median": abtest.median(bad)})
         log(f"  search {short[commits[m]]}: {', '.join(session.fmt(v) for v in got)} -> {side}"
@@ -276,69 +269,49 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
             hi, bad = m, bad + got
         else:
             lo, good = m, good + got
-    report.untested_between = [commits[i] for i in range(lo + 1, hi)]
-    report.culprit, report.parent = commits[hi], commits[lo]
+    outcome.untested_between = [commits[i] for i in range(lo + 1, hi)]
+    outcome.culprit, outcome.parent = commits[hi], commits[lo]
 
     # 3. confirmation: the first bad commit against its nearest runnable parent
     result = session.ab(commits[lo], commits[hi], "confirmation", rounds=rounds,
                         max_rounds=max_rounds, mde=mde)
-    report.confirmation = _ab_json(result, commits[lo], commits[hi])
-    also = (f" (or one of the {len(report.untested_between)} commits between them where the "
-            "series cannot run)" if report.untested_between else "")
+    outcome.confirmation = _ab_json(result, commits[lo], commits[hi])
+    also = (f" (or one of the {len(outcome.untested_between)} commits between them where the "
+            "series cannot run)" if outcome.untested_between else "")
     evidence = (f"{session.fmt(abtest.median(result.before))} -> "
-                f"{session.fmt(abtest.median(result.after))}, effect {result.effect:+.2%} "
-                f"[{result.ci_low:+.2%}, {result.ci_high:+.2%}], p {result.p:.3g}, "
-                f"{result.rounds} rounds")
+                f"{session.fmt(abtest.median(result.after))}, {_effect_text(result)}")
     if result.outcome == abtest.REGRESSION:
         return finish(REGRESSION, f"regression at {short[commits[hi]]}{also} against "
                       f"{short[commits[lo]]}: {evidence}")
-    report.culprit = None
+    outcome.culprit = None
     return finish(INCONCLUSIVE, f"inconclusive: the search narrowed the step to "
                   f"{short[commits[hi]]}{also}, but its A/B against {short[commits[lo]]} says "
                   f"{result.outcome} ({evidence}; {result.reason})")
 
 
-# ---- the command ----------------------------------------------------------------------------
+# ---- the outcome's context and text ---------------------------------------------------------
 
-def default_machine() -> str:
-    from kvbench.history.machine import machine_record
-
-    return machine_record()["machine"]
-
-
-def check_machine(machine: str) -> None:
-    """ValueError unless asv's machine file has a record named `machine`."""
-    from asv import util as asv_util
-    from asv.machine import MachineCollection
-
-    try:
-        MachineCollection.load(machine)
-    except asv_util.UserError as exc:
-        raise ValueError(f"--machine {machine}: {exc} Write it with `kvbench machine` (or "
-                         "`kvbench machine --name NAME`).") from None
-
-
-def attach_context(report: Report, results_dir: str | os.PathLike, series) -> None:
-    """Add the sidecar facts of the confirmed pair (parent, culprit) to the report.
+def attach_context(outcome: BisectOutcome, results_dir: str | os.PathLike, series) -> None:
+    """Add the sidecar facts of the confirmed pair (parent, culprit) to the outcome.
 
     bisect's asv runs write sidecars into its private results directory (kvbench's env
     plugin passes that directory and --machine to the suite); each commit's file is that of
     the last run there. No confirmed pair or no sidecars: nothing is added."""
-    from kvbench.history.context import SidecarCache
+    from kvbench.history.verdict.context import SidecarCache
 
-    if not (report.culprit and report.parent):
+    if not (outcome.culprit and outcome.parent):
         return
-    sidecars = SidecarCache(results_dir, report.machine)
-    facts = sidecars.facts(report.parent, report.culprit, series.benchmark, series.param_reprs)
-    report.context = [fact.to_json() for fact in facts]
+    sidecars = SidecarCache(results_dir, outcome.machine)
+    facts = sidecars.facts(outcome.parent, outcome.culprit, series.benchmark, series.param_reprs)
+    outcome.context = [fact.to_json() for fact in facts]
 
 
-def format_report(report: Report) -> str:
+def format_outcome(outcome: BisectOutcome) -> str:
     """The evidence, as text: per-run values of both sides, effect, interval, p, rounds."""
-    unit = report.unit
-    better = "higher" if report.higher_is_better else "lower"
-    lines = [f"kvbench bisect {report.range} {report.series}",
-             f"machine {report.machine}; {better} is better"]
+    unit = outcome.unit
+    better = "higher" if outcome.higher_is_better else "lower"
+    lines = [f"kvbench bisect {outcome.range} {outcome.series}",
+             f"machine {outcome.machine}; {better} is better"]
 
     def ab_lines(title: str, ab: dict | None) -> None:
         if not ab:
@@ -352,91 +325,24 @@ def format_report(report: Report) -> str:
                      f"{ab['p_mannwhitney']:.3g}, KS {ab['p_ks']:.3g}); noise {ab['noise']:.2%},"
                      f" MDE {ab['mde']:.2%}; {ab['rounds']} rounds")
 
-    ab_lines("end points", report.endpoints)
-    for step in report.search:
+    ab_lines("end points", outcome.endpoints)
+    for step in outcome.search:
         lines.append(f"search {step['commit'][:8]}: "
                      f"{', '.join(format_value(v, unit) for v in step['runs'])} -> {step['side']}"
                      f" (position {step['position']:.2f})")
-    ab_lines("confirmation", report.confirmation)
-    for fact in report.context:
+    ab_lines("confirmation", outcome.confirmation)
+    for fact in outcome.context:
         lines.append(f"  context: {fact['text']}")
-    if report.skipped:
+    if outcome.skipped:
         lines.append("skipped: commits where a run gave no value (asv skip or failure)")
-        for commit, why in report.skipped.items():
-            lines.append(f"  {commit[:8]} {report.subjects.get(commit, '')[:50]}: {why[:160]}")
-    processes = sum(r.process_s or 0.0 for r in report.runs)
-    lines.append(f"cost: {len(report.runs)} process runs ({processes:.0f} s measuring), "
-                 f"{report.wall_s:.0f} s wall")
-    lines.append(f"VERDICT: {report.summary}")
+        for commit, why in outcome.skipped.items():
+            lines.append(f"  {commit[:8]} {outcome.subjects.get(commit, '')[:50]}: {why[:160]}")
+    processes = sum(r.process_s or 0.0 for r in outcome.runs)
+    lines.append(f"cost: {len(outcome.runs)} process runs ({processes:.0f} s measuring), "
+                 f"{outcome.wall_s:.0f} s wall")
+    lines.append(f"VERDICT: {outcome.summary}")
     return "\n".join(lines)
 
 
-def _subjects(repo: Path, commits: Sequence[str]) -> dict[str, str]:
-    out = _git(repo, "log", "--no-walk=unsorted", "--format=%H %s", *commits)
-    return dict(line.split(" ", 1) if " " in line else (line, "") for line in out.splitlines())
-
-
-def _log_with_status(measurer) -> object:
-    """bisect's log: the printed line as before, and on a terminal a live status line
-    (kvbench.core.progress) with the step and the asv runs done so far."""
-
-    def log(text: str) -> None:
-        print(text, flush=True)
-        step = text.strip().split(":")[0]
-        progress.report(f"{step}; {measurer.invocations} asv runs so far")
-
-    return log
-
-
+#: the command's exit status per verdict: a verdict is an answer (0), inconclusive is not (3)
 EXIT = {REGRESSION: 0, NO_REGRESSION: 0, INCONCLUSIVE: 3}
-
-
-def run_command(range_text: str, series_text: str, *, machine: str | None = None,
-                rounds: int = abtest.MIN_ROUNDS, max_rounds: int = 2 * abtest.MIN_ROUNDS,
-                search_runs: int = SEARCH_RUNS, mde: float | None = None,
-                json_path: str | None = None, log_dir: str | None = None,
-                repo: str | os.PathLike = ".", config: str | None = None) -> int:
-    """`kvbench bisect`: validate, measure, print the evidence; the exit status says the
-    verdict (0 regression named or no regression, 3 inconclusive). ValueError on bad input."""
-    from kvbench.core.jsonfile import check_writable
-
-    series = parse_series(series_text)
-    abtest.check_rounds(rounds, max_rounds)
-    if mde is not None and not (0 < mde < 10):
-        raise ValueError(f"--mde is a relative effect in (0, 10) (0.02 = 2%), got {mde}")
-    root = Path(_git(Path(repo), "rev-parse", "--show-toplevel"))
-    commits = resolve_range(root, range_text)
-    if json_path:
-        check_writable(Path(json_path))
-    machine = machine or default_machine()
-    check_machine(machine)
-    workdir = Path(tempfile.mkdtemp(prefix="kvbench-bisect-"))
-    log_path = None
-    if log_dir:
-        Path(log_dir).mkdir(parents=True, exist_ok=True)
-        log_path = Path(log_dir) / "asv.log"
-    try:
-        measurer = AsvMeasurer(root, series, machine, workdir, log_path=log_path,
-                               conf_path=Path(config) if config else None)
-        print(f"asv discovery at {commits[-1][:8]} (private results in {workdir})", flush=True)
-        with progress.status(f"kvbench bisect {range_text}"):
-            progress.report("asv discovery")
-            higher_is_better = check_series(series, measurer.discover(commits[-1]))
-            unit = "GB/s" if higher_is_better else "seconds"
-            report = run_bisect(measurer, commits, series=series.name, range_text=range_text,
-                                machine=machine, unit=unit, higher_is_better=higher_is_better,
-                                rounds=rounds, max_rounds=max_rounds, search_runs=search_runs,
-                                mde=mde, subjects=_subjects(root, commits),
-                                log=_log_with_status(measurer))
-        attach_context(report, measurer.results_dir, series)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    print(format_report(report))
-    if json_path:
-        from kvbench.core.jsonfile import write_json_atomic
-
-        data = report.to_json()
-        data["asv_invocations"] = measurer.invocations
-        write_json_atomic(Path(json_path), data)
-        print(f"wrote {json_path}")
-    return EXIT[report.verdict]

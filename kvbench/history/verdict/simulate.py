@@ -4,25 +4,25 @@ Writes a git repository with N first-parent commits and, for one machine, asv 0.
 files (results/<machine>/<hash>-<env>.json, results/benchmarks.json) holding many series:
 flat ones, and ones with a planted step of k x the series' noise (up or down), a step spread
 over two commits, a slow drift, and a GB/s drop. Then runs the verdict engine on the files
-(kvbench.history) and counts, per scenario, the series it reports correctly and the flat
+(kvbench.history.verdict) and counts, per scenario, the series it reports correctly and the flat
 series it reports at all.
 
 Noise models (log scale, so multiplicative), per point:
 - gpu:  normal within a run (sigma_within) + a normal shift per run (sigma_runs): commits are
-        measured in runs of 3-8, as on a GPU machine, whose whole runs under one machine name
-        can differ by 1-2% (docs/history.md).
-- host: Student t with 3 degrees of freedom, scaled to a robust sigma of 0.31 (a median
-        successive change of ~30%, as the kv_alloc / dispatch_overhead series showed before
-        the suite's canary gate and processes), plus a run shift: heavy-tailed, so a 2x value
-        between identical commits is routine (a worst case; today's host series: --replay).
+        measured in runs of 3-8, and whole runs of one machine name differ as a whole
+        (the shape of the recorded GPU histories; docs/history.md).
+- host: Student t with 3 degrees of freedom, scaled to a robust sigma of 0.31, plus a run
+        shift: heavy-tailed, so a 2x value between identical commits is routine (host series
+        measured without the suite's canary gate and processes: a worst case; the suite's
+        own host series are judged with --replay).
 The "noise" a planted step is measured in is the series' total per-point sigma,
 sqrt(sigma_within^2 + sigma_runs^2).
 
-    python scripts/regressions_simulation.py [--seed 20261201] [--series 200] [--json PATH]
+    python -m kvbench.history.verdict.simulate [--seed 20261201] [--series 200] [--json PATH]
 
 prints the rates (and writes them as JSON); docs/history.md quotes its output.
 
-    python scripts/regressions_simulation.py --replay RUNS.jsonl [--lease-ends 10]
+    python -m kvbench.history.verdict.simulate --replay RUNS.jsonl [--lease-ends 10]
         [--first N] [--processes K] [--no-canaries] [--json PATH]
 
 instead judges real noise: a runs file of identical commits recorded by
@@ -45,7 +45,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # kvbench; benchmarks' sidecar writer
 from kvbench.core.jsonfile import output_path, write_json_atomic
 
 MACHINE = "simbox"
@@ -259,8 +258,8 @@ def score(report, truths: list[Truth], commits: list[str]) -> dict:
 def simulate(*, seed: int, n_commits: int = 45, per_scenario: int = 100,
              flat: int | None = None) -> dict:
     """Build, judge and score one simulation in a temporary directory; the rates as a dict."""
-    from kvbench.history.regressions import analyze
-    from kvbench.history.results import load_history
+    from kvbench.history.verdict.regressions import analyze
+    from kvbench.history.verdict.results import load_history
 
     counts = {"flat": per_scenario if flat is None else flat, "step": per_scenario,
               "spread": per_scenario, "drift": per_scenario, "gbps_drop": per_scenario}
@@ -292,8 +291,8 @@ def plant_on_history(history, *, size: float, seed: int, before: int = 2, after:
     x process noise (normal, `process_noise`); the PLANT_PARAMS rows of PLANT_BENCHMARK are
     `size` slower from the plant on. Returns the planted series, the ones reported at the
     plant, and every other finding."""
-    from kvbench.history.regressions import analyze
-    from kvbench.history.results import Point
+    from kvbench.history.verdict.regressions import analyze
+    from kvbench.history.verdict.results import Point
 
     rng = np.random.default_rng(seed)
     new = [f"{seed:08x}{i:032x}" for i in range(1, before + after + 2)]
@@ -322,8 +321,8 @@ def plant_on_history(history, *, size: float, seed: int, before: int = 2, after:
             "plant": new[before]}
 
 
-#: asv's 99% interval of a host row on the H200, relative half-width: the median over the host
-#: rows of results/h200. A replayed series is given this within-process precision.
+#: asv's 99% interval of a host row, relative half-width (the median over the host rows of
+#: the stored GPU machine's results). A replayed series is given this within-process precision.
 REPLAY_CI99 = 0.027
 #: Steps planted into a replayed series, relative (each slower and faster).
 REPLAY_SIZES = (0.10, 0.15, 0.20, 0.30, 0.50)
@@ -362,7 +361,11 @@ def write_host_sidecars(results: Path, commits: list[str], runs: list[dict],
     """Each commit's sidecar, through the suite's own writer (benchmarks/_sidecar.py), holding
     for every replayed series the host record its recorded series had at that commit (the
     kept process's canaries and reference): what a kvbench asv run writes for a host case."""
-    from benchmarks import _sidecar
+    try:
+        from benchmarks import _sidecar
+    except ImportError:  # run from outside the repository root: the suite lives beside kvbench
+        sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+        from benchmarks import _sidecar
 
     saved = dict(os.environ)
     try:
@@ -404,12 +407,12 @@ def replay(runs_path: str | Path, *, lease_ends: tuple[int, ...] = (),
     engine on real between-commit noise. Commits up to each of `lease_ends` (1-based, the last
     commit of a machine lease) form one asv run; the rest another. With `canaries`, each
     commit's sidecar carries the recorded host records, so host series are judged at the
-    host's typical speed (kvbench/history/host_speed.py); without, as stored values alone.
+    host's typical speed (kvbench/history/verdict/host_speed.py); without, as stored values alone.
     `first`: replay only the first this many commits; `processes`: as measured by only the
     first this many of each commit's processes (least_of_first).
     Returns the rates as `simulate` does, plus the false findings on the recorded series."""
-    from kvbench.history.regressions import analyze
-    from kvbench.history.results import load_history
+    from kvbench.history.verdict.regressions import analyze
+    from kvbench.history.verdict.results import load_history
 
     runs_data = [json.loads(line) for line in Path(runs_path).read_text().splitlines()
                  if line.strip()][:first]
@@ -481,7 +484,8 @@ def positive_int(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m kvbench.history.verdict.simulate",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--commits", type=int, default=45)
     parser.add_argument("--series", type=int, default=200,
@@ -524,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             write_json_atomic(args.json, result, indent=2)
         return 0
     if args.plant_on:
-        from kvbench.history.results import load_history
+        from kvbench.history.verdict.results import load_history
 
         out = plant_on_history(load_history(args.results, args.plant_on),
                                size=args.plant_size, seed=args.seed)

@@ -1,4 +1,4 @@
-"""Presenting a regressions Report: the table (rich on a terminal, plain text otherwise) and plots.
+"""Presenting one machine's Verdicts: the table (rich on a terminal, plain text otherwise) and plots.
 
 The table is sorted worst first: regressions by how much worse they made the series, then
 improvements. Values are shown in the series' unit (seconds scaled to µs/ms, GB/s as is);
@@ -6,7 +6,7 @@ effects as after/before - 1 with their 95% interval, beside the series' noise (b
 processes of one run / between runs) and the minimum detectable effect the step was held to
 (3 x the within-run noise when a run has commits on both sides of it, else 3 x the total),
 so a reader sees at once how far above the noise a step is. Where the sidecars of the step's
-two sides say what else differed (kvbench/history/context.py: auto's row, kernel resources,
+two sides say what else differed (kvbench/history/verdict/context.py: auto's row, kernel resources,
 GPU clocks, measured error), a "context" column (rich) or a line under the finding (plain)
 shows it; without sidecars the table is exactly as before.
 """
@@ -20,14 +20,17 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from kvbench.history.regressions import Finding, Report
+from kvbench.history.verdict.regressions import Finding, Verdicts
 
 HEADERS = ("verdict", "series", "commits", "before -> after", "effect [95% CI]",
            "noise in/across runs", "MDE")
 
 
-def format_value(value: float, unit: str) -> str:
-    """A value in its unit, seconds scaled to a readable prefix."""
+def format_value(value: float | None, unit: str) -> str:
+    """A value in its unit, seconds scaled to a readable prefix (µs, ms, s); "n/a" for None.
+    The one spelling of a value in kvbench's history output: the table, the page, bisect."""
+    if value is None:
+        return "n/a"
     if unit == "seconds":
         for scale, prefix in ((1e-6, "µs"), (1e-3, "ms")):
             if value < scale * 1000:
@@ -66,28 +69,28 @@ def _pct(log_sigma: float) -> str:
     return f"{100 * math.expm1(log_sigma):.2g}%"
 
 
-def summary_line(report: Report) -> str:
-    h = report.history
-    judged = sum(v.noise is not None for v in report.verdicts)
-    since = f" since {report.since[:8]}" if report.since else ""
+def summary_line(verdicts: Verdicts) -> str:
+    h = verdicts.history
+    judged = sum(v.noise is not None for v in verdicts.verdicts)
+    since = f" since {verdicts.since[:8]}" if verdicts.since else ""
     return (f"{h.machine}: {len(h.commits)} measured commits up to {h.head[:8]}, "
-            f"{judged} of {len(report.verdicts)} series judged{since}: "
-            f"{len(report.regressions)} regressions, "
-            f"{len(report.findings) - len(report.regressions)} improvements")
+            f"{judged} of {len(verdicts.verdicts)} series judged{since}: "
+            f"{len(verdicts.regressions)} regressions, "
+            f"{len(verdicts.findings) - len(verdicts.regressions)} improvements")
 
 
-def print_table(report: Report, out: TextIO | None = None, *, rich: bool | None = None) -> None:
+def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | None = None) -> None:
     """The findings, worst first, on `out` (default: sys.stdout at the time of the call);
     `rich` defaults to whether `out` is a terminal."""
     out = sys.stdout if out is None else out
-    rows = [row(f) for f in report.findings]
-    contexts = [context_text(f) for f in report.findings]
+    rows = [row(f) for f in verdicts.findings]
+    contexts = [context_text(f) for f in verdicts.findings]
     use_rich = out.isatty() if rich is None else rich
     if use_rich:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=summary_line(report), title_justify="left")
+        table = Table(title=summary_line(verdicts), title_justify="left")
         headers = HEADERS + (("context",) if any(contexts) else ())
         for header in headers:
             table.add_column(header, overflow="fold")
@@ -96,16 +99,16 @@ def print_table(report: Report, out: TextIO | None = None, *, rich: bool | None 
             table.add_row(*r, *((context,) if any(contexts) else ()), style=style)
         Console(file=out).print(table)
     else:
-        print(summary_line(report), file=out)
+        print(summary_line(verdicts), file=out)
         if rows:
             widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
             for r, context in zip((HEADERS, *rows), ("", *contexts)):
                 print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
                 if context:
                     print(f"            context: {context}", file=out)
-    for skipped in report.history.skipped:
+    for skipped in verdicts.history.skipped:
         print(f"skipped {skipped['file']}: {skipped['reason']}", file=out)
-    for problem in report.sidecar_problems:
+    for problem in verdicts.sidecar_problems:
         print(f"sidecar of {problem['commit'][:8]} not read: {problem['reason']}", file=out)
 
 
@@ -122,7 +125,7 @@ def plot_name(series_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.=-]+", "_", series_name).strip("_")[:180] + ".png"
 
 
-def plot_findings(report: Report, out_dir: str | Path, *, verdict: str = "regression") -> list[Path]:
+def plot_findings(verdicts: Verdicts, out_dir: str | Path, *, verdict: str = "regression") -> list[Path]:
     """One PNG per series with a `verdict` finding: its history, its runs, its steps."""
     import matplotlib
 
@@ -132,7 +135,7 @@ def plot_findings(report: Report, out_dir: str | Path, *, verdict: str = "regres
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     by_series: dict[str, list[Finding]] = {}
-    for f in report.findings:
+    for f in verdicts.findings:
         by_series.setdefault(f.series.name, []).append(f)
     written = []
     for name, findings in by_series.items():
@@ -142,7 +145,7 @@ def plot_findings(report: Report, out_dir: str | Path, *, verdict: str = "regres
         scale, label = (1e-6, "µs") if series.unit == "seconds" else (1.0, series.unit)
         commits = [p.commit for p in series.points]
         values = [p.value / scale for p in series.points]
-        runs = [report.history.runs.get(c, 0) for c in commits]
+        runs = [verdicts.history.runs.get(c, 0) for c in commits]
         fig, ax = plt.subplots(figsize=(max(6.0, 0.25 * len(commits)), 4.0))
         ax.scatter(range(len(values)), values, c=runs, cmap="tab10", s=18, zorder=3,
                    label="measured commit (colour: run)")
@@ -163,7 +166,7 @@ def plot_findings(report: Report, out_dir: str | Path, *, verdict: str = "regres
         ax.set_xticks(range(len(commits)), [c[:7] for c in commits], rotation=90, fontsize=6)
         ax.set_ylabel(label)
         facts = [fact.text for f in findings for fact in f.context]
-        title = f"{report.history.machine}: {name}"
+        title = f"{verdicts.history.machine}: {name}"
         if facts:
             title += "\n" + "; ".join(dict.fromkeys(facts))
         ax.set_title(title, fontsize=8)

@@ -1,4 +1,4 @@
-"""alloc_report: every cell measured in interleaved rounds, medians over the rounds."""
+"""alloc_table: every cell measured in interleaved rounds, medians over the rounds."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import statistics
 
 import pytest
 
-from kvbench.measure import alloc_report
+from kvbench.measure import alloc_table
 
 
 def test_report_keeps_every_round_and_reports_their_median(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KVBENCH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(alloc_report, "DISPATCH_LOOP", 50)  # a short loop: this checks logic
+    monkeypatch.setattr(alloc_table, "DISPATCH_LOOP", 50)  # a short loop: this checks logic
     out = tmp_path / "report.json"
-    assert alloc_report.main(["--num-rows", "16384", "--rounds", "2", "--json", str(out)]) == 0
+    assert alloc_table.main(["--num-rows", "16384", "--rounds", "2", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert len(data["alloc"]) == len(alloc_report.IMPLS) * len(alloc_report.SIZES) * 3
+    assert len(data["alloc"]) == len(alloc_table.IMPLS) * len(alloc_table.SIZES) * 3
     for row in data["alloc"]:
         rounds = row["rounds"]
         assert all(len(v) == 2 for v in rounds.values())
@@ -31,6 +31,6 @@ def test_report_keeps_every_round_and_reports_their_median(tmp_path, monkeypatch
 
 def test_rounds_must_be_positive(capsys):
     with pytest.raises(SystemExit) as exc:
-        alloc_report.main(["--rounds", "0"])
+        alloc_table.main(["--rounds", "0"])
     assert exc.value.code == 2
     assert "--rounds must be >= 1, got 0" in capsys.readouterr().err

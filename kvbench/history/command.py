@@ -1,0 +1,64 @@
+"""The one shape of every history command (asv's Command: `setup_arguments` + `run_from_args`).
+
+A command is one module beside the logic it drives, holding:
+
+- `NAME` (the word after `kvbench`), `HELP` (its line in `kvbench --help`) and `DESCRIPTION`
+  (the text of its own `--help`; None for none),
+- `add_arguments(parser)`: every option, with its default and help text,
+- `run(args) -> int`: the exit status; bad input goes through `args.parser.error` (exit 2),
+- optionally `FORWARDS_UNKNOWN = True`: options it does not know are handed on in `args.rest`
+  (`kvbench publish` passes them to `asv publish`).
+
+Command modules import only the standard library at module level, so `kvbench --help` and a
+command's `--help` cost no torch, Triton or asv import; the logic is imported inside `run`.
+`main(module, argv)` parses and runs a command: `kvbench NAME ...` and `python -m <module>`
+both come here.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from types import ModuleType
+
+
+def build_parser(command: ModuleType) -> argparse.ArgumentParser:
+    """The command's own parser: prog `kvbench NAME`, its description, its arguments."""
+    parser = argparse.ArgumentParser(prog=f"kvbench {command.NAME}",
+                                     description=command.DESCRIPTION)
+    command.add_arguments(parser)
+    return parser
+
+
+def main(command: ModuleType, argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` with the command's parser and run it; its exit status."""
+    parser = build_parser(command)
+    if getattr(command, "FORWARDS_UNKNOWN", False):
+        args, rest = parser.parse_known_args(argv)
+        args.rest = rest
+    else:
+        args = parser.parse_args(argv)
+    args.parser = parser
+    return int(command.run(args) or 0)
+
+
+def positive_int(text: str) -> int:
+    """argparse type of a count that must be >= 1 (the error names the value it got)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def percent(text: str) -> float:
+    """argparse type of a relative effect given in percent ('2' or '2%' -> 0.02)."""
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage > 0 (e.g. 2 or 2%), got {text!r}") from None
+    if not 0 < value < 1000:
+        raise argparse.ArgumentTypeError(f"expected a percentage in (0, 1000), got {text!r}")
+    return value / 100

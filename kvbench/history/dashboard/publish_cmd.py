@@ -1,0 +1,64 @@
+"""`kvbench publish [--config asv.conf.json] [--vendor-only] [--prefetch] [asv publish args...]`:
+asv publish, the offline assets and kvbench's regressions page (kvbench.history.dashboard.publish).
+
+Options it does not know go to `asv publish`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from kvbench.history import command
+
+NAME = "publish"
+HELP = "asv publish + local dashboard assets (renders offline)"
+DESCRIPTION = "asv publish, then vendor jQuery/flot/bootstrap so html/ renders offline."
+FORWARDS_UNKNOWN = True
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--config", default="asv.conf.json",
+                        help="asv config (default: %(default)s)")
+    parser.add_argument("--vendor-only", action="store_true",
+                        help="skip `asv publish`; only vendor an already published html/")
+    parser.add_argument("--prefetch", action="store_true",
+                        help="only fill the npm tarball cache (needs npm once), then exit")
+
+
+def run(args) -> int:
+    """Publish (or only vendor, or only prefetch); print where the dashboard is."""
+    from kvbench.history.dashboard.publish import (
+        VENDOR_DIR,
+        add_regressions_page,
+        cache_dir,
+        html_dir_of,
+        prefetch,
+        publish,
+        vendor_dashboard,
+    )
+
+    try:
+        if args.prefetch:
+            tarballs = prefetch()
+            print(f"dashboard assets cached: {len(tarballs)} npm tarballs in {cache_dir()}")
+            return 0
+        if args.vendor_only:
+            html_dir = html_dir_of(args.config)
+            vendor_dashboard(html_dir)
+            add_regressions_page(args.config)
+        else:
+            html_dir = publish(args.config, args.rest)
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    print(f"dashboard: {html_dir}/index.html (offline assets in {html_dir / VENDOR_DIR}; "
+          f"regressions: {html_dir}/kvbench/regressions.html); serve it with `kvbench preview` "
+          "(opened from disk it shows \"Error fetching content\")")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command.main(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
