@@ -70,9 +70,10 @@ def worker(repeats: int, pin: str, core: int | None, device: str) -> dict:
 
     import torch
 
+    from kvbench.api import KVCacheManager
     from kvbench.dispatch import dispatch
     from kvbench.harness import bench_host
-    from kvbench.ops.kv_alloc import KVCacheManager, prepare_state
+    from kvbench.ops.kv_alloc import prepare_state
 
     torch.set_num_threads(1)
     dev = "cuda" if device == "auto" and torch.cuda.is_available() else "cpu"
