@@ -94,7 +94,7 @@ def _script(name: str):
 def _commands_with_json(monkeypatch):
     """(name, call(argv)) of every command that takes --json PATH, its measuring replaced by a
     failure: the path must be refused before it is reached."""
-    from kvbench.harness import validate_gpu
+    from kvbench.harness import gpu_selftest
     from kvbench.measure import alloc_report
     from kvbench.measure import table as table_mod
 
@@ -104,7 +104,7 @@ def _commands_with_json(monkeypatch):
     monkeypatch.setattr(alloc_report, "measure_alloc", measured)
     monkeypatch.setattr(alloc_report, "host_floor", measured, raising=False)
     monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", measured)
-    monkeypatch.setattr(validate_gpu, "calibrate", measured)
+    monkeypatch.setattr(gpu_selftest, "calibrate", measured)
     simulation = _script("regressions_simulation")
     monkeypatch.setattr(simulation, "simulate", measured)
     host_noise = _script("host_noise")
@@ -113,7 +113,7 @@ def _commands_with_json(monkeypatch):
     return [
         ("kvbench table", lambda argv: table_mod.main(["kv_alloc", *argv])),
         ("alloc_report", alloc_report.main),
-        ("validate_gpu", validate_gpu.main),
+        ("gpu_selftest", gpu_selftest.main),
         ("scripts/regressions_simulation.py", simulation.main),
         ("scripts/host_noise.py", host_noise.main),
     ]
