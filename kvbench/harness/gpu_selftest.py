@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         peaks=peaks,
         ceilings=ceilings,
         floor_us=floor.median_us,
-        title="harness validation",
+        title="harness selftest",
         ceiling="copy",
     )
 

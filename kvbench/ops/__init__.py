@@ -4,7 +4,7 @@ theoretical Work, its torch reference, its check, proof, golden check and tolera
     kvbench.ops.paged_decode    paged attention decode (fp16 / bf16 / fp8 KV)
     kvbench.ops.kv_write        scatter of new K/V rows into the paged cache
     kvbench.ops.kv_gather_fp8   fp8 KV row gather through a flat page table
-    kvbench.ops.kv_alloc        the KV block allocator (KVCacheManager)
+    kvbench.ops.kv_alloc        the KV block allocator (its states, its invariant gate)
     kvbench.ops.keys            the problem keys: ops, layout tags, shape buckets
     kvbench.ops.common          what they share (Problem, OpInputs, the references' helpers)
                                 and the correctness vocabulary (its docstring)
