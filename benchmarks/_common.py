@@ -102,6 +102,19 @@ def need(module: str, *names: str) -> Any:
     return mod
 
 
+def need_first(places: Iterable[tuple[str, tuple[str, ...]]]) -> Any:
+    """The first of `places` ((module, names) pairs, newest location first) whose module
+    imports and has every name: a name that moved between kvbench versions is looked up where
+    the measured commit keeps it. Skip naming every place tried when none has it."""
+    tried = []
+    for module, names in places:
+        try:
+            return need(module, *names)
+        except Skip as exc:
+            tried.append(str(exc))
+    raise Skip("; ".join(tried) or "need_first: no place given")
+
+
 def no_nvidia_driver() -> bool:
     """True when this machine certainly has no NVIDIA GPU (no driver files), decided without
     importing torch: a class that has nothing to run on a CPU then skips in milliseconds

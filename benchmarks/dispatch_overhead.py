@@ -40,7 +40,9 @@ def _inputs(dev: str, op: str):
 
 def _measure_op(dev: str, op: str, results: dict) -> None:
     public = getattr(c.need("kvbench", op), op)  # the engine-facing entry point
-    last_selection = c.need("kvbench.ops.common", "last_selection").last_selection
+    # kvbench.api since the entry points moved above dispatch; kvbench.ops.common before.
+    last_selection = c.need_first([("kvbench.api", ("last_selection",)),
+                                   ("kvbench.ops.common", ("last_selection",))]).last_selection
     dispatch = c.need("kvbench.dispatch", "dispatch").dispatch
     harness = c.need("kvbench.harness", "bench_host")
     pipeline = c.need("kvbench.measure.pipeline", "least_median")

@@ -6,8 +6,8 @@ The engine-facing entry points are attributes of this package, loaded on first u
     kvbench.paged_decode, kvbench.kv_write, kvbench.kv_gather_fp8, kvbench.KVCacheManager,
     kvbench.last_selection, kvbench.raise_pending
 
-Each lives in its op module (kvbench.ops.<op>); docs/architecture.md has the module map and
-the units at each boundary.
+Each lives in kvbench.api, the layer above dispatch; docs/architecture.md has the module map
+and the units at each boundary.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ __version__ = "0.1.0"
 
 #: Public name -> the module that defines it.
 _ENTRY_POINTS = {
-    "paged_decode": "kvbench.ops.paged_decode",
-    "kv_write": "kvbench.ops.kv_write",
-    "kv_gather_fp8": "kvbench.ops.kv_gather_fp8",
-    "KVCacheManager": "kvbench.ops.kv_alloc",
-    "last_selection": "kvbench.ops.common",
-    "raise_pending": "kvbench.ops.common",
+    "paged_decode": "kvbench.api",
+    "kv_write": "kvbench.api",
+    "kv_gather_fp8": "kvbench.api",
+    "KVCacheManager": "kvbench.api",
+    "last_selection": "kvbench.api",
+    "raise_pending": "kvbench.api",
 }
 
 __all__ = [

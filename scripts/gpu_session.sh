@@ -7,7 +7,7 @@
 #
 # Stages: env (nvidia-smi + kvbench env), tests (pytest -m gpu), alloc (allocator GPU tests +
 # alloc_table), profile (where the asv suite's per-commit time goes, scripts/profile_suite.py),
-# harness (validate_gpu + calibrate), tables (kvbench table for every op), grid (the decode
+# harness (gpu_selftest + calibrate), tables (kvbench table for every op), grid (the decode
 # table over its whole case grid), tune (kvbench tune for every op). An unknown stage is named
 # and skipped.
 set -uo pipefail
@@ -41,7 +41,7 @@ for stage in "$@"; do
         python3 scripts/profile_suite.py 2>&1 | tee "$OUT/profile.log" | tail -9
         ;;
     harness)
-        python3 -m kvbench.harness.validate_gpu --json "$OUT/harness.json" 2>&1 | tee "$OUT/harness.log"
+        python3 -m kvbench.harness.gpu_selftest --json "$OUT/harness.json" 2>&1 | tee "$OUT/harness.log"
         ;;
     tables)
         for op in paged_decode kv_write kv_gather_fp8 kv_alloc; do

@@ -48,7 +48,7 @@ CPU = torch.device("cpu")
 
 
 class Checks:
-    """Counts selfcheck runs per row name."""
+    """Counts golden-check runs per row name."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -70,7 +70,7 @@ def fake(
     def target(*args, **kwargs):
         return name
 
-    def selfcheck(fn, dtype, device):
+    def golden_check(fn, dtype, device):
         checks.calls.append(name)
         assert fn() == name
         if not check_ok:
@@ -82,7 +82,7 @@ def fake(
         op=OP,
         dtypes=dtypes,
         target=target,
-        selfcheck=selfcheck,
+        golden_check=golden_check,
         layout=LayoutRequirement(required=required, forbidden=forbidden),
         available=available,
         priority=priority,
@@ -334,7 +334,8 @@ def test_explain_names_every_exclusion_reason(checks):
         "x/forbidden": "layout tag forbidden: kv:strided",
         "x/unavailable": "unavailable: no such hardware here",
         "x/gated": "shape gate: needs batch >= 16",
-        "x/broken": "unverified: selfcheck failed (AssertionError: max_abs_diff 0.5 > atol 0.004)",
+        "x/broken":
+            "unverified: golden check failed (AssertionError: max_abs_diff 0.5 > atol 0.004)",
     }
     for name, reason in expected.items():
         line = next(ln for ln in text.splitlines() if f" {name} " in ln and "excluded" in ln)
@@ -406,7 +407,7 @@ def test_forced_missing_tag_raises(checks, monkeypatch):
 
 def test_forced_unverified_row_raises(checks, monkeypatch):
     monkeypatch.setenv(VAR, "a/broken")
-    with pytest.raises(DispatchError, match="unverified: selfcheck failed"):
+    with pytest.raises(DispatchError, match="unverified: golden check failed"):
         pick(fake("a/broken", checks, check_ok=False), fake("a/fine", checks))
     assert checks.calls == ["a/broken"]
 
@@ -447,13 +448,15 @@ def test_golden_is_per_dtype(checks):
     assert checks.calls == ["a/x", "a/x"]
 
 
-def test_selfcheck_import_error_leaves_row_unverified():
+def test_target_import_error_leaves_row_unverified():
+    from kvbench.ops.paged_decode import golden_check_paged_decode
+
     spec = KernelSpec(
         name="a/ghost",
         op=OP,
         dtypes=("fp16",),
         target="kvbench.kernels.no_such_module:fn",
-        selfcheck="kvbench.ops.paged_decode:selfcheck_paged_decode",
+        golden_check=golden_check_paged_decode,
         layout=LayoutRequirement(required=("kv:paged",)),
     )
     with pytest.raises(DispatchError, match="ModuleNotFoundError"):
@@ -502,6 +505,9 @@ def test_bad_problem_inputs(checks):
             dispatch(OP, dtype="fp16", tags=("kv:paged",), shape=SHAPE, device="gpu0")
 
 
+def no_check(fn, dtype, device):
+    return 0.0
+
 def test_spec_and_layout_validation():
     req = LayoutRequirement(required=("kv:paged",), forbidden=("kv:strided",))
     assert req.serves({"kv:paged"}) and req.serves({"kv:paged", "kv:fp8-scaled"})
@@ -511,17 +517,20 @@ def test_spec_and_layout_validation():
     with pytest.raises(ValueError, match="tuple of tag strings"):
         LayoutRequirement(required="kv:paged")
     with pytest.raises(ValueError, match="<backend>/<impl>"):
-        KernelSpec(name="single_pass", op=OP, dtypes=("fp16",), target="m:f", selfcheck="m:g")
+        KernelSpec(name="single_pass", op=OP, dtypes=("fp16",), target="m:f", golden_check=no_check)
     with pytest.raises(ValueError, match="unknown dtype names"):
-        KernelSpec(name="a/b", op=OP, dtypes=("float16",), target="m:f", selfcheck="m:g")
+        KernelSpec(name="a/b", op=OP, dtypes=("float16",), target="m:f", golden_check=no_check)
     reg = Registry()
-    reg.register(KernelSpec(name="a/b", op=OP, dtypes=("fp16",), target="m:f", selfcheck="m:g"))
+    row = {"name": "a/b", "op": OP, "dtypes": ("fp16",), "target": "m:f", "golden_check": no_check}
+    reg.register(KernelSpec(**row))
     with pytest.raises(ValueError, match="already has a row"):
-        reg.register(KernelSpec(name="a/b", op=OP, dtypes=("fp16",), target="m:f", selfcheck="m:g"))
+        reg.register(KernelSpec(**row))
     with pytest.raises(ValueError, match="unknown op"):
         reg.register(
-            KernelSpec(name="a/c", op="attn", dtypes=("fp16",), target="m:f", selfcheck="m:g")
+            KernelSpec(name="a/c", op="attn", dtypes=("fp16",), target="m:f", golden_check=no_check)
         )
+    with pytest.raises(ValueError, match="golden_check must be a callable"):
+        KernelSpec(name="a/d", op=OP, dtypes=("fp16",), target="m:f", golden_check="m:g")
 
 
 # ---- the real registry -------------------------------------------------------------------------
@@ -545,12 +554,15 @@ def test_real_rows_match_architecture_table():
     for op in registry.OPS:
         for spec in registry.REGISTRY.specs(op):
             assert isinstance(spec.target, str) and ":" in spec.target
-            assert isinstance(spec.selfcheck, str) and ":" in spec.selfcheck
+            # The golden check is the op oracle's own function, imported (not a string):
+            # dispatch sits above kvbench.ops and the import contract sees the edge.
+            assert spec.golden_check.__module__ == f"kvbench.ops.{op}"
+            assert spec.golden_check.__name__.startswith(f"golden_check_{op}")
 
 
 def test_importing_dispatch_imports_no_kernel_code():
     code = (
-        "import sys, kvbench.dispatch, kvbench.ops.common, kvbench.ops.kv_alloc,"
+        "import sys, kvbench.dispatch, kvbench.api, kvbench.ops.common, kvbench.ops.kv_alloc,"
         " kvbench.ops.paged_decode, kvbench.ops.kv_write, kvbench.ops.kv_gather_fp8\n"
         "kernels = ('paged_decode', 'paged_decode_cluster', 'kv_write', 'kv_gather_fp8')\n"
         "bad = [m for m in sys.modules if m.startswith('triton')"
@@ -840,7 +852,7 @@ def test_cluster_row_layout_depends_on_the_dtype():
 def test_layout_by_dtype_names_only_served_dtypes():
     with pytest.raises(ValueError, match=r"layout_by_dtype names dtypes it does not serve: \['fp8'\]"):
         KernelSpec(name="x/y", op="paged_decode", dtypes=("fp16",), target=lambda: None,
-                   selfcheck=lambda *a: 0.0,
+                   golden_check=lambda *a: 0.0,
                    layout_by_dtype={"fp8": LayoutRequirement(required=("kv:paged",))})
 
 
@@ -1011,7 +1023,7 @@ def test_a_row_that_fails_its_gate_gets_no_entry_and_the_tune_goes_on(monkeypatc
 
     def scaled(k, v, k_cache, v_cache, *args, **kwargs):
         real(k, v, k_cache, v_cache, *args, **kwargs)
-        if k.shape[0] >= 64:  # wrong at the tuned size only: the tiny selfcheck still passes
+        if k.shape[0] >= 64:  # wrong at the tuned size only: the tiny golden check still passes
             k_cache.mul_(1.005)
 
     monkeypatch.setattr(kernels, "kv_write_torch", scaled)

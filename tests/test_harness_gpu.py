@@ -11,7 +11,7 @@ import torch
 from kvbench.harness import bench, bench_host, bench_stateful, device_peaks, flush_bytes, host_floor
 from kvbench.harness import flush as flush_mod
 from kvbench.harness.calibrate import calibrate
-from kvbench.harness.validate_gpu import (
+from kvbench.harness.gpu_selftest import (
     compare_copy,
     host_stall_demo,
     l2_ablation,
@@ -48,7 +48,7 @@ def test_bench_matches_independent_measurements_on_a_2gib_copy():
     ours, graph_us, prof_us, prof_error = compare_copy(2 << 30)
     torch.cuda.empty_cache()
     # The reference is CUPTI's kernel duration. do_bench_cudagraph is printed beside it by
-    # validate_gpu but not asserted: it has read half again as long as a copy that both
+    # gpu_selftest but not asserted: it has read half again as long as a copy that both
     # bench() and the profiler agreed on, for a cause not established.
     assert prof_us is not None, prof_error
     assert abs(ours.median_us - prof_us) / prof_us < COPY_AGREEMENT, (ours.median_us, prof_us)

@@ -82,21 +82,24 @@ def test_move_aside_keeps_the_bytes_under_a_timestamped_name(tmp_path):
 def _commands_with_json(monkeypatch):
     """(name, call(argv)) of every command that takes --json PATH, its measuring replaced by a
     failure: the path must be refused before it is reached."""
-    from kvbench.harness import validate_gpu
-    from kvbench.measure import alloc_table as alloc_report
+    from kvbench.harness import gpu_selftest
+    from kvbench.history.verdict import simulate
+    from kvbench.measure import alloc_table
     from kvbench.measure import table as table_mod
 
     def measured(*args, **kwargs):
         raise AssertionError("measured although the --json path was unusable")
 
-    monkeypatch.setattr(alloc_report, "measure_alloc", measured)
-    monkeypatch.setattr(alloc_report, "host_floor", measured, raising=False)
+    monkeypatch.setattr(alloc_table, "measure_alloc", measured)
+    monkeypatch.setattr(alloc_table, "host_floor", measured, raising=False)
     monkeypatch.setitem(table_mod.BUILDERS, "kv_alloc", measured)
-    monkeypatch.setattr(validate_gpu, "calibrate", measured)
+    monkeypatch.setattr(gpu_selftest, "calibrate", measured)
+    monkeypatch.setattr(simulate, "simulate", measured)
     return [
         ("kvbench table", lambda argv: table_mod.main(["kv_alloc", *argv])),
-        ("alloc_report", alloc_report.main),
-        ("validate_gpu", validate_gpu.main),
+        ("alloc_table", alloc_table.main),
+        ("gpu_selftest", gpu_selftest.main),
+        ("python -m kvbench.history.verdict.simulate", simulate.main),
     ]
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from kvbench.api import KVCacheManager
 from kvbench.dispatch import clear_golden, reset_perf_provider, set_perf_provider, spec_names
 from kvbench.kernels.kv_alloc import (
     COMPACT_FACTOR,
@@ -25,10 +26,9 @@ from kvbench.kernels.kv_alloc import (
 from kvbench.ops import kv_alloc as kv_alloc_op
 from kvbench.ops.kv_alloc import (
     STATES,
-    KVCacheManager,
     checked_alloc,
+    golden_check_kv_alloc,
     prepare_state,
-    selfcheck_kv_alloc,
 )
 
 IMPLS = ("torch/legacy", "host/freelist")
@@ -525,13 +525,13 @@ def test_manager_argument_errors():
 
 
 @pytest.mark.parametrize("cls", [LegacyBitmapAllocator, HostFreeListAllocator])
-def test_selfcheck_passes_for_both(cls):
-    assert selfcheck_kv_alloc(cls, "int64", "cpu") == 0.0
+def test_golden_check_passes_for_both(cls):
+    assert golden_check_kv_alloc(cls, "int64", "cpu") == 0.0
     with pytest.raises(ValueError, match="int64"):
-        selfcheck_kv_alloc(cls, "fp16", "cpu")
+        golden_check_kv_alloc(cls, "fp16", "cpu")
 
 
-def test_selfcheck_catches_a_fast_but_wrong_allocator():
+def test_golden_check_catches_a_fast_but_wrong_allocator():
     class ReusesRowZero(HostFreeListAllocator):
         """Correct bookkeeping, but the first returned row is always row 0 (in use or not)."""
 
@@ -541,7 +541,7 @@ def test_selfcheck_catches_a_fast_but_wrong_allocator():
             return rows
 
     with pytest.raises(AssertionError, match="not free"):
-        selfcheck_kv_alloc(ReusesRowZero, "int64", "cpu")
+        golden_check_kv_alloc(ReusesRowZero, "int64", "cpu")
 
 
 # ---- timing (host cost is real on CPU) -------------------------------------------------------------

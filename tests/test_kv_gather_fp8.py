@@ -22,8 +22,8 @@ from kvbench.harness.verify import VerificationError
 from kvbench.kernels import kv_gather_fp8 as kg
 from kvbench.ops.kv_gather_fp8 import (
     check_kv_gather_fp8,
+    golden_check_kv_gather_fp8,
     kv_gather_fp8_ref,
-    selfcheck_kv_gather_fp8,
 )
 
 VARIANTS = {
@@ -153,13 +153,13 @@ def test_a_rounding_difference_is_caught(pool_cpu, device):
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_selfcheck(variant, device):
-    assert selfcheck_kv_gather_fp8(VARIANTS[variant], "fp8", torch.device(device)) == 0.0
+def test_golden_check(variant, device):
+    assert golden_check_kv_gather_fp8(VARIANTS[variant], "fp8", torch.device(device)) == 0.0
 
 
-def test_selfcheck_refuses_other_dtypes(device):
+def test_golden_check_refuses_other_dtypes(device):
     with pytest.raises(ValueError, match="fp8"):
-        selfcheck_kv_gather_fp8(kg.gather_fp8_torch, "fp16", torch.device(device))
+        golden_check_kv_gather_fp8(kg.gather_fp8_torch, "fp16", torch.device(device))
 
 
 # ---- fixture ---------------------------------------------------------------------------------

@@ -17,7 +17,12 @@ from kvbench.harness.verify import VerificationError
 from kvbench.kernels import kv_write as kw
 from kvbench.kernels._fp8 import encode_e4m3
 from kvbench.ops.common import e4m3_encode_ref
-from kvbench.ops.kv_write import check_kv_write, kv_write_ref, make_write_inputs, selfcheck_kv_write
+from kvbench.ops.kv_write import (
+    check_kv_write,
+    golden_check_kv_write,
+    kv_write_ref,
+    make_write_inputs,
+)
 
 IMPLS = {"triton": kw.kv_write_triton, "torch": kw.kv_write_torch}
 DTYPES = ("fp16", "bf16", "fp8")
@@ -207,11 +212,11 @@ def test_stray_write_to_untouched_row_is_caught(device):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_selfcheck(dtype, device):
-    assert selfcheck_kv_write(kw.kv_write_triton, dtype, torch.device(device)) == 0.0
-    assert selfcheck_kv_write(kw.kv_write_torch, dtype, torch.device(device)) == 0.0
+def test_golden_check(dtype, device):
+    assert golden_check_kv_write(kw.kv_write_triton, dtype, torch.device(device)) == 0.0
+    assert golden_check_kv_write(kw.kv_write_torch, dtype, torch.device(device)) == 0.0
     with pytest.raises(ValueError, match="dtype"):
-        selfcheck_kv_write(kw.kv_write_torch, "int8", torch.device(device))
+        golden_check_kv_write(kw.kv_write_torch, "int8", torch.device(device))
 
 
 # ---- fp8 encoding: soft encoder vs torch vs the reference's table search ---------------

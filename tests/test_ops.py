@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvbench.api import kv_gather_fp8, kv_write, last_selection, paged_decode
 from kvbench.dispatch import (
     DispatchError,
     KernelSpec,
@@ -22,10 +23,9 @@ from kvbench.dispatch import (
     using_registry,
 )
 from kvbench.measure import tune
-from kvbench.ops.common import last_selection
-from kvbench.ops.kv_gather_fp8 import describe_kv_gather_fp8, kv_gather_fp8
-from kvbench.ops.kv_write import describe_kv_write, kv_write
-from kvbench.ops.paged_decode import _decode_fields, describe_paged_decode, paged_decode
+from kvbench.ops.kv_gather_fp8 import describe_kv_gather_fp8
+from kvbench.ops.kv_write import describe_kv_write
+from kvbench.ops.paged_decode import decode_fields, describe_paged_decode
 
 SELECTORS = ("KVBENCH_PAGED_DECODE", "KVBENCH_KV_WRITE", "KVBENCH_KV_GATHER", "KVBENCH_KV_ALLOC")
 
@@ -69,7 +69,7 @@ def row(
         op=op,
         dtypes=dtypes,
         target=target,
-        selfcheck=lambda fn, dtype, device: 0.0,
+        golden_check=lambda fn, dtype, device: 0.0,
         layout=LayoutRequirement(required=required, forbidden=forbidden),
         priority=priority,
         shape_gate=shape_gate,
@@ -468,6 +468,6 @@ def test_geometry_is_part_of_the_hot_path_key():
             paged_decode(*args, pool.seq_lens)
             assert last_selection("paged_decode").spec.name == chosen, dim
             problem = describe_paged_decode(*args)
-            assert _decode_fields(*args, False)[-1] == core.decision_features(
+            assert decode_fields(*args, False)[-1] == core.decision_features(
                 "paged_decode", problem.shape)
     assert len(d32.calls) == 2 and len(anyd.calls) == 1

@@ -18,9 +18,9 @@ from kvbench.kernels import paged_decode as pd
 from kvbench.ops import paged_decode as pd_op
 from kvbench.ops.paged_decode import (
     check_paged_decode,
+    golden_check_paged_decode,
     make_decode_query,
     paged_decode_ref,
-    selfcheck_paged_decode,
 )
 
 SINGLE, SPLIT, SDPA = (
@@ -166,8 +166,8 @@ def test_v_cache_layout_neither_token_nor_dim_major_is_refused():
 
 @pytest.mark.parametrize("fn", ALL, ids=_name)
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
-def test_selfcheck_every_row(device, fn, dtype):
-    assert selfcheck_paged_decode(fn, dtype, device) >= 0.0
+def test_golden_check_every_row(device, fn, dtype):
+    assert golden_check_paged_decode(fn, dtype, device) >= 0.0
 
 
 def test_fp8_with_bf16_query(device):

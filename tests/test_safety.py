@@ -10,14 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvbench.api import kv_write, paged_decode
 from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
 from kvbench.fixtures.pool import paged_pool
 from kvbench.kernels import kv_gather_fp8 as kg
 from kvbench.kernels import kv_write as kw
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels._validate import SAFE_MODE_VAR, check_no_overlap, raise_pending, safe_mode
-from kvbench.ops.kv_write import kv_write, make_write_inputs
-from kvbench.ops.paged_decode import make_decode_query, paged_decode, paged_decode_ref
+from kvbench.ops.kv_write import make_write_inputs
+from kvbench.ops.paged_decode import make_decode_query, paged_decode_ref
 
 WRITE_ROWS = {"triton": kw.kv_write_triton, "torch": kw.kv_write_torch}
 DECODE_ROWS = {"single_pass": pd.paged_decode_single_pass, "split_kv": pd.paged_decode_split_kv,

@@ -24,7 +24,7 @@ PREFIX = "KVBENCH_"
 #: kvbench's settings other than the kernel selectors: name -> what it does.
 SETTINGS: dict[str, str] = {
     "KVBENCH_CACHE_DIR": "moves the cache root (perf tables, ceilings, CUDA builds, ...)",
-    "KVBENCH_CHECK": "1: the public ops' safe mode (index values validated; kvbench.ops)",
+    "KVBENCH_CHECK": "1: the public ops' safe mode (index values validated; kvbench.api)",
     "KVBENCH_COMMIT": "the commit a run records when the tree has no .git (harness.meta)",
     "KVBENCH_NVCC": "the nvcc that builds kvbench/kernels/cuda/*.cu",
     "KVBENCH_FLASHINFER_SITE": "import root of a carried FlashInfer (the peer rows)",

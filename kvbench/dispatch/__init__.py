@@ -1,9 +1,11 @@
 """Kernel registry and dispatch: which row serves a problem, and why.
 
 Importing this package imports no kernel code: registry rows name their targets as
-"module:function" strings, loaded when a row is first selected or checked.
+"module:function" strings, loaded when a row is first selected or checked. It imports the op
+oracle (kvbench.ops) directly: the problem keys and each row's golden check.
 
     sel = dispatch("paged_decode", dtype="fp16", tags=("kv:paged",), shape={...})
+    sel = select(problem)      # a kvbench.ops Problem (describe_<op>, OpInputs.problem)
     sel.spec.name, sel.target, sel.bucket, print(sel.explain())
 
 set_perf_provider(fn) installs measured latencies (fn returns milliseconds); `kvbench tune`
@@ -22,6 +24,7 @@ from kvbench.dispatch.core import (
     get_perf_provider,
     record_golden,
     reset_perf_provider,
+    select,
     set_perf_provider,
     spec_names,
     using_registry,
@@ -50,6 +53,7 @@ __all__ = [
     "read_selector",
     "record_golden",
     "reset_perf_provider",
+    "select",
     "set_perf_provider",
     "spec_names",
     "using_registry",

@@ -44,12 +44,13 @@ from kvbench.dispatch import golden, perf_tables
 from kvbench.dispatch.perf_tables import PerfProvider
 from kvbench.dispatch.registry import REGISTRY, Registry, bucket, check_op
 from kvbench.dispatch.spec import GoldenRecord, KernelSpec
+from kvbench.ops.common import Problem
 
 #: fn(op, bucket, spec_name, device_name, dtype, tags) -> milliseconds, or None when not
 #: measured. The dtype and the layout tags are the problem's: a row's rank can differ between
 #: dtypes (cuda/cluster_decode leads Triton at fp16 and trails it at fp8) and between layouts
-#: (the Triton fp8 decode is 30% faster from dim-major V pages, docs/decisions.md, "fp8 dim-major V pages"),
-#: so a number measured at one must not rank rows for another.
+#: (the Triton fp8 decode is faster from dim-major V pages: docs/decisions.md, "fp8 dim-major
+#: V pages"), so a number measured at one must not rank rows for another.
 
 
 class DispatchError(ValueError):
@@ -62,8 +63,9 @@ class DispatchError(ValueError):
 
 # ---- module state ----------------------------------------------------------------------------
 
-#: (op, dtype, tags, bucket, device, raw selector value, features) -> Selection. kvbench.ops
-#: reads it directly on its hot path (DECISIONS is the same dict); only this module writes it.
+#: (op, dtype, tags, bucket, device, raw selector value, features) -> Selection. kvbench.api
+#: reads it on its hot path through cached_selection (DECISIONS is the same dict); only this
+#: module writes it.
 _DECISIONS: dict[tuple[Any, ...], Selection] = {}
 DECISIONS = _DECISIONS
 _registry: Registry = REGISTRY
@@ -81,9 +83,9 @@ _provider: PerfProvider | None = _default_provider
 
 
 # Selector values in the decision key are read raw: os.environ.get() encodes the name and
-# decodes the value on every call (measured 2.2-2.5 µs on the 2-core CI machine, more than the
-# rest of the cached path together), while the bytes mapping that os.environ keeps in sync
-# answers in ~0.15 µs. read_selector() still parses the value when a decision is made.
+# decodes the value on every call, which costs more than the rest of the cached path
+# together, while the bytes mapping that os.environ keeps in sync is one dict lookup.
+# read_selector() still parses the value when a decision is made.
 _ENV_DATA = getattr(os.environ, "_data", None)
 if os.name == "posix" and isinstance(_ENV_DATA, dict):
     _ENV: Mapping[Any, Any] = _ENV_DATA
@@ -329,7 +331,7 @@ def _evaluate(
             continue
         v.golden = golden.ensure_verified(spec, dtype, device)
         if not v.golden.verified:
-            v.excluded = f"unverified: selfcheck failed ({v.golden.detail})"
+            v.excluded = f"unverified: golden check failed ({v.golden.detail})"
             continue
         v.preference, v.fired = spec.preference_score(shape)
         v.perf_us = _provider_us(op, bucket_name, spec.name, dev_name, dtype, tags)
@@ -443,6 +445,13 @@ def dispatch(
     return sel
 
 
+def select(problem: Problem) -> Selection:
+    """dispatch() of a described problem (kvbench.ops.<op>.describe_<op>, OpInputs.problem):
+    what kvbench.api calls on a cache miss and kvbench.measure calls for every case."""
+    return dispatch(problem.op, dtype=problem.dtype, tags=problem.tags, shape=problem.shape,
+                    device=problem.device)
+
+
 #: The shape keys whose exact values the decision key holds, per op, beyond the bucket.
 #: paged_decode's geometry (q heads, kv heads, head_dim, page size): a kernel built for some
 #: geometries only (cuda/cluster_decode: head_dim 128, 1/2/4/8 q heads per kv head, fp8 pages of
@@ -460,8 +469,8 @@ DECISION_KEYS: dict[str, tuple[str, ...]] = {
 
 def decision_features(op: str, shape: Mapping[str, Any] | None) -> tuple:
     """The decision key's last part: DECISION_KEYS' values of the shape (None where absent),
-    () for an op without any or a problem without a shape. kvbench.ops builds the same tuple
-    from tensor shapes on its hot path."""
+    () for an op without any or a problem without a shape. The op oracle's <op>_fields
+    build the same tuple from tensor shapes for kvbench.api's hot path."""
     keys = DECISION_KEYS.get(op)
     if not keys or shape is None:
         return ()
@@ -472,11 +481,12 @@ def cached_selection(
     op: str, dtype: str, tags: frozenset[str], bucket_name: str, device: torch.device,
     features: tuple = (),
 ) -> Selection | None:
-    """The cached decision for an already-bucketed problem, or None (the ops' hot path).
+    """The cached decision for an already-bucketed problem, or None (the entry points' hot
+    path).
 
-    kvbench.ops calls this first with values read straight from tensor shapes, so a cached
-    call costs a tuple build and a dict lookup; on a miss it calls dispatch() with the full
-    shape, which stores the decision under the same key.
+    kvbench.api calls this first with values read straight from tensor shapes, so a cached
+    call costs a tuple build and a dict lookup; on a miss it calls select() with the full
+    problem, which stores the decision under the same key.
     """
     return _DECISIONS.get(
         (op, dtype, tags, bucket_name, device, _ENV.get(_ENV_KEYS[op]), features))

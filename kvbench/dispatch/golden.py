@@ -1,8 +1,9 @@
-"""Golden verification of registry rows: a row is verified by running its check, nothing else.
+"""Golden records of registry rows: a row is verified by running its check, nothing else.
 
 The first time dispatch considers a row for a (dtype, device kind), it imports the row's
-target and its `selfcheck` (kvbench.ops.<op>.selfcheck_<op>, a tiny problem against the torch
-reference) and runs it; the outcome is a GoldenRecord cached for the process. A check that
+target and runs its `golden_check` (kvbench.ops.<op>.golden_check_<op>: the op's check on a
+tiny problem against the torch reference); the outcome is a GoldenRecord cached for the
+process. A check that
 raises, for any reason (mismatch, a kernel that fails to compile, a module that does not
 exist at this commit), leaves the row unverified, and auto never selects an unverified row;
 explain() prints why. Benchmarks and `kvbench tune` run the full-size check of the rows they
@@ -16,7 +17,7 @@ import math
 
 import torch
 
-from kvbench.dispatch.spec import GoldenRecord, KernelSpec, resolve
+from kvbench.dispatch.spec import GoldenRecord, KernelSpec
 
 #: (op, spec name, dtype, device kind) -> record. Per process, on purpose: a new commit or a
 #: new Triton means a new process (asv spawns one per benchmark), so a stale pass cannot leak.
@@ -36,16 +37,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def run_check(spec: KernelSpec, dtype: str, device: torch.device) -> GoldenRecord:
-    """Run the row's selfcheck now (no cache); any exception makes the record unverified."""
+    """Run the row's golden check now (no cache); any exception makes the record unverified."""
     try:
         fn = spec.load()
-        check = resolve(spec.selfcheck)
-        diff = float(check(fn, dtype, device))
+        diff = float(spec.golden_check(fn, dtype, device))
         if not math.isfinite(diff):
-            raise ValueError(f"selfcheck returned a non-finite max_abs_diff {diff}")
+            raise ValueError(f"golden check returned a non-finite max_abs_diff {diff}")
     except Exception as exc:  # noqa: BLE001 - every failure means "not verified"; see explain()
         return GoldenRecord(spec.name, dtype, device.type, False, None, now(), _first_line(exc))
-    return GoldenRecord(spec.name, dtype, device.type, True, diff, now(), "selfcheck")
+    return GoldenRecord(spec.name, dtype, device.type, True, diff, now(), "golden check")
 
 
 def ensure_verified(spec: KernelSpec, dtype: str, device: torch.device) -> GoldenRecord:

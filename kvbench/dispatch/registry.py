@@ -1,21 +1,14 @@
-"""Every KernelSpec row, and the shape buckets dispatch caches and ranks by.
+"""Every KernelSpec row, and the problem keys dispatch caches and ranks by.
 
-Layout tags (what kvbench.ops derives from the actual inputs):
-    "kv:paged"       caches are paged: [pages, page_size, kv_heads, head_dim] addressed
-                     through a block table / slot mapping (gather: token rows of a paged pool
-                     addressed through a flat page table)
-    "kv:strided"     a cache tensor is a non-contiguous view (the combined per-layer buffer)
-    "kv:fp8-scaled"  caller-side fp32 scales were passed with fp8 (uint8 e4m3) caches
-    "kv:v-dim-major" the V cache's pages are dim-major (a page's slots of one (head, dim)
-                     adjacent: the pool's storage="v_dim_major"), not token-major
+The problem keys (the ops, the layout tags, the shape buckets) are facts about an op's
+problem, so they live in the op oracle (kvbench.ops.keys, which documents each tag and
+bucket); this module re-exports them for dispatch and its callers.
 
-Shape buckets (bucket(op, shape) -> str): decisions and perf-table entries are per bucket,
-because the right row changes with occupancy and context length, not with every token.
-    paged_decode   batch {1, 2-8, 9-32, 33+} x max context {<=1k, <=4k, <=16k, >16k}
-                   (max context = block_table columns x page_size: a tensor shape, no sync)
-    kv_write       decode (N <= 64 tokens: launch-bound) vs prefill (bandwidth-bound)
-    kv_gather_fp8  kv_len {<=8k, <=32k, >32k} (the seed-001 scenarios 8k / 32k / 64k)
-    kv_alloc       n {1, 2-64, >64}
+Each row names its kernel by a "module:function" string, imported the first time the row is
+selected or checked: the strings point down to kvbench.kernels, and keeping them strings is
+what keeps kernel code (Triton, the CUDA build) out of `import kvbench.dispatch`. Its golden
+check is a plain function of the op oracle (kvbench.ops.<op>.golden_check_<op>), imported
+here as any other module import, so the import contract sees it.
 
 Priorities encode the production default when nothing was measured: the row an engine would
 ship ranks first, the fallback and the historical baseline after it.
@@ -26,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvbench.core.env import SELECTOR_VARS
 from kvbench.dispatch.spec import (
     KernelSpec,
     LayoutRequirement,
@@ -35,72 +27,50 @@ from kvbench.dispatch.spec import (
     cuda_sm90_with_nvcc,
     triton_device,
 )
+from kvbench.ops.keys import (
+    ANY_BUCKET,
+    BUCKET_KEYS,
+    BUCKETS,
+    FP8_SCALED,
+    OPS,
+    PAGED,
+    STRIDED,
+    TAGS,
+    V_DIM_MAJOR,
+    alloc_bucket,
+    bucket,
+    check_op,
+    decode_bucket,
+    gather_bucket,
+    write_bucket,
+)
+from kvbench.ops.kv_alloc import golden_check_kv_alloc
+from kvbench.ops.kv_gather_fp8 import golden_check_kv_gather_fp8
+from kvbench.ops.kv_write import golden_check_kv_write
+from kvbench.ops.paged_decode import golden_check_paged_decode, golden_check_paged_decode_cluster
 
-OPS: tuple[str, ...] = tuple(SELECTOR_VARS)
-
-PAGED = "kv:paged"
-STRIDED = "kv:strided"
-FP8_SCALED = "kv:fp8-scaled"
-V_DIM_MAJOR = "kv:v-dim-major"
-
-# ---- shape buckets -----------------------------------------------------------------------
-
-_BUCKET_KEYS: dict[str, tuple[str, ...]] = {
-    "paged_decode": ("batch", "max_context"),
-    "kv_write": ("n",),
-    "kv_gather_fp8": ("kv_len",),
-    "kv_alloc": ("n",),
-}
-
-#: Bucket used when a problem comes without a shape (dispatch(shape=None)).
-ANY_BUCKET = "any"
-
-
-_BATCH_NAMES = ("1", "2-8", "9-32", "33+")
-_CTX_NAMES = ("<=1k", "<=4k", "<=16k", ">16k")
-_DECODE_NAMES = tuple(tuple(f"batch={b},ctx{c}" for c in _CTX_NAMES) for b in _BATCH_NAMES)
-
-
-def decode_bucket(batch: int, max_context: int) -> str:
-    """paged_decode bucket from the batch size and the longest context the block table holds.
-
-    Names are precomputed: this runs on every kvbench.ops.paged_decode call.
-    """
-    b = 0 if batch <= 1 else 1 if batch <= 8 else 2 if batch <= 32 else 3
-    c = 0 if max_context <= 1024 else 1 if max_context <= 4096 else 2 if max_context <= 16384 else 3
-    return _DECODE_NAMES[b][c]
-
-
-def write_bucket(n: int) -> str:
-    """kv_write: decode (launch-bound, N <= 64) and prefill are different operations (seed 000)."""
-    return "decode" if n <= 64 else "prefill"
-
-
-def gather_bucket(kv_len: int) -> str:
-    if kv_len <= 8192:
-        return "kv_len<=8k"
-    if kv_len <= 32768:
-        return "kv_len<=32k"
-    return "kv_len>32k"
-
-
-def alloc_bucket(n: int) -> str:
-    if n <= 1:
-        return "n=1"
-    if n <= 64:
-        return "n=2-64"
-    return "n>64"
-
-
-#: Every bucket of each op, in order (tune measures one case per bucket).
-BUCKETS: dict[str, tuple[str, ...]] = {
-    "paged_decode": tuple(
-        decode_bucket(b, c) for b in (1, 8, 32, 64) for c in (1024, 4096, 16384, 32768)
-    ),
-    "kv_write": ("decode", "prefill"),
-    "kv_gather_fp8": ("kv_len<=8k", "kv_len<=32k", "kv_len>32k"),
-    "kv_alloc": ("n=1", "n=2-64", "n>64"),
-}
+__all__ = [
+    "ANY_BUCKET",
+    "BUCKETS",
+    "BUCKET_KEYS",
+    "FP8_SCALED",
+    "OPS",
+    "PAGED",
+    "REGISTRY",
+    "ROWS",
+    "STRIDED",
+    "TAGS",
+    "TUNED_DTYPE",
+    "V_DIM_MAJOR",
+    "Registry",
+    "alloc_bucket",
+    "bucket",
+    "check_op",
+    "decode_bucket",
+    "gather_bucket",
+    "spec_names",
+    "write_bucket",
+]
 
 
 #: The dtype each op is tuned and tracked at by default (`kvbench tune`; a stored perf-table
@@ -109,36 +79,6 @@ BUCKETS: dict[str, tuple[str, ...]] = {
 TUNED_DTYPE: dict[str, str] = {
     "paged_decode": "fp16", "kv_write": "fp16", "kv_gather_fp8": "fp8", "kv_alloc": "int64",
 }
-
-
-def bucket(op: str, shape: Mapping[str, Any] | None) -> str:
-    """The shape bucket of a problem; "any" without a shape. ValueError on unknown op/keys."""
-    check_op(op)
-    if shape is None:
-        return ANY_BUCKET
-    keys = _BUCKET_KEYS[op]
-    missing = [k for k in keys if k not in shape]
-    if missing:
-        raise ValueError(
-            f"shape for {op} lacks {missing}; bucketing needs {list(keys)}, got {sorted(shape)}"
-        )
-    values = [shape[k] for k in keys]
-    for k, v in zip(keys, values, strict=True):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"shape[{k!r}] for {op} must be a non-negative int, got {v!r}")
-    if op == "paged_decode":
-        return decode_bucket(*values)
-    if op == "kv_write":
-        return write_bucket(*values)
-    if op == "kv_gather_fp8":
-        return gather_bucket(*values)
-    return alloc_bucket(*values)
-
-
-def check_op(op: str) -> str:
-    if op not in _BUCKET_KEYS:
-        raise ValueError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
-    return op
 
 
 # ---- the registry object ------------------------------------------------------------------
@@ -191,7 +131,7 @@ class Registry:
 # ---- preference rules (documented in the row docs; scores are small integers) ---------------
 
 # Occupancy is what decides between one program per (sequence, kv head) and splitting the
-# context across programs (seed 003): with fewer programs than SMs, single-pass leaves most of
+# context across programs: with fewer programs than SMs, single-pass leaves most of
 # the machine idle; once the programs fill the SMs, splitting only adds a reduce pass and
 # partial-buffer traffic. No context threshold: split_kv with one split launches the
 # single-pass kernel, so a short context costs it nothing, and with few programs it measured
@@ -225,7 +165,7 @@ PREFER_SINGLE = Preference(
     "batch*kv_heads >= SM count: no split cost",
 )
 
-# cuda/cluster_decode against the Triton rows (the H200's tune tables and per-case runs:
+# cuda/cluster_decode against the Triton rows (tune tables and per-case runs on an sm_90 GPU:
 # docs/decisions.md): at 16 bits it leads in most decode buckets. It trails where the
 # (sequence, kv head) pairs fill the SMs at 1k tokens, where Triton's four CTAs per SM hide
 # more latency than its one, and where few pairs meet a very long context: at most 7 clusters
@@ -278,7 +218,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="paged_decode",
         dtypes=("fp16", "bf16", "fp8"),
         target=f"{_PD}:paged_decode_single_pass",
-        selfcheck="kvbench.ops.paged_decode:selfcheck_paged_decode",
+        golden_check=golden_check_paged_decode,
         layout=LayoutRequirement(required=(PAGED,)),
         available=triton_device,
         priority=20,
@@ -290,7 +230,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="paged_decode",
         dtypes=("fp16", "bf16", "fp8"),
         target=f"{_PD}:paged_decode_split_kv",
-        selfcheck="kvbench.ops.paged_decode:selfcheck_paged_decode",
+        golden_check=golden_check_paged_decode,
         layout=LayoutRequirement(required=(PAGED,)),
         available=triton_device,
         priority=20,
@@ -302,7 +242,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="paged_decode",
         dtypes=("fp16", "bf16", "fp8"),
         target="kvbench.kernels.paged_decode_cluster:paged_decode_cluster",
-        selfcheck="kvbench.ops.paged_decode:selfcheck_paged_decode_cluster",
+        golden_check=golden_check_paged_decode_cluster,
         # 16-bit caches from token-major V pages, fp8 from dim-major ones (the kernel's
         # templates): a problem in the other layout excludes the row instead of failing in it.
         layout=LayoutRequirement(required=(PAGED,), forbidden=(V_DIM_MAJOR,)),
@@ -320,7 +260,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="paged_decode",
         dtypes=("fp16", "bf16", "fp8"),
         target=f"{_PD}:paged_decode_gather_sdpa",
-        selfcheck="kvbench.ops.paged_decode:selfcheck_paged_decode",
+        golden_check=golden_check_paged_decode,
         layout=LayoutRequirement(required=(PAGED,)),
         available=any_device,
         priority=10,
@@ -331,7 +271,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="kv_write",
         dtypes=("fp16", "bf16", "fp8"),
         target=f"{_KW}:kv_write_triton",
-        selfcheck="kvbench.ops.kv_write:selfcheck_kv_write",
+        golden_check=golden_check_kv_write,
         layout=LayoutRequirement(required=(PAGED,)),
         available=triton_device,
         priority=20,
@@ -342,7 +282,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="kv_write",
         dtypes=("fp16", "bf16", "fp8"),
         target=f"{_KW}:kv_write_torch",
-        selfcheck="kvbench.ops.kv_write:selfcheck_kv_write",
+        golden_check=golden_check_kv_write,
         layout=LayoutRequirement(required=(PAGED,)),
         available=any_device,
         priority=10,
@@ -353,7 +293,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="kv_gather_fp8",
         dtypes=("fp8",),
         target=f"{_KG}:gather_fp8_legacy",
-        selfcheck="kvbench.ops.kv_gather_fp8:selfcheck_kv_gather_fp8",
+        golden_check=golden_check_kv_gather_fp8,
         layout=LayoutRequirement(required=(PAGED,)),
         available=triton_device,
         priority=5,
@@ -364,7 +304,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="kv_gather_fp8",
         dtypes=("fp8",),
         target=f"{_KG}:gather_fp8_vectorized",
-        selfcheck="kvbench.ops.kv_gather_fp8:selfcheck_kv_gather_fp8",
+        golden_check=golden_check_kv_gather_fp8,
         layout=LayoutRequirement(required=(PAGED,)),
         available=triton_device,
         priority=20,
@@ -375,7 +315,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="kv_gather_fp8",
         dtypes=("fp8",),
         target=f"{_KG}:gather_fp8_cached",
-        selfcheck="kvbench.ops.kv_gather_fp8:selfcheck_kv_gather_fp8",
+        golden_check=golden_check_kv_gather_fp8,
         layout=LayoutRequirement(required=(PAGED,)),
         available=triton_device,
         priority=30,
@@ -387,7 +327,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="kv_gather_fp8",
         dtypes=("fp8",),
         target=f"{_KG}:gather_fp8_torch",
-        selfcheck="kvbench.ops.kv_gather_fp8:selfcheck_kv_gather_fp8",
+        golden_check=golden_check_kv_gather_fp8,
         layout=LayoutRequirement(required=(PAGED,)),
         available=any_device,
         priority=10,
@@ -398,7 +338,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="kv_alloc",
         dtypes=_ALLOC_DTYPES,
         target="kvbench.kernels.kv_alloc:LegacyBitmapAllocator",
-        selfcheck="kvbench.ops.kv_alloc:selfcheck_kv_alloc",
+        golden_check=golden_check_kv_alloc,
         available=any_device,
         priority=10,
         doc="device bitmap + bump cursor; nonzero().item() host stall once the cursor is gone",
@@ -408,7 +348,7 @@ ROWS: tuple[KernelSpec, ...] = (
         op="kv_alloc",
         dtypes=_ALLOC_DTYPES,
         target="kvbench.kernels.kv_alloc:HostFreeListAllocator",
-        selfcheck="kvbench.ops.kv_alloc:selfcheck_kv_alloc",
+        golden_check=golden_check_kv_alloc,
         available=any_device,
         priority=20,
         doc="host bump cursor + free list, rows copied to the device without a sync",

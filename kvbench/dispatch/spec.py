@@ -143,9 +143,13 @@ class KernelSpec:
 
     name: "<backend>/<impl>", unique within its op; the asv params, the env-var selectors and
         the benchmark's _IMPL constant use exactly this string.
-    target / selfcheck: "module:attr" strings imported lazily (a callable is accepted for rows
-        registered by tests). selfcheck(target, dtype, device) -> max_abs_diff raises on a
-        mismatch; dispatch.golden runs it before auto may select the row.
+    target: a "module:attr" string imported on first use (a callable is accepted for rows
+        registered by tests). Strings point down to kvbench.kernels and keep kernel code out
+        of `import kvbench.dispatch`.
+    golden_check: golden_check(target, dtype, device) -> max_abs_diff, raising on a wrong
+        output: the op oracle's check on tiny fixed inputs (kvbench.ops.<op>.
+        golden_check_<op>, imported as a plain function: it sits below dispatch).
+        dispatch.golden runs it before auto may select the row.
     priority: the last-but-one tie-break (higher wins), after measured perf and preference.
     preferences: shape rules; their scores are summed (higher wins).
     shape_gate: excludes shapes the row cannot serve. Decisions are cached per shape bucket
@@ -159,7 +163,7 @@ class KernelSpec:
     op: str
     dtypes: tuple[str, ...]
     target: str | Callable[..., Any]
-    selfcheck: str | Callable[..., Any]
+    golden_check: Callable[..., Any]
     layout: LayoutRequirement = field(default_factory=LayoutRequirement)
     available: AvailabilityFn = any_device
     priority: int = 0
@@ -185,6 +189,10 @@ class KernelSpec:
         if stray:
             raise ValueError(f"KernelSpec {self.name}: layout_by_dtype names dtypes it does not "
                              f"serve: {stray} (serves {self.dtypes})")
+        if not callable(self.golden_check):
+            raise ValueError(  # noqa: TRY004 - one exception type for bad input
+                f"KernelSpec {self.name}: golden_check must be a callable "
+                f"(kvbench.ops.<op>.golden_check_<op>), got {self.golden_check!r}")
         if not isinstance(self.priority, int):
             raise ValueError(f"KernelSpec {self.name}: priority must be an int")  # noqa: TRY004
 

@@ -34,9 +34,9 @@ from functools import partial
 
 import torch
 
+from kvbench.api import KVCacheManager, paged_decode
 from kvbench.core.jsonfile import output_path, write_json_atomic
-from kvbench.ops.kv_alloc import STATES, KVCacheManager, alloc_inputs, prepare_state
-from kvbench.ops.paged_decode import paged_decode
+from kvbench.ops.kv_alloc import STATES, alloc_inputs, prepare_state
 
 IMPLS = ("torch/legacy", "host/freelist")
 
@@ -124,7 +124,7 @@ def measure_dispatch_overhead(device: torch.device | str) -> dict:
         op="paged_decode",
         dtypes=("fp16",),
         target=noop_row,
-        selfcheck=lambda fn, dtype, dev: 0.0,
+        golden_check=lambda fn, dtype, dev: 0.0,
         layout=LayoutRequirement(required=("kv:paged",)),
     )
     buf = torch.zeros(64, 2, 16, 8, 128, dtype=torch.float16, device=device)
@@ -207,7 +207,7 @@ def render(
     out.append("")
     per = ", ".join(f"{x:.2f}" for x in dispatch["rounds"]["overhead_us"])
     out.append(
-        f"dispatch overhead (kvbench.ops.paged_decode, cached decision, no-op row, "
+        f"dispatch overhead (kvbench.api.paged_decode, cached decision, no-op row, "
         f"{DISPATCH_LOOP} calls per sample): {dispatch['ops_us']:.2f} µs per call via "
         f"ops, {dispatch['direct_us']:.2f} µs calling the row directly, overhead "
         f"{dispatch['overhead_us']:.2f} µs (medians; per round {per}); fastest samples: "

@@ -23,6 +23,7 @@ from typing import Any
 
 from kvbench.core.env import AUTO, selector_var
 from kvbench.dispatch.core import Selection, active_registry, record_golden
+from kvbench.dispatch.core import select as select_problem
 from kvbench.harness import (
     Row,
     bench,
@@ -121,7 +122,7 @@ def select(inputs: OpInputs, row: str) -> Selection:
     RowMismatch when it is another row (never time one kernel under another's name)."""
     op = inputs.problem.op
     with forced(op, row):
-        sel = inputs.problem.dispatch()
+        sel = select_problem(inputs.problem)
     if row != AUTO and sel.spec.name != row:
         raise RowMismatch(f"{op}: asked for row {row!r}, dispatch ran {sel.spec.name!r}")
     return sel

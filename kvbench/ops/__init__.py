@@ -1,15 +1,19 @@
-"""One module per op: its problem key and public entry point, its geometry and cases, its
-theoretical Work, its torch reference, its correctness check, proof and tolerances.
+"""The op oracle, one module per op: its problem description, its geometry and cases, its
+theoretical Work, its torch reference, its check, proof, golden check and tolerances.
 
     kvbench.ops.paged_decode    paged attention decode (fp16 / bf16 / fp8 KV)
     kvbench.ops.kv_write        scatter of new K/V rows into the paged cache
     kvbench.ops.kv_gather_fp8   fp8 KV row gather through a flat page table
-    kvbench.ops.kv_alloc        the KV block allocator (KVCacheManager)
-    kvbench.ops.common          what they share (Problem, layout tags, last_selection)
+    kvbench.ops.kv_alloc        the KV block allocator (its states, its invariant gate)
+    kvbench.ops.keys            the problem keys: ops, layout tags, shape buckets
+    kvbench.ops.common          what they share (Problem, OpInputs, the references' helpers)
+                                and the correctness vocabulary (its docstring)
 
-The entry points are also kvbench.paged_decode, kvbench.kv_write, kvbench.kv_gather_fp8 and
-kvbench.KVCacheManager. Importing an op module imports no kernel code: dispatch loads a
-kernel row the first time it is selected.
+The layer sits below dispatch, which imports it; it imports nothing above kernels, harness,
+fixtures and core. The engine-facing entry points that call dispatch are kvbench.api
+(kvbench.paged_decode, kvbench.kv_write, kvbench.kv_gather_fp8, kvbench.KVCacheManager).
+Importing an op module imports no Triton kernel code: dispatch loads a kernel row the first
+time it is selected.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from types import ModuleType
 
 def op_module(op: str) -> ModuleType:
     """The module of `op` (kvbench.ops.<op>); ValueError naming the ops otherwise."""
-    from kvbench.dispatch.registry import OPS
+    from kvbench.ops.keys import OPS
 
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")

@@ -1,29 +1,48 @@
-"""What the op modules share.
+"""What the op oracle shares, and the one correctness vocabulary of kvbench.
 
-- `Problem`: what an op call asks for, read from its inputs; `TAGS`: the frozen layout-tag
-  sets (built once, so a call allocates none); `LAST` / `last_selection`; `bad_input`.
-- Safe mode's `raise_pending` (docs/safety.md).
-- `OpInputs`: one problem's inputs, ready for any row of its op: what kvbench.measure needs.
-- The proofs' helpers (`poison_next_alloc`, `RefCache`, `as_values`) and the fp64 e4m3
-  arithmetic of the references (`e4m3_encode_ref`, `e4m3_decode_ref`, `scale_f64`).
+The op oracle is kvbench.ops: per op, everything kvbench knows about the op except its
+kernels and its engine-facing entry point (kvbench.api): the problem description and its
+keys (kvbench.ops.keys), the tolerances, the theoretical Work, the torch reference, the check,
+the proof, the golden check, the case inputs and the tune cases. It imports nothing above
+kernels / harness / fixtures / core, so dispatch imports it directly.
 
-Hot path (every decode step pays it): the entry points read only tensor metadata (.dtype,
-.dim(), .shape, .is_contiguous(), .device): no .item(), no device sync. The context bucket
-comes from block_table.shape[1] * page_size (the table's capacity), not from seq_lens values,
-which live on the device. A cached decision is one dict lookup (dispatch.core.
-cached_selection); tests/test_ops.py holds the overhead under 2 µs.
+Correctness vocabulary (one meaning each, in kernels, harness, ops and dispatch alike):
 
-Layout tags the entry points derive (kvbench.dispatch.registry documents them):
-    kv:paged       paged_decode / kv_write: 4-D caches (+ a 2-D block table for decode);
-                   kv_gather_fp8: a 3-D token-row cache and a 1-D flat page table
-    kv:strided     a cache is a non-contiguous view (e.g. K/V halves of one per-layer buffer)
-    kv:fp8-scaled  a k_scale or v_scale was passed
-    kv:v-dim-major paged_decode: the V cache is not token-major (its last stride is not 1)
+    validate   a kernel's input validation: shapes, dtypes, strides and, in safe mode
+               (KVBENCH_CHECK=1), index and scale values; a failure is a ValueError naming
+               the argument (kvbench/kernels/_validate.py). It says nothing about an output.
+    verify     compare an output with a reference within named tolerances: the primitive
+               (kvbench.harness.verify: verify, verify_unbiased, VerificationError). A row
+               is "verified" when its golden check verified its output.
+    check      an op's gate at one case: run the row on the case's inputs and verify the
+               output against the op's reference (check_<op>, OpInputs.check, the pipeline's
+               check step); returns max |out - ref|. A row that fails it gets no number.
+    proof      the check of a timed call itself: the input is perturbed before the last timed
+               call and that call's output is verified against the perturbed input's
+               reference (kvbench.harness.proof.TimedProof, proof_<op>), so a row that skips
+               or memoizes work under timing fails.
+    golden     dispatch's record that a row passed its check for a (dtype, device kind)
+               (GoldenRecord, kvbench.dispatch.golden). golden_check_<op> is the check on
+               tiny fixed inputs dispatch runs the first time it considers a row;
+               record_golden installs the outcome of a full-size check instead.
+    selftest   the harness's test of itself on a GPU: its timers against measurements they
+               do not make (python -m kvbench.harness.gpu_selftest). Not about kernel output.
+
+This module: `Problem` (what an op call asks for, read from its inputs); `bad_input`;
+`OpInputs` (one problem's inputs, ready for any row of its op: what kvbench.measure needs);
+the proofs' helpers (`poison_next_alloc`, `RefCache`, `as_values`) and the fp64 e4m3
+arithmetic of the references (`e4m3_encode_ref`, `e4m3_decode_ref`, `scale_f64`).
+
+The describe_<op> functions and the <op>_fields functions the entry points use read only
+tensor metadata (.dtype, .dim(), .shape, .is_contiguous(), .device): no .item(), no device
+sync, because the entry points call them on every decode step. The context bucket comes from
+block_table.shape[1] * page_size (the table's capacity), not from seq_lens values, which live
+on the device.
 
 Safety (docs/safety.md): every op reads its tensors with the strides they have or refuses a
 layout it cannot read with a ValueError naming the argument; index and scale values are
 checked on the host for CPU tensors; on CUDA the fast path checks no value, and
-``KVBENCH_CHECK=1`` checks them on the device without a host sync.
+``KVBENCH_CHECK=1`` validates them on the device without a host sync.
 """
 
 from __future__ import annotations
@@ -35,45 +54,21 @@ from typing import Any
 import torch
 
 from kvbench.core.dtypes import FROM_TORCH
-from kvbench.dispatch.core import Selection, dispatch
-from kvbench.dispatch.registry import FP8_SCALED, OPS, PAGED, STRIDED, V_DIM_MAJOR, bucket
+from kvbench.ops.keys import TAGS, bucket
 
-#: (paged, strided, scaled, V dim-major) -> the frozen tag set, built once so a call
-#: allocates none.
-TAGS: dict[tuple[bool, bool, bool, bool], frozenset[str]] = {
-    (p, s, f, d): frozenset(
-        t for t, on in ((PAGED, p), (STRIDED, s), (FP8_SCALED, f), (V_DIM_MAJOR, d)) if on
-    )
-    for p in (False, True)
-    for s in (False, True)
-    for f in (False, True)
-    for d in (False, True)
-}
-
-
-LAST: dict[str, Selection] = {}
-
-
-
-
-def raise_pending() -> None:
-    """Wait for the safe-mode checks of earlier calls and raise the ValueError of any that
-    failed (KVBENCH_CHECK=1 on CUDA; a no-op otherwise)."""
-    # Imported here: importing kvbench.ops must not import kernel code (tests/test_dispatch).
-    from kvbench.kernels._validate import raise_pending as wait_and_raise
-
-    wait_and_raise(wait=True)
-
-
-def last_selection(op: str) -> Selection | None:
-    """The Selection the last call of `op` ran (None before the first call).
-
-    Benchmarks assert `last_selection(op).spec.name == _IMPL` so a table never names one row
-    while dispatch ran another.
-    """
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
-    return LAST.get(op)
+__all__ = [
+    "TAGS",
+    "OpInputs",
+    "Problem",
+    "RefCache",
+    "as_values",
+    "bad_input",
+    "e4m3_decode_ref",
+    "e4m3_encode_ref",
+    "poison_next_alloc",
+    "poison_value",
+    "scale_f64",
+]
 
 
 def bad_input(names: dict[str, Any], accepted_dtypes: bool = True) -> ValueError:
@@ -91,7 +86,8 @@ def bad_input(names: dict[str, Any], accepted_dtypes: bool = True) -> ValueError
 
 @dataclass(frozen=True)
 class Problem:
-    """What an op call asks for, read from its inputs: dispatch(**problem.dispatch_args())."""
+    """What an op call asks for, read from its inputs; kvbench.dispatch.core.select(problem)
+    picks the row that serves it."""
 
     op: str
     dtype: str
@@ -102,11 +98,6 @@ class Problem:
     @property
     def bucket(self) -> str:
         return bucket(self.op, self.shape)
-
-    def dispatch(self) -> Selection:
-        return dispatch(
-            self.op, dtype=self.dtype, tags=self.tags, shape=self.shape, device=self.device
-        )
 
 
 def poison_next_alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
@@ -212,8 +203,8 @@ class OpInputs:
     """One problem's inputs, ready for any registry row of its op: what kvbench.measure needs.
 
     An op module builds it (``<op>_inputs``) from a fixture; the pipeline then selects a row
-    (problem.dispatch() under the op's selector), gates it (``check``), and times it on
-    ``timed_calls(row)`` with ``proof(row)`` verifying the last timed call. ``host``: the row
+    (kvbench.dispatch.core.select(problem) under the op's selector), gates it (``check``),
+    and times it on ``timed_calls(row)`` with ``proof(row)`` verifying the last timed call. ``host``: the row
     costs host time (the allocator), timed by the host timer per call and ranked by the worst.
     """
 

@@ -1,8 +1,9 @@
 """kv_alloc: the KV block allocator op.
 
-`KVCacheManager` (the engine-facing allocator: a registry row chosen by dispatch or named),
-the fragmentation states the op is measured in (`STATES`, `prepare_state`), the invariant
-gate (`checked_alloc`: n distinct rows that were free), `selfcheck_kv_alloc` (a seeded
+The op's oracle (its engine-facing allocator is kvbench.api.KVCacheManager, a registry row
+chosen by dispatch or named): the fragmentation states the op is measured in (`STATES`,
+`prepare_state`), the invariant gate (`checked_alloc`: n distinct rows that were free),
+`golden_check_kv_alloc` (a seeded
 alloc/free sequence against a set model), `alloc_inputs` (alloc(n) per state, host-timed),
 the report's ceiling and the tune cases. Allocators: kvbench/kernels/kv_alloc.py.
 """
@@ -13,7 +14,6 @@ import numpy as np
 import torch
 
 from kvbench.core.device import resolve_device
-from kvbench.dispatch import core
 from kvbench.harness.work import Work
 from kvbench.kernels.kv_alloc import AllocError, Backend, check_count, rows_preview
 from kvbench.ops.common import OpInputs, Problem
@@ -21,56 +21,7 @@ from kvbench.ops.common import OpInputs, Problem
 STATES: tuple[str, ...] = ("bump", "run_search", "fragmented")
 
 
-class KVCacheManager:
-    """Hands out KV cache rows on `device`; the implementation comes from the registry.
-
-    impl=None follows KVBENCH_KV_ALLOC through dispatch("kv_alloc"): auto, or a forced row,
-    which runs its check first (kvbench.dispatch). An explicit impl (a spec name) picks that
-    row directly, as constructing the class would, without a golden check.
-    alloc(n) -> int64 tensor of n distinct rows that were free (read-only: host/freelist may
-    return a view of its row table); free(rows); free_all(); num_free; state. Errors raise
-    AllocError (a ValueError) and leave the state unchanged.
-    """
-
-    def __init__(self, num_rows: int, *, device: torch.device | str, impl: str | None = None):
-        dev = resolve_device(device)
-        self.selection = None
-        if impl is None:
-            self.selection = core.dispatch("kv_alloc", dtype="int64", device=dev)
-            self.impl = self.selection.spec.name
-            cls = self.selection.target
-        else:
-            spec = core.active_registry().get("kv_alloc", impl)  # ValueError lists the names
-            self.impl = spec.name
-            cls = spec.load()
-        self._backend: Backend = cls(num_rows, dev)
-        self.num_rows = self._backend.num_rows
-        self.device = self._backend.device  # CUDA with its index: the device rows report
-        # Bound methods of the backend: the manager adds no call layer to the timed path.
-        self.alloc = self._backend.alloc
-        self.free = self._backend.free
-        self.free_all = self._backend.free_all
-
-    @property
-    def num_free(self) -> int:
-        return self._backend.num_free
-
-    @property
-    def state(self) -> str:
-        return self._backend.state
-
-    def free_rows(self) -> np.ndarray:
-        """Sorted free rows on the host (diagnostic: the legacy backend synchronizes)."""
-        return self._backend.free_rows()
-
-    def __repr__(self) -> str:
-        return (
-            f"KVCacheManager(num_rows={self.num_rows}, device={self.device}, impl={self.impl!r}, "
-            f"num_free={self.num_free})"
-        )
-
-
-def prepare_state(manager: KVCacheManager | Backend, state: str, *, n: int) -> None:
+def prepare_state(manager: Backend, state: str, *, n: int) -> None:
     """Drive `manager` into `state` through alloc/free/free_all only, such that alloc(n)
     then takes the path the state names. A complete reset: it starts from free_all(), which
     alone would restore the bump cursor and measure the fast path in every state.
@@ -117,8 +68,8 @@ def _warm_view_path(device: torch.device) -> None:
     Why: the timed alloc after a reset pays for whatever host code the reset left cold, and
     the resets differ. bump's ends with an alloc that slices the row table, so torch's view
     path is warm for the alloc that follows; run_search's and fragmented's end with a free of
-    host rows, so their first alloc paid ~8-12 µs for cold torch code before it did anything
-    of its own (docs/allocator.md: a bare first slice cost the same). The benchmark would
+    host rows, so their first alloc paid for cold torch code before it did anything of its
+    own (docs/allocator.md: a bare first slice cost the same). The benchmark would
     measure the reset, not the state. One identical, allocator-independent epilogue gives
     every state the same starting point, as in an engine, whose host runs torch calls between
     allocations; the allocator's own data stays as cold as the reset left it.
@@ -129,7 +80,7 @@ def _warm_view_path(device: torch.device) -> None:
     probe[0:1]
 
 
-def checked_alloc(manager: KVCacheManager | Backend, n: int) -> torch.Tensor:
+def checked_alloc(manager: Backend, n: int) -> torch.Tensor:
     """alloc(n), asserting the invariant: n distinct rows, every one free before the call.
 
     The correctness gate a benchmark runs per state before timing (a fast but wrong allocator
@@ -152,7 +103,7 @@ def checked_alloc(manager: KVCacheManager | Backend, n: int) -> torch.Tensor:
     return rows
 
 
-def selfcheck_kv_alloc(cls: type, dtype: str, device: torch.device | str) -> float:
+def golden_check_kv_alloc(cls: type, dtype: str, device: torch.device | str) -> float:
     """Golden check of an allocator class: a seeded alloc/free sequence against a set model.
 
     Returns 0.0 (the op is exact) or raises AssertionError. dtype must be "int64" (the row
@@ -198,7 +149,7 @@ def selfcheck_kv_alloc(cls: type, dtype: str, device: torch.device | str) -> flo
 
 def alloc_inputs(num_rows: int, n: int, device: torch.device | str, *,
                  states: tuple[str, ...] = STATES) -> OpInputs:
-    """alloc(n) through a KVCacheManager of `num_rows` rows over the row being measured, in
+    """alloc(n) on an allocator of `num_rows` rows of the row being measured, in
     each of `states` (default all: a serving engine reaches all three, and `kvbench tune`
     ranks a row on the state that hurts). The invariant gate (n distinct rows that were free)
     runs in every state before any timing."""
@@ -215,7 +166,10 @@ def alloc_inputs(num_rows: int, n: int, device: torch.device | str, *,
         return 0.0
 
     def calls(cls, row: str):
-        m = KVCacheManager(num_rows, device=dev, impl=row)
+        # The row's class itself: KVCacheManager binds its backend's methods, so what an
+        # engine calls through the manager is exactly this.
+        del row
+        m = cls(num_rows, dev)
         return [(lambda: m.alloc(n), lambda s=s: prepare_state(m, s, n=n)) for s in states]
 
     problem = Problem("kv_alloc", "int64", frozenset(), {"n": n}, dev)

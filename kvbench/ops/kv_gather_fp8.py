@@ -1,8 +1,9 @@
 """kv_gather_fp8: gather fp8 KV rows through a flat page table (656-byte cache rows -> 576-byte
 fp8 rows) plus zeroed landing-pad rows.
 
-The entry point `kv_gather_fp8` and `describe_kv_gather_fp8`; the bit-exact gate
-`check_kv_gather_fp8`, `proof_kv_gather_fp8`, `selfcheck_kv_gather_fp8`; `gather_inputs`,
+The op's oracle (its entry point is kvbench.api.kv_gather_fp8): `describe_kv_gather_fp8` and
+`gather_fields` (the same key from tensor metadata only); the bit-exact gate
+`check_kv_gather_fp8`, `proof_kv_gather_fp8`, `golden_check_kv_gather_fp8`; `gather_inputs`,
 `kv_gather_fp8_work` (payload bytes only: a row's extra pre-zeroing shows as lower GB/s), the
 byte-math reference `kv_gather_fp8_ref`, the report's ceiling and the tune cases. Kernels:
 kvbench/kernels/kv_gather_fp8.py; fixture: kvbench/fixtures/gather_pool.py.
@@ -14,15 +15,11 @@ import torch
 
 from kvbench.core.device import resolve_device
 from kvbench.core.dtypes import FROM_TORCH
-from kvbench.dispatch.core import cached_selection
-from kvbench.dispatch.registry import gather_bucket
 from kvbench.harness.proof import TimedProof, poison_
 from kvbench.harness.verify import verify
 from kvbench.harness.work import Work
 from kvbench.kernels._validate import checked_calls
 from kvbench.ops.common import (
-    LAST,
-    TAGS,
     OpInputs,
     Problem,
     RefCache,
@@ -32,9 +29,10 @@ from kvbench.ops.common import (
     e4m3_encode_ref,
     poison_next_alloc,
 )
+from kvbench.ops.keys import TAGS, gather_bucket
 
 
-def _gather_fields(kv_cache, page_table_flat) -> tuple:
+def gather_fields(kv_cache, page_table_flat) -> tuple:
     """(dtype, tags, bucket, device) of a kv_gather_fp8 call, from tensor metadata only: the
     arguments of dispatch.core.cached_selection after the op name."""
     try:
@@ -51,29 +49,9 @@ def _gather_fields(kv_cache, page_table_flat) -> tuple:
 
 
 def describe_kv_gather_fp8(kv_cache: torch.Tensor, page_table_flat: torch.Tensor) -> Problem:
-    """The dispatch problem kvbench.ops.kv_gather_fp8 derives from these inputs."""
-    dtype, tags, _, device = _gather_fields(kv_cache, page_table_flat)
+    """The dispatch problem of a kv_gather_fp8 call on these inputs (kvbench.api.kv_gather_fp8)."""
+    dtype, tags, _, device = gather_fields(kv_cache, page_table_flat)
     return Problem("kv_gather_fp8", dtype, tags, {"kv_len": page_table_flat.shape[0]}, device)
-
-
-def kv_gather_fp8(
-    kv_cache: torch.Tensor,
-    page_table_flat: torch.Tensor,
-    *,
-    extra_rows: int,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Gather fp8 KV rows (656-byte cache rows -> 576 fp8 outputs) plus extra_rows zero pad rows.
-
-    kv_cache [pool_tokens, 1, 656] (uint8 / float8_e4m3fn), page_table_flat [kv_len] int32.
-    Returns [kv_len + extra_rows, 576] float8_e4m3fn (into `out` when given). The
-    triton/cached row returns a view of a persistent buffer that its next call overwrites.
-    """
-    sel = cached_selection("kv_gather_fp8", *_gather_fields(kv_cache, page_table_flat))
-    if sel is None:
-        sel = describe_kv_gather_fp8(kv_cache, page_table_flat).dispatch()
-    LAST["kv_gather_fp8"] = sel
-    return sel.target(kv_cache, page_table_flat, extra_rows=extra_rows, out=out)
 
 
 #: The gate's elementwise tolerances per dtype name (verify: |out - ref| <= atol + rtol|ref|).
@@ -146,7 +124,7 @@ def proof_kv_gather_fp8(fn, kv_cache: torch.Tensor, page_table_flat: torch.Tenso
     return TimedProof(prepare, check, reverse)
 
 
-def selfcheck_kv_gather_fp8(fn, dtype: str = "fp8", device=None) -> float:
+def golden_check_kv_gather_fp8(fn, dtype: str = "fp8", device=None) -> float:
     """Tiny ragged problem, then a smaller one on the same row (cached-buffer shrink reuse)."""
     from kvbench.fixtures.gather_pool import build_gather_pool, build_page_table_flat
 
@@ -163,7 +141,7 @@ def selfcheck_kv_gather_fp8(fn, dtype: str = "fp8", device=None) -> float:
     return max(diff, check_kv_gather_fp8(fn, kv_cache, small, 3))
 
 
-#: seed-001 gather geometry: a 656-byte cache row (512 fp8 nope + 4 fp32 group scales +
+#: The fp8 gather spec's row geometry: a 656-byte cache row (512 fp8 nope + 4 fp32 group scales +
 #: 64 bf16 rope) becomes a 576-byte fp8 output row.
 GATHER_ROW_IN_BYTES = 656
 
@@ -172,7 +150,7 @@ GATHER_ROW_OUT_BYTES = 576
 
 
 def kv_gather_fp8_work(kv_len: int, extra_rows: int) -> Work:
-    """seed-001 payload: 656-byte rows + int32 page-table entries read, 576-byte rows written.
+    """The gather's payload: 656-byte rows + int32 page-table entries read, 576-byte rows written.
 
     The pad rows are written (zeros) but never read; a legacy variant's full-buffer zero fill
     is extra traffic of that implementation and is not counted.
@@ -187,7 +165,8 @@ def kv_gather_fp8_work(kv_len: int, extra_rows: int) -> Work:
 def kv_gather_fp8_ref(
     kv_cache: torch.Tensor, page_table_flat: torch.Tensor, *, extra_rows: int
 ) -> torch.Tensor:
-    """Gather + dequant/requant of seed 001 in byte/float64 math: [L + extra_rows, 576] fp8.
+    """The fp8 gather spec's gather + dequant/requant in byte/float64 math:
+    [L + extra_rows, 576] fp8.
 
     Row i (token t = page_table_flat[i]) of a 656-byte cache row: 512 nope codes, 4 fp32 group
     scales at bytes 512..527, 64 bf16 rope values at bytes 528..655. Output: nope value times

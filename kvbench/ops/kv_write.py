@@ -1,9 +1,10 @@
 """kv_write: scatter new K/V rows [N, Hkv, D] into the paged caches at slot_mapping (fp8:
 quantized on write with the caller's scales).
 
-The entry point `kv_write` and `describe_kv_write`; the gate (exact for every dtype:
+The op's oracle (its entry point is kvbench.api.kv_write): `describe_kv_write` and
+`write_fields` (the same key from tensor metadata only); the gate (exact for every dtype:
 `RTOL` / `ATOL` are zero) `check_kv_write`, which also checks that no other slot changed;
-`proof_kv_write`, `selfcheck_kv_write`; the inputs (`make_write_inputs`: scattered or
+`proof_kv_write`, `golden_check_kv_write`; the inputs (`make_write_inputs`: scattered or
 page-order slots; `write_inputs`), `kv_write_work`, the reference `kv_write_ref`, the report's
 ceiling and the tune cases. Kernels: kvbench/kernels/kv_write.py.
 """
@@ -13,15 +14,11 @@ from __future__ import annotations
 import torch
 
 from kvbench.core.dtypes import BYTES, FROM_TORCH
-from kvbench.dispatch.core import cached_selection
-from kvbench.dispatch.registry import write_bucket
 from kvbench.harness.proof import TimedProof
 from kvbench.harness.verify import verify
 from kvbench.harness.work import Work
 from kvbench.kernels._validate import checked_calls
 from kvbench.ops.common import (
-    LAST,
-    TAGS,
     OpInputs,
     Problem,
     RefCache,
@@ -30,9 +27,10 @@ from kvbench.ops.common import (
     e4m3_encode_ref,
     scale_f64,
 )
+from kvbench.ops.keys import TAGS, write_bucket
 
 
-def _write_fields(k, k_cache, v_cache, scaled: bool) -> tuple:
+def write_fields(k, k_cache, v_cache, scaled: bool) -> tuple:
     """(dtype, tags, bucket, device) of a kv_write call, from tensor metadata only: the
     arguments of dispatch.core.cached_selection after the op name."""
     try:
@@ -56,34 +54,10 @@ def describe_kv_write(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
 ) -> Problem:
-    """The dispatch problem kvbench.ops.kv_write derives from these inputs."""
+    """The dispatch problem of a kv_write call on these inputs (kvbench.api.kv_write)."""
     scaled = k_scale is not None or v_scale is not None
-    dtype, tags, _, device = _write_fields(k, k_cache, v_cache, scaled)
+    dtype, tags, _, device = write_fields(k, k_cache, v_cache, scaled)
     return Problem("kv_write", dtype, tags, {"n": k.shape[0]}, device)
-
-
-def kv_write(
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    *,
-    k_scale: torch.Tensor | None = None,
-    v_scale: torch.Tensor | None = None,
-) -> None:
-    """Scatter new rows k, v [N, Hkv, D] into the caches at slot_mapping [N] (int64), in place.
-
-    slot = page * page_size + offset; a negative slot skips its token; slot_mapping may be any
-    strided view. fp8 caches quantize on write with the caller-side scales (finite, > 0). The
-    K and V caches must not share memory.
-    """
-    scaled = k_scale is not None or v_scale is not None
-    sel = cached_selection("kv_write", *_write_fields(k, k_cache, v_cache, scaled))
-    if sel is None:
-        sel = describe_kv_write(k, v, k_cache, v_cache, k_scale=k_scale, v_scale=v_scale).dispatch()
-    LAST["kv_write"] = sel
-    sel.target(k, v, k_cache, v_cache, slot_mapping, k_scale=k_scale, v_scale=v_scale)
 
 
 #: The gate's elementwise tolerances per dtype name (verify: |out - ref| <= atol + rtol|ref|).
@@ -261,7 +235,7 @@ def proof_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor,
     return TimedProof(prepare, check, restore)
 
 
-def selfcheck_kv_write(fn, dtype: str, device) -> float:
+def golden_check_kv_write(fn, dtype: str, device) -> float:
     """Tiny fragmented combined-buffer problem with two skipped tokens, for dispatch.golden."""
     from kvbench.fixtures.pool import paged_pool
 

@@ -1,13 +1,14 @@
 """paged_decode: one decode step of paged attention, q [B, Hq, D] over paged K/V caches.
 
-Everything kvbench knows about the op except its kernels (kvbench/kernels/paged_decode.py,
-paged_decode_cluster.py) and its registry rows:
+The op's oracle: everything kvbench knows about the op except its kernels
+(kvbench/kernels/paged_decode.py, paged_decode_cluster.py), its registry rows and its
+engine-facing entry point (kvbench.api.paged_decode):
 
-- the engine-facing entry point `paged_decode` (the problem read from tensor metadata only,
-  the cached decision looked up, the selected row run) and `describe_paged_decode`;
+- the problem: `describe_paged_decode`, and `decode_fields` (the same key from tensor
+  metadata only, no sync: what the entry point looks its cached decision up with);
 - the gate: `RTOL` / `ATOL`, `check_paged_decode` (elementwise, then the systematic-error
   criterion), `proof_paged_decode` (the last timed call verified on a negated q),
-  `selfcheck_paged_decode*` (the tiny problems dispatch verifies rows with), and the
+  `golden_check_paged_decode*` (the tiny problems dispatch verifies rows with), and the
   load-only read's check (`check_page_read`, the bound:page_read row);
 - the theoretical cost (`paged_decode_work`, `page_read_work`) and the fp64 reference
   (`paged_decode_ref`, which shares no code with the kernels);
@@ -25,17 +26,16 @@ import torch
 
 from kvbench.core.device import resolve_device
 from kvbench.core.dtypes import BYTES, FROM_TORCH
-from kvbench.dispatch.core import cached_selection
-from kvbench.dispatch.registry import PAGED, decode_bucket
 from kvbench.harness.proof import TimedProof, poison_
 from kvbench.harness.verify import SYSTEMATIC_TOLERANCE, verify, verify_unbiased
 from kvbench.harness.work import Work
 from kvbench.kernels._validate import checked_calls
-from kvbench.ops.common import LAST, TAGS, OpInputs, Problem, RefCache, bad_input, poison_next_alloc
+from kvbench.ops.common import OpInputs, Problem, RefCache, bad_input, poison_next_alloc
+from kvbench.ops.keys import PAGED, TAGS, decode_bucket
 
 
 def _decode_features(q, ks, batch: int, context: int, paged: bool) -> tuple:
-    """core.decision_features of the problem describe_paged_decode builds: (batch,
+    """dispatch.core.decision_features of the problem describe_paged_decode builds: (batch,
     max_context, q_heads, kv_heads, head_dim, page_size), None where the problem has no such
     key."""
     q_heads = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 3 else None
@@ -44,7 +44,7 @@ def _decode_features(q, ks, batch: int, context: int, paged: bool) -> tuple:
     return (batch, context, q_heads, None, None, None)
 
 
-def _decode_fields(q, k_cache, v_cache, block_table, scaled: bool) -> tuple:
+def decode_fields(q, k_cache, v_cache, block_table, scaled: bool) -> tuple:
     """(dtype, tags, bucket, device, features) of a paged_decode call, from tensor metadata
     only (no sync): the arguments of dispatch.core.cached_selection after the op name."""
     try:
@@ -74,9 +74,9 @@ def describe_paged_decode(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
 ) -> Problem:
-    """The dispatch problem kvbench.ops.paged_decode derives from these inputs."""
+    """The dispatch problem of a paged_decode call on these inputs (kvbench.api.paged_decode)."""
     scaled = k_scale is not None or v_scale is not None
-    dtype, tags, _, device, _ = _decode_fields(q, k_cache, v_cache, block_table, scaled)
+    dtype, tags, _, device, _ = decode_fields(q, k_cache, v_cache, block_table, scaled)
     bs = block_table.shape
     shape: dict[str, int] = {"batch": bs[0], "max_context": 0}
     if PAGED in tags:
@@ -89,42 +89,6 @@ def describe_paged_decode(
     if isinstance(q, torch.Tensor) and q.dim() == 3:
         shape["q_heads"] = q.shape[1]
     return Problem("paged_decode", dtype, tags, shape, device)
-
-
-def paged_decode(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    *,
-    sm_scale: float | None = None,
-    k_scale: torch.Tensor | None = None,
-    v_scale: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """One decode step of paged attention: q [B, Hq, D] over caches [pages, page, Hkv, D].
-
-    block_table [B, max_pages] int32, seq_lens [B] int32; fp8 caches (e4m3 bytes as uint8 or
-    float8_e4m3fn) need k_scale / v_scale (finite fp32 scales > 0). Only the block-table
-    entries seq_lens reaches are read. Returns out [B, Hq, D] in q's dtype.
-    """
-    scaled = k_scale is not None or v_scale is not None
-    sel = cached_selection("paged_decode", *_decode_fields(q, k_cache, v_cache, block_table, scaled))
-    if sel is None:
-        sel = describe_paged_decode(
-            q, k_cache, v_cache, block_table, k_scale=k_scale, v_scale=v_scale
-        ).dispatch()
-    LAST["paged_decode"] = sel
-    return sel.target(
-        q,
-        k_cache,
-        v_cache,
-        block_table,
-        seq_lens,
-        sm_scale=sm_scale,
-        k_scale=k_scale,
-        v_scale=v_scale,
-    )
 
 
 #: The gate's elementwise tolerances, |out - ref| <= atol + rtol * |ref| against the fp64
@@ -275,7 +239,7 @@ def check_page_read(fn, pool, want: torch.Tensor | None = None) -> float:
     return verify(f"page_read[kv={pool.kv_dtype_name}, {pool.storage}]", got, want, rtol=0, atol=0)
 
 
-def selfcheck_paged_decode(fn, dtype: str, device, *, head_dim: int = 64,
+def golden_check_paged_decode(fn, dtype: str, device, *, head_dim: int = 64,
                            storage: str = "combined") -> float:
     """Tiny ragged problem (lens 1, 17, 40; page 16; 2 kv / 8 q heads; D ``head_dim``, 64
     unless a row needs another) through ``fn``.
@@ -306,11 +270,11 @@ def selfcheck_paged_decode(fn, dtype: str, device, *, head_dim: int = 64,
         pool.free()
 
 
-def selfcheck_paged_decode_cluster(fn, dtype: str, device) -> float:
-    """``selfcheck_paged_decode`` for cuda/cluster_decode: head_dim 128 (its only size), fp8
+def golden_check_paged_decode_cluster(fn, dtype: str, device) -> float:
+    """``golden_check_paged_decode`` for cuda/cluster_decode: head_dim 128 (its only size), fp8
     on dim-major V pages (the only fp8 layout it reads)."""
     storage = "v_dim_major" if dtype == "fp8" else "combined"
-    return selfcheck_paged_decode(fn, dtype, device, head_dim=128, storage=storage)
+    return golden_check_paged_decode(fn, dtype, device, head_dim=128, storage=storage)
 
 
 def _pages(seq_lens: Sequence[int], page_size: int) -> int:

@@ -14,14 +14,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import _sidecar
+from kvbench.api import kv_write, last_selection, paged_decode
 from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench, bench_kernel, event_floor
-from kvbench.ops.common import last_selection
-from kvbench.ops.kv_write import check_kv_write, kv_write, make_write_inputs, proof_kv_write
+from kvbench.ops.kv_write import check_kv_write, make_write_inputs, proof_kv_write
 from kvbench.ops.paged_decode import (
     check_paged_decode,
     make_decode_query,
-    paged_decode,
     proof_paged_decode,
 )
 

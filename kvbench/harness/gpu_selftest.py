@@ -1,6 +1,6 @@
-"""Validate the harness on a GPU against measurements it does not make itself.
+"""The harness's selftest on a GPU: its timers against measurements it does not make itself.
 
-    python -m kvbench.harness.validate_gpu [--json PATH] [--size-gib 2]
+    python -m kvbench.harness.gpu_selftest [--json PATH] [--size-gib 2]
 
 1. metadata header and calibrate() ceilings;
 2. bench() of a 2 GiB device copy next to two independent constructions of the same number:
@@ -209,12 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-gib", type=float, default=2.0, help="copy size for step 2 (GiB)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("validate_gpu needs a CUDA device", file=sys.stderr)
+        print("gpu_selftest needs a CUDA device", file=sys.stderr)
         return 2
     dev = resolve_device(None)
     peaks = device_peaks(dev)
     meta = metadata(
-        command="python -m kvbench.harness.validate_gpu " + " ".join(argv or sys.argv[1:])
+        command="python -m kvbench.harness.gpu_selftest " + " ".join(argv or sys.argv[1:])
     )
     print(format_metadata(meta))
     print(f"L2 {peaks.l2_bytes} B, flush buffer {flush_bytes(dev)} B")
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         peaks=peaks,
         ceilings=ceilings,
         floor_us=floor.median_us,
-        title="harness validation",
+        title="harness selftest",
         ceiling="copy",
     )
 
