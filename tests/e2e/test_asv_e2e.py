@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MACHINE = "e2e-cpu"
 PLANT_US = 400
 #: asv find / compare select the production allocator's rows by params (repr'd strings).

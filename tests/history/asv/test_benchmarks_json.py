@@ -15,7 +15,7 @@ import pytest
 
 from kvbench.history.asv import suite
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "asv.conf.json"
 
 

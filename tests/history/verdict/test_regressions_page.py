@@ -21,7 +21,7 @@ import pytest
 from kvbench.history.dashboard import publish
 from kvbench.history.verdict import page as regressions_page
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 GBPS = {"name": "m.C.track_gbps", "unit": "GB/s", "params": [["'a'", "'b'"], ["'x'"]]}
 US = {"name": "m.C.track_us", "unit": "seconds", "params": [["'a'", "'b'"], ["'x'"]]}
 BENCHMARKS = {"m.C.track_gbps": GBPS, "m.C.track_us": US, "version": 2}

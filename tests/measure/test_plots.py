@@ -10,7 +10,7 @@ import pytest
 from kvbench.cli import main as cli_main
 from kvbench.measure.plots import plot_roofline
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data"
 
 
 def _pixels_vary(path: Path) -> float:

@@ -267,7 +267,7 @@ def test_the_suite_refuses_an_implausible_number(monkeypatch):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from benchmarks import _common as c
     from kvbench.harness import bench
     from kvbench.harness.calibrate import Ceilings

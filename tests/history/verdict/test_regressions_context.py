@@ -21,7 +21,7 @@ from kvbench.history.verdict import context
 from kvbench.history.verdict.regressions import analyze
 from kvbench.history.verdict.page import render_page
 from kvbench.history.verdict.text import plot_findings, print_table
-from tests.test_regressions import _history, _steady, sim
+from test_regressions import _history, _steady, sim
 
 N, STEP_AT = 24, 14
 BUSY = {"sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 40, "power_w": 300.0,
@@ -171,7 +171,7 @@ def test_the_fast_speed_fact_separates_a_new_lease_from_one_leases_commits():
     """A recorded host group over 15 commits: commits 1-10 on one device machine, 11-15 on
     another behind the same name. Every series gets the fact at the change of machine and
     none between commits of one machine."""
-    path = Path(__file__).resolve().parents[1] / "tests/data/h200-2026-12-01-s16" / \
+    path = Path(__file__).resolve().parents[3] / "tests/data/h200-2026-12-01-s16" / \
         "host_suite_runs.jsonl"
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     series = sorted(set.intersection(*(set(r) for r in runs)))

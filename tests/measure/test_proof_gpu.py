@@ -43,7 +43,7 @@ def test_a_memoizing_decode_fails_its_timed_proof_on_the_gpu():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import planted
 
     pool = paged_pool(8, 4096, kv_heads=8, head_dim=128, page_size=16, dtype="fp16",

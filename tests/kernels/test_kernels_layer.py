@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-KERNELS = Path(__file__).resolve().parents[1] / "kvbench" / "kernels"
+KERNELS = Path(__file__).resolve().parents[2] / "kvbench" / "kernels"
 #: Imports outside kernels/core that are still there, each with why (none).
 PENDING: set[tuple[str, str]] = set()
 

@@ -23,7 +23,7 @@ from kvbench.history.verdict import simulate as sim
 from kvbench.history.verdict.regressions import analyze
 from kvbench.history.verdict.results import load_history
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 

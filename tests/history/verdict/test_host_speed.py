@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from kvbench.history.verdict.regressions import analyze
-from tests.test_regressions import _history, _steady, sim
-from tests.test_regressions_context import _entry, _write_sidecars
+from test_regressions import _history, _steady, sim
+from test_regressions_context import _entry, _write_sidecars
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 N = 24
 #: A slow spell of the machine over consecutive commits: every host series and the canary
 #: run this much slower (a shared host can drift ~5-10% over minutes on one machine).

@@ -12,7 +12,7 @@ from kvbench.core import env as selectors
 from kvbench.core.env import PREFIX, SETTINGS, unknown_settings
 from kvbench.dispatch import core
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: The misspelling of issue 22, the example the docs and these tests give (the tree scan
 #: below lets it through as an example, nothing else).
 MISSPELT = "KVBENCH_KV_GATHER_FP8"
