@@ -340,7 +340,7 @@ def validate_scale_value(name: str, scale: object, validation: DeviceValidation 
             value = float(scale.reshape(-1)[0])
         elif validation is not None:
             validation.flag(name, ~(torch.isfinite(scale) & (scale > 0)), scale,
-                        "must be a finite scale > 0")
+                            "must be a finite scale > 0")
             return
         else:
             return

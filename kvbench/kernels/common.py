@@ -140,7 +140,7 @@ def validate_decode_inputs(
         validate_decode_values(block_table, seq_lens, page_size, num_pages)
     elif validation is not None:
         block_table, seq_lens, poison = validated_on_device(validation, block_table, seq_lens,
-                                                           page_size, num_pages)
+                                                            page_size, num_pages)
         validation.submit()
     return DecodeProblem(
         batch=batch,
@@ -177,7 +177,7 @@ def validate_decode_values(
         (seq_lens[:, None] + page_size - 1) // page_size
     )
     V.validate_index_range("block_table entries used by seq_lens", block_table[used], num_pages,
-                        what="pages of the cache")
+                           what="pages of the cache")
 
 
 def used_entries(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
@@ -198,12 +198,12 @@ def validated_on_device(
     """
     cap = block_table.shape[1] * page_size
     lens = validation.bounds("seq_lens", seq_lens, 0, cap + 1, replacement=0,
-                         what="block_table.shape[1] * page_size is the capacity")
+                             what="block_table.shape[1] * page_size is the capacity")
     used = used_entries(block_table, lens, page_size)
     in_range = (block_table >= 0) & (block_table < num_pages)
     bad = used & ~in_range
     validation.flag("block_table entries used by seq_lens", bad, torch.where(used, block_table, 0),
-                f"must lie in [0, {num_pages}) (pages of the cache)")
+                    f"must lie in [0, {num_pages}) (pages of the cache)")
     table = torch.where(in_range, block_table, torch.zeros_like(block_table))
     poison = bad.any(dim=1) | (lens != seq_lens)
     return table, lens, poison

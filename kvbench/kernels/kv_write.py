@@ -133,10 +133,10 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     validation = device_validation(device)
     if values_validated(device):
         validate_index_range("slot_mapping values", slot_mapping, pages * page_size, skip_negative=True,
-                          what=what)
+                             what=what)
     elif validation is not None:
         slot_mapping = validation.bounds("slot_mapping values", slot_mapping, 0, pages * page_size,
-                                     what=what, replacement=-1, skip_negative=True)
+                                         what=what, replacement=-1, skip_negative=True)
     is_fp8 = k_cache.dtype in FP8_CONTAINERS
     if not is_fp8:
         if k.dtype != k_cache.dtype:
