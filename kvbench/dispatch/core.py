@@ -42,7 +42,7 @@ from kvbench.core.dtypes import ROW_DTYPES
 from kvbench.core.env import AUTO, SELECTOR_VARS, read_selector, warn_unknown_settings
 from kvbench.dispatch import golden, perf_tables
 from kvbench.dispatch.perf_tables import PerfProvider
-from kvbench.dispatch.registry import REGISTRY, Registry, bucket, check_op
+from kvbench.dispatch.registry import REGISTRY, Registry, bucket, validate_op
 from kvbench.dispatch.spec import GoldenRecord, KernelSpec
 from kvbench.ops.common import Problem
 
@@ -401,7 +401,7 @@ def _unloaded(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("internal: Selection.target used before the row was loaded")
 
 
-def _check_dtype(dtype: str) -> None:
+def _validate_dtype(dtype: str) -> None:
     if dtype not in ROW_DTYPES:
         raise ValueError(f"dtype {dtype!r}: accepted dtype names are {', '.join(ROW_DTYPES)}")
 
@@ -439,7 +439,7 @@ def dispatch(
            decision_features(op, shape))
     sel = _DECISIONS.get(key)
     if sel is None:
-        _check_dtype(dtype)
+        _validate_dtype(dtype)
         sel = _decide(op, dtype, tagset, shape, bucket_name, dev)
         _DECISIONS[key] = sel
     return sel
@@ -502,8 +502,8 @@ def verified_rows(
 ) -> list[KernelSpec]:
     """Every row that passes all filters and its check for this problem, ignoring the selector
     and the perf provider (what `kvbench tune` measures)."""
-    check_op(op)
-    _check_dtype(dtype)
+    validate_op(op)
+    _validate_dtype(dtype)
     dev = resolve_device(device)
     tagset = _as_tags(tags)
     full = _full_shape(shape, dtype, dev)

@@ -34,7 +34,7 @@ import torch
 from kvbench.core import paths
 from kvbench.core.dtypes import ROW_DTYPES
 from kvbench.core.jsonfile import move_aside, write_json_atomic
-from kvbench.dispatch.registry import BUCKETS, TUNED_DTYPE, check_op
+from kvbench.dispatch.registry import BUCKETS, TUNED_DTYPE, validate_op
 
 SCHEMA = 1
 #: (op, bucket, spec name, device name, dtype, tags) -> milliseconds, or None if unmeasured.
@@ -52,7 +52,7 @@ def _slug(device_name: str) -> str:
 
 
 def table_path(device_name: str, op: str, *, create: bool = True) -> Path:
-    return tables_dir(create=create) / f"{_slug(device_name)}__{check_op(op)}.json"
+    return tables_dir(create=create) / f"{_slug(device_name)}__{validate_op(op)}.json"
 
 
 def write_table(path: Path, data: dict) -> None:

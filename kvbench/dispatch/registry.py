@@ -39,9 +39,9 @@ from kvbench.ops.keys import (
     V_DIM_MAJOR,
     alloc_bucket,
     bucket,
-    check_op,
     decode_bucket,
     gather_bucket,
+    validate_op,
     write_bucket,
 )
 from kvbench.ops.kv_alloc import golden_check_kv_alloc
@@ -65,10 +65,10 @@ __all__ = [
     "Registry",
     "alloc_bucket",
     "bucket",
-    "check_op",
     "decode_bucket",
     "gather_bucket",
     "spec_names",
+    "validate_op",
     "write_bucket",
 ]
 
@@ -101,7 +101,7 @@ class Registry:
             raise ValueError(  # noqa: TRY004 - one exception type for bad input
                 f"register() takes a KernelSpec, got {type(spec).__name__}"
             )
-        check_op(spec.op)
+        validate_op(spec.op)
         rows = self._rows[spec.op]
         if spec.name in rows and not replace:
             raise ValueError(f"{spec.op} already has a row named {spec.name!r}")
@@ -110,15 +110,15 @@ class Registry:
 
     def specs(self, op: str) -> tuple[KernelSpec, ...]:
         """Rows of `op` in registration order."""
-        return tuple(self._rows[check_op(op)].values())
+        return tuple(self._rows[validate_op(op)].values())
 
     def spec_names(self, op: str) -> tuple[str, ...]:
-        return tuple(self._rows[check_op(op)])
+        return tuple(self._rows[validate_op(op)])
 
     def get(self, op: str, name: str) -> KernelSpec:
         """The row `name` of `op`; ValueError listing the valid names otherwise."""
         try:
-            return self._rows[check_op(op)][name]
+            return self._rows[validate_op(op)][name]
         except KeyError:
             raise ValueError(
                 f"{op} has no row {name!r}; valid names: {', '.join(self.spec_names(op))}"

@@ -2,7 +2,7 @@
 
 Why a module of its own: a Triton kernel given a wrong dtype, a wrong stride or a tensor on the
 wrong device does not fail, it reads garbage (or faults much later, asynchronously). Every
-launcher therefore checks its inputs on the host first and raises ``ValueError`` naming the
+launcher therefore validates its inputs on the host first and raises ``ValueError`` naming the
 argument and what is accepted, with one spelling of the message across ops. These helpers are
 deliberately small and generic (no op knowledge) so that kv_write, kv_gather_fp8 and
 paged_decode can all use them; they cost microseconds, paid once per call on the host.
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 
 #: The safe-mode variable (docs/safety.md). ``KVBENCH_CHECK=1``: every op validates the
-#: values of its index and scale tensors. CPU inputs are always checked on the host (free
+#: values of its index and scale tensors. CPU inputs are always validated on the host (free
 #: there, and an out-of-range index through the Triton interpreter is a segfault). CUDA
-#: inputs are checked on the device only in safe mode, without a host sync: the launcher
-#: computes which checks failed on the device, replaces out-of-range indices by in-range ones
+#: inputs are validated on the device only in safe mode, without a host sync: the launcher
+#: computes which rules failed on the device, replaces out-of-range indices by in-range ones
 #: (so no kernel reads or writes out of bounds), poisons the outputs they would have fed, and
 #: queues the verdict; the ValueError is raised by the next safe-mode call that finds it
 #: ready, or by ``raise_pending()`` (which waits for it). The fast path (safe mode off) reads
@@ -37,7 +37,7 @@ def _dtype_list(accepted: Iterable[torch.dtype]) -> str:
     return ", ".join(str(d) for d in accepted)
 
 
-def check_tensor(name: str, value: object) -> torch.Tensor:
+def validate_tensor(name: str, value: object) -> torch.Tensor:
     """Raise unless ``value`` is a torch.Tensor; return it (so launchers can chain)."""
     if not isinstance(value, torch.Tensor):
         # ValueError, not TypeError: the project contract is one exception type for bad input.
@@ -45,17 +45,17 @@ def check_tensor(name: str, value: object) -> torch.Tensor:
     return value
 
 
-def check_dtype(name: str, tensor: torch.Tensor, accepted: Iterable[torch.dtype]) -> None:
+def validate_dtype(name: str, tensor: torch.Tensor, accepted: Iterable[torch.dtype]) -> None:
     """Raise unless ``tensor.dtype`` is one of ``accepted``."""
     accepted = tuple(accepted)
-    check_tensor(name, tensor)
+    validate_tensor(name, tensor)
     if tensor.dtype not in accepted:
         raise ValueError(f"{name} has dtype {tensor.dtype}; accepted: {_dtype_list(accepted)}")
 
 
-def check_ndim(name: str, tensor: torch.Tensor, ndim: int, what: str = "") -> None:
+def validate_ndim(name: str, tensor: torch.Tensor, ndim: int, what: str = "") -> None:
     """Raise unless ``tensor`` has exactly ``ndim`` dimensions; ``what`` names the axes."""
-    check_tensor(name, tensor)
+    validate_tensor(name, tensor)
     if tensor.dim() != ndim:
         axes = f" {what}" if what else ""
         raise ValueError(
@@ -63,35 +63,35 @@ def check_ndim(name: str, tensor: torch.Tensor, ndim: int, what: str = "") -> No
         )
 
 
-def check_shape(name: str, tensor: torch.Tensor, expected: Sequence[int | None]) -> None:
+def validate_shape(name: str, tensor: torch.Tensor, expected: Sequence[int | None]) -> None:
     """Raise unless ``tensor.shape`` matches ``expected``; ``None`` entries match any size."""
-    check_ndim(name, tensor, len(expected))
+    validate_ndim(name, tensor, len(expected))
     for got, want in zip(tensor.shape, expected, strict=True):
         if want is not None and got != want:
             shown = tuple("*" if w is None else w for w in expected)
             raise ValueError(f"{name} must have shape {shown}, got {tuple(tensor.shape)}")
 
 
-def check_device(name: str, tensor: torch.Tensor, device: torch.device | str) -> None:
+def validate_device(name: str, tensor: torch.Tensor, device: torch.device | str) -> None:
     """Raise unless ``tensor`` lives on ``device`` (type and, when given, index)."""
-    check_tensor(name, tensor)
+    validate_tensor(name, tensor)
     want = torch.device(device)
     got = tensor.device
     if got.type != want.type or (want.index is not None and got.index != want.index):
         raise ValueError(f"{name} is on {got}; it must be on {want}")
 
 
-def check_same_device(**tensors: torch.Tensor | None) -> torch.device:
+def validate_same_device(**tensors: torch.Tensor | None) -> torch.device:
     """Raise unless every non-None tensor is on one device; return that device.
 
-    Called with keywords so the message names the arguments: ``check_same_device(q=q, k=k)``.
+    Called with keywords so the message names the arguments: ``validate_same_device(q=q, k=k)``.
     """
     first_name: str | None = None
     first: torch.device | None = None
     for name, t in tensors.items():
         if t is None:
             continue
-        check_tensor(name, t)
+        validate_tensor(name, t)
         if first is None:
             first_name, first = name, t.device
         elif t.device != first:
@@ -100,13 +100,13 @@ def check_same_device(**tensors: torch.Tensor | None) -> torch.device:
                 "on one device"
             )
     if first is None:
-        raise ValueError("check_same_device needs at least one tensor")
+        raise ValueError("validate_same_device needs at least one tensor")
     return first
 
 
-def check_contiguous(name: str, tensor: torch.Tensor) -> None:
+def validate_contiguous(name: str, tensor: torch.Tensor) -> None:
     """Raise unless ``tensor`` is contiguous (for kernels that compute flat offsets)."""
-    check_tensor(name, tensor)
+    validate_tensor(name, tensor)
     if not tensor.is_contiguous():
         raise ValueError(
             f"{name} must be contiguous (strides {tuple(tensor.stride())} for shape "
@@ -114,9 +114,9 @@ def check_contiguous(name: str, tensor: torch.Tensor) -> None:
         )
 
 
-def check_last_dim_contiguous(name: str, tensor: torch.Tensor) -> None:
+def validate_last_dim_contiguous(name: str, tensor: torch.Tensor) -> None:
     """Raise unless the innermost stride is 1 (strided views are fine, vector loads need this)."""
-    check_tensor(name, tensor)
+    validate_tensor(name, tensor)
     if tensor.dim() > 0 and tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
         raise ValueError(
             f"{name} must have stride 1 in its last dimension, got strides {tuple(tensor.stride())}"
@@ -135,7 +135,7 @@ def v_cache_dim_major(v_cache: torch.Tensor) -> bool:
     slots are adjacent and start at a multiple of page_size elements, so the page stride must
     be a multiple of page_size.
     """
-    check_tensor("v_cache", v_cache)
+    validate_tensor("v_cache", v_cache)
     page_size = v_cache.shape[1]
     if v_cache.stride(3) == 1:
         return False
@@ -148,13 +148,13 @@ def v_cache_dim_major(v_cache: torch.Tensor) -> bool:
     )
 
 
-def check_power_of_two(
+def validate_power_of_two(
     name: str, value: int, *, minimum: int = 1, maximum: int | None = None
 ) -> None:
     """Raise unless ``value`` is an int power of two within ``[minimum, maximum]``.
 
     Triton block shapes (``tl.arange``) must be powers of two, so head_dim / page_size style
-    parameters are checked here rather than failing inside compilation.
+    parameters are validated here rather than failing inside compilation.
     """
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
     ok = ok and (value & (value - 1)) == 0 and value >= minimum
@@ -164,7 +164,7 @@ def check_power_of_two(
         raise ValueError(f"{name} must be a power of two >= {minimum}{upper}, got {value!r}")
 
 
-def check_optional_int_range(name: str, value: object, low: int, high: int) -> None:
+def validate_optional_int_range(name: str, value: object, low: int, high: int) -> None:
     """``value`` is None (the callee picks) or an int (not a bool) in [low, high]."""
     if value is None:
         return
@@ -172,7 +172,7 @@ def check_optional_int_range(name: str, value: object, low: int, high: int) -> N
         raise ValueError(f"{name} must be None or an int in [{low}, {high}], got {value!r}")
 
 
-def check_one_of(name: str, value: object, accepted: Iterable[object]) -> None:
+def validate_one_of(name: str, value: object, accepted: Iterable[object]) -> None:
     """Raise unless ``value`` is one of ``accepted`` (for string / enum options)."""
     accepted = tuple(accepted)
     if value not in accepted:
@@ -181,11 +181,11 @@ def check_one_of(name: str, value: object, accepted: Iterable[object]) -> None:
         )
 
 
-def check_scale(name: str, scale: object, device: torch.device | None = None) -> None:
+def validate_scale(name: str, scale: object, device: torch.device | None = None) -> None:
     """Raise unless ``scale`` is a python float/int or a 1-element fp32 tensor (on ``device``).
 
     fp8 e4m3 KV uses caller-side per-tensor scales; a missing or wrong-typed scale would silently
-    produce wrong attention, so it is checked like any tensor argument.
+    produce wrong attention, so it is validated like any tensor argument.
     """
     if isinstance(scale, bool) or scale is None:
         raise ValueError(
@@ -194,7 +194,7 @@ def check_scale(name: str, scale: object, device: torch.device | None = None) ->
     if isinstance(scale, (int, float)):
         return
     if not isinstance(scale, torch.Tensor):
-        raise ValueError(  # noqa: TRY004 (one exception type for bad input, see check_tensor)
+        raise ValueError(  # noqa: TRY004 (one exception type for bad input, see validate_tensor)
             f"{name} must be a python float or a 1-element float32 tensor, got {type(scale).__name__}"
         )
     if scale.dtype != torch.float32 or scale.numel() != 1:
@@ -203,11 +203,11 @@ def check_scale(name: str, scale: object, device: torch.device | None = None) ->
             f"{scale.numel()} elements"
         )
     if device is not None:
-        check_device(name, scale, device)
+        validate_device(name, scale, device)
 
 
 def safe_mode() -> bool:
-    """Whether ``KVBENCH_CHECK`` asks for value checks on the device (read at call time)."""
+    """Whether ``KVBENCH_CHECK`` asks for value validation on the device (read at call time)."""
     raw = os.environ.get(SAFE_MODE_VAR, "")
     try:
         return _SAFE_MODE_VALUES[raw.strip()]
@@ -216,12 +216,12 @@ def safe_mode() -> bool:
                          "(unset means 0)") from None
 
 
-def values_checked(device: torch.device) -> bool:
+def values_validated(device: torch.device) -> bool:
     """Whether launchers read index values on the host for ``device``: CPU inputs only."""
     return device.type == "cpu"
 
 
-def device_checked(device: torch.device) -> bool:
+def device_validated(device: torch.device) -> bool:
     """Whether launchers validate index values on the device (a CUDA input in safe mode)."""
     return device.type != "cpu" and safe_mode()
 
@@ -231,15 +231,15 @@ class _Pending:
     """One safe-mode call's verdict on its way to the host (a pinned copy behind an event)."""
 
     event: torch.cuda.Event
-    stats: torch.Tensor  # pinned host int64 [checks, 3]: failed, lowest, highest value
+    stats: torch.Tensor  # pinned host int64 [rules, 3]: failed, lowest, highest value
     messages: tuple[str, ...]
 
 
 _PENDING: list[_Pending] = []
 
 
-class DeviceChecks:
-    """The value checks of one safe-mode call on a CUDA input, evaluated on the device.
+class DeviceValidation:
+    """The value validation of one safe-mode call on a CUDA input, evaluated on the device.
 
     ``bounds(name, values, low, high, what)`` records whether every value lies in
     [low, high) and returns a copy with the offending values replaced by ``replacement``
@@ -261,7 +261,7 @@ class DeviceChecks:
         return torch.where(ok, values, torch.full_like(values, replacement))
 
     def flag(self, name: str, bad: torch.Tensor, values: torch.Tensor, rule: str) -> None:
-        """Record a check whose failures ``bad`` (bool, any shape) the caller computed."""
+        """Record a rule whose failures ``bad`` (bool, any shape) the caller computed."""
         self._record(name, bad, values, rule)
 
     def _record(self, name: str, bad: torch.Tensor, values: torch.Tensor, rule: str) -> None:
@@ -284,11 +284,11 @@ class DeviceChecks:
 
 
 def raise_pending(*, wait: bool = True) -> None:
-    """Raise the ValueError of any failed safe-mode check queued so far (docs/safety.md).
+    """Raise the ValueError of any failed safe-mode validation queued so far (docs/safety.md).
 
     ``wait=False`` looks only at verdicts already on the host (what each safe-mode call does
     first, so a failure surfaces at the next call without a sync); ``wait=True`` waits for
-    all of them (call it where the caller syncs anyway, or at the end of a check).
+    all of them (call it where the caller syncs anyway, or at the end of an op's check).
     """
     while _PENDING:
         head = _PENDING[0]
@@ -304,18 +304,18 @@ def raise_pending(*, wait: bool = True) -> None:
             raise ValueError("safe mode (KVBENCH_CHECK=1): " + "; ".join(failed))
 
 
-def device_checks(device: torch.device) -> DeviceChecks | None:
-    """A DeviceChecks for this call when ``device`` is checked on the device, else None.
+def device_validation(device: torch.device) -> DeviceValidation | None:
+    """A DeviceValidation for this call when ``device`` is validated on the device, else None.
 
     Raises first the failure of an earlier safe-mode call whose verdict has arrived.
     """
-    if not device_checked(device):
+    if not device_validated(device):
         return None
     raise_pending(wait=False)
-    return DeviceChecks()
+    return DeviceValidation()
 
 
-def check_index_range(
+def validate_index_range(
     name: str, index: torch.Tensor, upper: int, *, what: str, skip_negative: bool = False
 ) -> None:
     """Every value of integer ``index`` in [0, upper) (negatives allowed, as "skip this
@@ -330,17 +330,17 @@ def check_index_range(
 
 
 
-def check_scale_value(name: str, scale: object, checks: DeviceChecks | None) -> None:
+def validate_scale_value(name: str, scale: object, validation: DeviceValidation | None) -> None:
     """An fp8 scale must be finite and > 0 (0 turns every value into inf/NaN, a negative one
     flips signs, NaN poisons the output). Python floats and CPU tensors are read here; a
-    CUDA tensor is checked on the device in safe mode (``checks``) and not at all otherwise
+    CUDA tensor is validated on the device in safe mode (``validation``) and not at all otherwise
     (reading it would be a device sync)."""
     if isinstance(scale, torch.Tensor):
         if scale.device.type == "cpu":
             value = float(scale.reshape(-1)[0])
-        elif checks is not None:
-            checks.flag(name, ~(torch.isfinite(scale) & (scale > 0)), scale,
-                        "must be a finite scale > 0")
+        elif validation is not None:
+            validation.flag(name, ~(torch.isfinite(scale) & (scale > 0)), scale,
+                            "must be a finite scale > 0")
             return
         else:
             return
@@ -357,7 +357,7 @@ def _footprint(t: torch.Tensor) -> tuple[int, int, int]:
     return t.data_ptr(), t.stride(0) * size, inner * size
 
 
-def check_no_self_overlap(name: str, t: torch.Tensor) -> None:
+def validate_no_self_overlap(name: str, t: torch.Tensor) -> None:
     """Raise when two elements of ``t`` share memory (a zero stride, or a stride smaller than
     what the dimensions inside it span): writing through such a view races with itself.
 
@@ -374,7 +374,7 @@ def check_no_self_overlap(name: str, t: torch.Tensor) -> None:
         extent = stride * (n - 1) + extent
 
 
-def check_no_overlap(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
+def validate_no_overlap(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
     """Raise when two paged views ``[pages, ...]`` share a byte (e.g. K and V caches shifted
     by a page). Views interleaved page by page in one buffer (the engine's combined K/V
     layout) do not overlap and pass.
@@ -407,11 +407,11 @@ def check_no_overlap(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor)
 
 
 @contextlib.contextmanager
-def checked_calls() -> Iterator[None]:
+def validated_calls() -> Iterator[None]:
     """Run the calls inside in safe mode, then wait for their verdicts and raise a failure.
 
-    For correctness checks (kvbench.ops.<op>.check_<op>), never around timed calls: the device-side
-    checks are extra work, and waiting for their verdict is a host sync.
+    For an op's check (kvbench.ops.<op>.check_<op>), never around timed calls: the device-side
+    validation is extra work, and waiting for its verdict is a host sync.
     """
     before = os.environ.get(SAFE_MODE_VAR)
     os.environ[SAFE_MODE_VAR] = "1"
@@ -427,21 +427,21 @@ def checked_calls() -> Iterator[None]:
 
 #: Cache-view pairs already found disjoint, by (pointers, shapes, strides, element size):
 #: the verdict is arithmetic on those alone, and an engine passes the same per-layer caches
-#: every step, so the check costs one dict lookup after the first call. Bounded.
+#: every step, so the validation costs one dict lookup after the first call. Bounded.
 _DISJOINT_VIEWS: set[tuple] = set()
 _DISJOINT_VIEWS_MAX = 1024
 
 
-def check_cache_views(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-    """Raise when a K or V cache view overlaps itself or the other (check_no_self_overlap,
-    check_no_overlap); remembered per view geometry once it passed."""
+def validate_cache_views(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """Raise when a K or V cache view overlaps itself or the other (validate_no_self_overlap,
+    validate_no_overlap); remembered per view geometry once it passed."""
     key = (k_cache.data_ptr(), v_cache.data_ptr(), k_cache.element_size(), tuple(k_cache.shape),
            k_cache.stride(), tuple(v_cache.shape), v_cache.stride())
     if key in _DISJOINT_VIEWS:
         return
-    check_no_self_overlap("k_cache", k_cache)
-    check_no_self_overlap("v_cache", v_cache)
-    check_no_overlap("k_cache", k_cache, "v_cache", v_cache)
+    validate_no_self_overlap("k_cache", k_cache)
+    validate_no_self_overlap("v_cache", v_cache)
+    validate_no_overlap("k_cache", k_cache, "v_cache", v_cache)
     if len(_DISJOINT_VIEWS) >= _DISJOINT_VIEWS_MAX:
         _DISJOINT_VIEWS.clear()
     _DISJOINT_VIEWS.add(key)

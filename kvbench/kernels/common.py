@@ -49,7 +49,7 @@ class DecodeProblem:
     poison: torch.Tensor | None
 
     def finish(self, out: torch.Tensor) -> torch.Tensor:
-        """The output as returned: NaN rows for the sequences a safe-mode check caught."""
+        """The output as returned: NaN rows for the sequences safe-mode validation caught."""
         if self.poison is not None:
             out.masked_fill_(self.poison[:, None, None], float("nan"))
         return out
@@ -68,46 +68,46 @@ def validate_decode_inputs(
     triton_kernel: bool,
     interpreted: bool = False,
 ) -> DecodeProblem:
-    """The checked problem, or ValueError naming the argument and what is accepted (the
+    """The validated problem, or ValueError naming the argument and what is accepted (the
     contract in kvbench/kernels/paged_decode.py's docstring).
 
     ``triton_kernel``: the caller launches Triton kernels, which need CUDA tensors unless
-    ``interpreted`` (its kernels were decorated under TRITON_INTERPRET). Value checks run on
+    ``interpreted`` (its kernels were decorated under TRITON_INTERPRET). Value validation runs on
     the host for CPU tensors and, in safe mode on CUDA, on the device (returned in the
     problem's block_table / seq_lens / poison).
     """
-    V.check_dtype("q", q, Q_DTYPES)
-    V.check_ndim("q", q, 3, "[batch, q_heads, head_dim]")
-    V.check_last_dim_contiguous("q", q)
+    V.validate_dtype("q", q, Q_DTYPES)
+    V.validate_ndim("q", q, 3, "[batch, q_heads, head_dim]")
+    V.validate_last_dim_contiguous("q", q)
     accepted_cache = (q.dtype, *FP8_CACHES)
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-        V.check_dtype(name, cache, accepted_cache)
-        V.check_ndim(name, cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
-    V.check_last_dim_contiguous("k_cache", k_cache)
+        V.validate_dtype(name, cache, accepted_cache)
+        V.validate_ndim(name, cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
+    V.validate_last_dim_contiguous("k_cache", k_cache)
     v_dim_major = V.v_cache_dim_major(v_cache)
     if v_cache.dtype != k_cache.dtype:
         raise ValueError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
-    V.check_shape("v_cache", v_cache, tuple(k_cache.shape))
+    V.validate_shape("v_cache", v_cache, tuple(k_cache.shape))
     batch, q_heads, head_dim = q.shape
     num_pages, page_size, kv_heads, cache_dim = k_cache.shape
     if cache_dim != head_dim:
         raise ValueError(f"k_cache head_dim {cache_dim} must equal q head_dim {head_dim}")
     if not (16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0):
         raise ValueError(f"head_dim must be {HEAD_DIMS}, got {head_dim}")
-    V.check_power_of_two("page_size (k_cache.shape[1])", page_size)
+    V.validate_power_of_two("page_size (k_cache.shape[1])", page_size)
     if num_pages < 1 or kv_heads < 1:
         raise ValueError(
             f"k_cache must have >= 1 page and >= 1 kv head, got {tuple(k_cache.shape)}"
         )
     if q_heads % kv_heads != 0:
         raise ValueError(f"q heads ({q_heads}) must be a multiple of kv heads ({kv_heads})")
-    V.check_dtype("block_table", block_table, (torch.int32,))
-    V.check_shape("block_table", block_table, (batch, None))
-    V.check_last_dim_contiguous("block_table", block_table)
-    V.check_dtype("seq_lens", seq_lens, (torch.int32,))
-    V.check_shape("seq_lens", seq_lens, (batch,))
-    V.check_contiguous("seq_lens", seq_lens)
-    device = V.check_same_device(
+    V.validate_dtype("block_table", block_table, (torch.int32,))
+    V.validate_shape("block_table", block_table, (batch, None))
+    V.validate_last_dim_contiguous("block_table", block_table)
+    V.validate_dtype("seq_lens", seq_lens, (torch.int32,))
+    V.validate_shape("seq_lens", seq_lens, (batch,))
+    V.validate_contiguous("seq_lens", seq_lens)
+    device = V.validate_same_device(
         q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens
     )
     if triton_kernel and device.type != "cuda" and not interpreted:
@@ -125,23 +125,23 @@ def validate_decode_inputs(
     ):
         raise ValueError(f"sm_scale must be None or a finite float > 0, got {sm_scale!r}")
     fp8 = k_cache.dtype in FP8_CACHES
-    checks = V.device_checks(device)
+    validation = V.device_validation(device)
     if fp8:
         for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
-            V.check_scale(name, sc, device)
-            V.check_scale_value(name, sc, checks)
+            V.validate_scale(name, sc, device)
+            V.validate_scale_value(name, sc, validation)
     else:
         for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
             if sc is not None:
                 raise ValueError(f"{name} is only accepted with fp8 (e4m3) caches; pass None")
     max_pages = block_table.shape[1]
     poison = None
-    if V.values_checked(device):
-        check_decode_values(block_table, seq_lens, page_size, num_pages)
-    elif checks is not None:
-        block_table, seq_lens, poison = checked_on_device(checks, block_table, seq_lens,
-                                                           page_size, num_pages)
-        checks.submit()
+    if V.values_validated(device):
+        validate_decode_values(block_table, seq_lens, page_size, num_pages)
+    elif validation is not None:
+        block_table, seq_lens, poison = validated_on_device(validation, block_table, seq_lens,
+                                                            page_size, num_pages)
+        validation.submit()
     return DecodeProblem(
         batch=batch,
         q_heads=q_heads,
@@ -161,7 +161,7 @@ def validate_decode_inputs(
     )
 
 
-def check_decode_values(
+def validate_decode_values(
     block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int, num_pages: int
 ) -> None:
     """seq_lens within the table's capacity; the pages they use within the pool."""
@@ -176,8 +176,8 @@ def check_decode_values(
     used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < (
         (seq_lens[:, None] + page_size - 1) // page_size
     )
-    V.check_index_range("block_table entries used by seq_lens", block_table[used], num_pages,
-                        what="pages of the cache")
+    V.validate_index_range("block_table entries used by seq_lens", block_table[used], num_pages,
+                           what="pages of the cache")
 
 
 def used_entries(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> torch.Tensor:
@@ -186,24 +186,24 @@ def used_entries(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: i
     return torch.arange(block_table.shape[1], device=block_table.device)[None, :] < pages
 
 
-def checked_on_device(
-    checks: V.DeviceChecks, block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
+def validated_on_device(
+    validation: V.DeviceValidation, block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
     num_pages: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Safe mode on CUDA: check_decode_values's rules evaluated on the device.
+    """Safe mode on CUDA: validate_decode_values's rules evaluated on the device.
 
     Returns (block table, seq_lens, poison): a length outside [0, capacity] becomes 0 and an
     out-of-range page id becomes page 0, so the kernels stay in bounds; ``poison`` marks the
     sequences either touched, whose outputs are then NaN.
     """
     cap = block_table.shape[1] * page_size
-    lens = checks.bounds("seq_lens", seq_lens, 0, cap + 1, replacement=0,
-                         what="block_table.shape[1] * page_size is the capacity")
+    lens = validation.bounds("seq_lens", seq_lens, 0, cap + 1, replacement=0,
+                             what="block_table.shape[1] * page_size is the capacity")
     used = used_entries(block_table, lens, page_size)
     in_range = (block_table >= 0) & (block_table < num_pages)
     bad = used & ~in_range
-    checks.flag("block_table entries used by seq_lens", bad, torch.where(used, block_table, 0),
-                f"must lie in [0, {num_pages}) (pages of the cache)")
+    validation.flag("block_table entries used by seq_lens", bad, torch.where(used, block_table, 0),
+                    f"must lie in [0, {num_pages}) (pages of the cache)")
     table = torch.where(in_range, block_table, torch.zeros_like(block_table))
     poison = bad.any(dim=1) | (lens != seq_lens)
     return table, lens, poison

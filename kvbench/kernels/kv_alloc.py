@@ -56,7 +56,7 @@ class Backend(Protocol):
     def free_rows(self) -> np.ndarray: ...
 
 
-def _check_num_rows(num_rows: Any) -> int:
+def _validate_num_rows(num_rows: Any) -> int:
     if isinstance(num_rows, bool):
         raise ValueError(f"num_rows must be a positive int, got {num_rows!r}")  # noqa: TRY004
     try:
@@ -68,7 +68,7 @@ def _check_num_rows(num_rows: Any) -> int:
     return value
 
 
-def check_count(n: Any, num_free: int) -> int:
+def validate_count(n: Any, num_free: int) -> int:
     """alloc's n as an int in [1, num_free]; AllocError otherwise (nothing changed yet)."""
     if type(n) is not int:
         if isinstance(n, bool):
@@ -129,7 +129,7 @@ def _host_rows(rows: Any, num_rows: int, what: str = "free(rows)") -> np.ndarray
     return arr.astype(np.int64, copy=False)
 
 
-def _check_rows(
+def _validate_rows(
     arr: np.ndarray,
     num_rows: int,
     allocated: np.ndarray,
@@ -184,7 +184,7 @@ class LegacyBitmapAllocator:
     """
 
     def __init__(self, num_rows: int, device: torch.device | str) -> None:
-        self.num_rows = _check_num_rows(num_rows)
+        self.num_rows = _validate_num_rows(num_rows)
         self.device = resolve_device(device)
         self._free = torch.ones(self.num_rows, dtype=torch.bool, device=self.device)
         self._num_free = self.num_rows
@@ -206,7 +206,7 @@ class LegacyBitmapAllocator:
         return self._free.nonzero().squeeze(1).cpu().numpy().astype(np.int64)
 
     def alloc(self, n: int) -> torch.Tensor:
-        n = check_count(n, self._num_free)
+        n = validate_count(n, self._num_free)
         if self._cursor_valid:
             # Fast path: rows past the cursor are free and n <= num_free = num_rows - cursor.
             start = self._cursor
@@ -420,7 +420,7 @@ class HostFreeListAllocator:
     """
 
     def __init__(self, num_rows: int, device: torch.device | str) -> None:
-        self.num_rows = _check_num_rows(num_rows)
+        self.num_rows = _validate_num_rows(num_rows)
         self.device = resolve_device(device)
         self._allocated = np.zeros(self.num_rows, dtype=bool)
         self._stack = np.empty(self.num_rows, dtype=np.int64)  # free rows, LIFO
@@ -474,7 +474,7 @@ class HostFreeListAllocator:
         top = self._top
         cursor = self._cursor
         if type(n) is not int or n < 1 or n > self.num_rows - cursor + top:
-            n = check_count(n, self.num_rows - cursor + top)  # raises AllocError, nothing changed
+            n = validate_count(n, self.num_rows - cursor + top)  # raises AllocError, nothing changed
         if top == 0:
             # Bump: every row at or past the cursor is free, and they form a run.
             end = cursor + n
@@ -592,7 +592,7 @@ class HostFreeListAllocator:
             arr, view = self._tensor_rows(rows)
         else:
             arr = _host_rows(rows, self.num_rows)
-        _check_rows(arr, self.num_rows, self._allocated, self._scratch, self._iota)
+        _validate_rows(arr, self.num_rows, self._allocated, self._scratch, self._iota)
         k = arr.size
         if k == 0:
             return

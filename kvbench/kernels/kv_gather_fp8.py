@@ -7,10 +7,10 @@ Op: ``kv_gather_fp8(kv_cache, page_table_flat, *, extra_rows, out=None) -> [L + 
   e4m3 "nope" bytes, 4 fp32 group scales (one per 128 nope values) and 64 bf16 "rope" values
   (kvbench.fixtures.gather_pool documents the layout and builds realistic pools).
 - ``page_table_flat``: int32 [L] contiguous, pool rows to gather, in output order. Values must
-  lie in [0, pool_tokens); checked on the host for CPU tensors, and on CUDA on the device in
+  lie in [0, pool_tokens); validated on the host for CPU tensors, and on CUDA on the device in
   safe mode (``KVBENCH_CHECK=1``, docs/safety.md: an out-of-range id reads row 0, its output
   row is poisoned with NaN codes and a later call or ``raise_pending()`` raises); the fast path
-  on CUDA checks no value.
+  on CUDA validates no value.
 - ``extra_rows`` >= 0: zero "landing pad" rows appended after the L gathered rows.
 
 Exact definition (what every row computes, bit for bit). For gathered row i, token t:
@@ -47,14 +47,14 @@ import triton.language as tl
 
 from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_interpreted
 from kvbench.kernels._validate import (
-    check_contiguous,
-    check_dtype,
-    check_index_range,
-    check_ndim,
-    check_same_device,
-    check_shape,
-    device_checks,
-    values_checked,
+    device_validation,
+    validate_contiguous,
+    validate_dtype,
+    validate_index_range,
+    validate_ndim,
+    validate_same_device,
+    validate_shape,
+    values_validated,
 )
 
 ROW_BYTES = 656
@@ -76,37 +76,37 @@ _POISON_CODE = 0x7F
 
 
 def _validate(kv_cache, page_table_flat, extra_rows, out):
-    """Host checks for every row; returns (total output rows, page table to launch with,
+    """Host validation for every row; returns (total output rows, page table to launch with,
     the [L] bool rows to poison or None): in safe mode on CUDA the table is a copy whose
     out-of-range ids read row 0."""
-    check_dtype("kv_cache", kv_cache, (torch.float8_e4m3fn, torch.uint8))
-    check_shape("kv_cache", kv_cache, (None, 1, ROW_BYTES))
-    check_contiguous("kv_cache", kv_cache)
+    validate_dtype("kv_cache", kv_cache, (torch.float8_e4m3fn, torch.uint8))
+    validate_shape("kv_cache", kv_cache, (None, 1, ROW_BYTES))
+    validate_contiguous("kv_cache", kv_cache)
     if kv_cache.data_ptr() % 16:
         raise ValueError("kv_cache must start 16-byte aligned (rows are read as fp32/bf16 too)")
-    check_dtype("page_table_flat", page_table_flat, (torch.int32,))
-    check_ndim("page_table_flat", page_table_flat, 1, "[num_tokens] int32 pool rows")
+    validate_dtype("page_table_flat", page_table_flat, (torch.int32,))
+    validate_ndim("page_table_flat", page_table_flat, 1, "[num_tokens] int32 pool rows")
     if not page_table_flat.is_contiguous():
         raise ValueError("page_table_flat must be contiguous")
     if isinstance(extra_rows, bool) or not isinstance(extra_rows, int) or extra_rows < 0:
         raise ValueError(f"extra_rows must be an int >= 0, got {extra_rows!r}")
-    device = check_same_device(kv_cache=kv_cache, page_table_flat=page_table_flat, out=out)
+    device = validate_same_device(kv_cache=kv_cache, page_table_flat=page_table_flat, out=out)
     what = f"rows of the {kv_cache.shape[0]}-row kv_cache"
-    checks = device_checks(device)
+    validation = device_validation(device)
     poison = None
-    if values_checked(device):
-        check_index_range("page_table_flat values", page_table_flat, kv_cache.shape[0], what=what)
-    elif checks is not None:
-        checked = checks.bounds("page_table_flat values", page_table_flat, 0, kv_cache.shape[0],
-                                what=what, replacement=0)
-        poison = checked != page_table_flat
-        page_table_flat = checked
-        checks.submit()
+    if values_validated(device):
+        validate_index_range("page_table_flat values", page_table_flat, kv_cache.shape[0], what=what)
+    elif validation is not None:
+        validated = validation.bounds("page_table_flat values", page_table_flat, 0, kv_cache.shape[0],
+                                      what=what, replacement=0)
+        poison = validated != page_table_flat
+        page_table_flat = validated
+        validation.submit()
     total = page_table_flat.shape[0] + extra_rows
     if out is not None:
-        check_dtype("out", out, (torch.float8_e4m3fn,))
-        check_shape("out", out, (total, OUT_DIM))
-        check_contiguous("out", out)
+        validate_dtype("out", out, (torch.float8_e4m3fn,))
+        validate_shape("out", out, (total, OUT_DIM))
+        validate_contiguous("out", out)
     return total, page_table_flat, poison
 
 

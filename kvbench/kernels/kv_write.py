@@ -15,11 +15,11 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
   ``offset = slot % page_size``. A **negative slot means "skip this token"**: engines pad a
   batch to a captured size (CUDA graphs) and mark the padding with -1 (vLLM's convention).
   Any stride is read as given. Slots must be distinct and < num_pages * page_size. The
-  range is checked on the host for CPU tensors, and on CUDA on the device in safe mode
+  range is validated on the host for CPU tensors, and on CUDA on the device in safe mode
   (``KVBENCH_CHECK=1``, docs/safety.md: an out-of-range slot becomes a skip and the call's
-  ValueError is raised later, without a host sync); the fast path on CUDA checks no value.
-  Distinctness is not checked.
-- ``k_cache`` and ``v_cache`` must not share memory with each other or themselves (checked
+  ValueError is raised later, without a host sync); the fast path on CUDA validates no value.
+  Distinctness is not validated.
+- ``k_cache`` and ``v_cache`` must not share memory with each other or themselves (validated
   from their strides on every call).
 - fp8 caches (uint8 containers of e4m3fn bytes, or float8_e4m3fn tensors) quantize on write
   with the caller's per-tensor fp32 scales: ``byte = e4m3_rne(clamp(fp32(x) / scale, +-448))``.
@@ -43,19 +43,19 @@ from kvbench.core.dtypes import FP8_CONTAINERS, FROM_TORCH
 from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import FP8_MAX, bf16_bits_to_f32, encode_e4m3, is_interpreted
 from kvbench.kernels._validate import (
-    DeviceChecks,
-    check_cache_views,
-    check_dtype,
-    check_index_range,
-    check_last_dim_contiguous,
-    check_ndim,
-    check_same_device,
-    check_scale,
-    check_scale_value,
-    check_shape,
-    device_checks,
+    DeviceValidation,
+    device_validation,
     v_cache_dim_major,
-    values_checked,
+    validate_cache_views,
+    validate_dtype,
+    validate_index_range,
+    validate_last_dim_contiguous,
+    validate_ndim,
+    validate_same_device,
+    validate_scale,
+    validate_scale_value,
+    validate_shape,
+    values_validated,
 )
 
 # Exact copies for fp16/bf16; fp8 bytes equal torch's RNE quantization of the same input
@@ -79,36 +79,36 @@ _ELEMS_PER_WARP = 32 * 8
 
 
 def _scale_tensor(name: str, scale: object, device: torch.device,
-                  checks: DeviceChecks | None) -> torch.Tensor:
+                  validation: DeviceValidation | None) -> torch.Tensor:
     """Validate a caller-side scale and return it as a 1-element fp32 tensor on ``device``.
 
     A python float costs a host->device copy per call; production callers pass tensors.
     """
-    check_scale(name, scale, device)
-    check_scale_value(name, scale, checks)
+    validate_scale(name, scale, device)
+    validate_scale_value(name, scale, validation)
     if isinstance(scale, torch.Tensor):
         return scale.reshape(1)
     return torch.tensor([float(scale)], dtype=torch.float32, device=device)  # type: ignore[arg-type]
 
 
 def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
-    """Host checks shared by both rows.
+    """Host validation shared by both rows.
 
     Returns (is_fp8, k_scale_t, v_scale_t, v_dim_major, slots): ``slots`` is slot_mapping, or
     in safe mode on CUDA a copy whose out-of-range slots are skips (kernels/_validate.py).
     """
-    check_ndim("k", k, 3, "[N, kv_heads, head_dim]")
-    check_ndim("v", v, 3, "[N, kv_heads, head_dim]")
-    check_dtype("k", k, _IN_DTYPES)
-    check_dtype("v", v, _IN_DTYPES)
+    validate_ndim("k", k, 3, "[N, kv_heads, head_dim]")
+    validate_ndim("v", v, 3, "[N, kv_heads, head_dim]")
+    validate_dtype("k", k, _IN_DTYPES)
+    validate_dtype("v", v, _IN_DTYPES)
     if v.shape != k.shape or v.dtype != k.dtype:
         raise ValueError(
             f"v must match k in shape and dtype: k {tuple(k.shape)} {k.dtype}, "
             f"v {tuple(v.shape)} {v.dtype}"
         )
-    check_ndim("k_cache", k_cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
-    check_dtype("k_cache", k_cache, _CACHE_DTYPES)
-    check_shape("v_cache", v_cache, tuple(k_cache.shape))
+    validate_ndim("k_cache", k_cache, 4, "[num_pages, page_size, kv_heads, head_dim]")
+    validate_dtype("k_cache", k_cache, _CACHE_DTYPES)
+    validate_shape("v_cache", v_cache, tuple(k_cache.shape))
     if v_cache.dtype != k_cache.dtype:
         raise ValueError(f"v_cache dtype {v_cache.dtype} must equal k_cache dtype {k_cache.dtype}")
     n, heads, dim = k.shape
@@ -117,26 +117,26 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
             f"k has kv_heads={heads}, head_dim={dim} but k_cache holds "
             f"kv_heads={k_cache.shape[2]}, head_dim={k_cache.shape[3]}"
         )
-    check_dtype("slot_mapping", slot_mapping, (torch.int64,))
-    check_shape("slot_mapping", slot_mapping, (n,))
+    validate_dtype("slot_mapping", slot_mapping, (torch.int64,))
+    validate_shape("slot_mapping", slot_mapping, (n,))
     for name, t in (("k", k), ("v", v), ("k_cache", k_cache)):
-        check_last_dim_contiguous(name, t)
+        validate_last_dim_contiguous(name, t)
     v_dim_major = v_cache_dim_major(v_cache)  # token- or dim-major; else raises naming both
     if k_cache.numel() and k_cache.data_ptr() == v_cache.data_ptr():
         raise ValueError("k_cache and v_cache are the same memory; pass the K and V views")
-    check_cache_views(k_cache, v_cache)
-    device = check_same_device(
+    validate_cache_views(k_cache, v_cache)
+    device = validate_same_device(
         k=k, v=v, k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping
     )
     pages, page_size = k_cache.shape[0], k_cache.shape[1]
     what = f"slot = page * page_size + offset, {pages} pages of {page_size}"
-    checks = device_checks(device)
-    if values_checked(device):
-        check_index_range("slot_mapping values", slot_mapping, pages * page_size, skip_negative=True,
-                          what=what)
-    elif checks is not None:
-        slot_mapping = checks.bounds("slot_mapping values", slot_mapping, 0, pages * page_size,
-                                     what=what, replacement=-1, skip_negative=True)
+    validation = device_validation(device)
+    if values_validated(device):
+        validate_index_range("slot_mapping values", slot_mapping, pages * page_size, skip_negative=True,
+                             what=what)
+    elif validation is not None:
+        slot_mapping = validation.bounds("slot_mapping values", slot_mapping, 0, pages * page_size,
+                                         what=what, replacement=-1, skip_negative=True)
     is_fp8 = k_cache.dtype in FP8_CONTAINERS
     if not is_fp8:
         if k.dtype != k_cache.dtype:
@@ -147,16 +147,16 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
         if k_scale is not None or v_scale is not None:
             raise ValueError("k_scale/v_scale apply to fp8 caches only; pass None for "
                              f"a {k_cache.dtype} cache")
-        if checks is not None:
-            checks.submit()
+        if validation is not None:
+            validation.submit()
         return False, None, None, v_dim_major, slot_mapping
     if k_scale is None or v_scale is None:
         raise ValueError("fp8 caches need k_scale and v_scale (python floats or 1-element "
                          "float32 tensors on the cache's device)")
-    ks = _scale_tensor("k_scale", k_scale, device, checks)
-    vs = _scale_tensor("v_scale", v_scale, device, checks)
-    if checks is not None:
-        checks.submit()
+    ks = _scale_tensor("k_scale", k_scale, device, validation)
+    vs = _scale_tensor("v_scale", v_scale, device, validation)
+    if validation is not None:
+        validation.submit()
     return True, ks, vs, v_dim_major, slot_mapping
 
 
@@ -173,7 +173,7 @@ def _kv_write_kernel(
     """One program copies a [BLOCK_T tokens, BLOCK_H heads, D] tile of K and of V.
 
     The innermost axis is contiguous in the sources and in K's destination (stride 1 is
-    checked on the host and specialized by Triton), so those vectorize to 16-byte accesses;
+    validated on the host and specialized by Triton), so those vectorize to 16-byte accesses;
     V's destination takes its head_dim stride ``s_vcd`` (1, specialized the same way, for
     token-major V; page_size for a dim-major V page).
     Destination offsets are computed from the slot with the cache views' own strides: in the

@@ -23,8 +23,8 @@ Design (why it looks like this):
   a cache is never ``.contiguous()``-ed. Page offsets are computed in int64 (pools > 2 GiB).
 
 Host validation runs before every launch and raises ValueError naming the argument. Value
-checks (seq_lens range, the block-table entries seq_lens reaches, fp8 scales finite and > 0)
-run on the host for CPU tensors and, on CUDA, on the device in safe mode (``KVBENCH_CHECK=1``,
+validation (seq_lens range, the block-table entries seq_lens reaches, fp8 scales finite and > 0)
+runs on the host for CPU tensors and, on CUDA, on the device in safe mode (``KVBENCH_CHECK=1``,
 docs/safety.md: no host sync; out-of-range values are replaced by in-range ones, the
 sequences they feed get NaN outputs, and a later call or ``raise_pending()`` raises). The fast
 path on CUDA reads no value: a host read in the launcher would stall the launch queue inside
@@ -184,7 +184,7 @@ def _attend_tile(
     l_i = l_i * alpha + tl.sum(p, 1)
     if V_PAGE_ROWS and not MASKED:
         # A dim-major page of one head is [HEAD_DIM][PAGE_SIZE] contiguous (stride_vd ==
-        # PAGE_SIZE, checked on the host): each page loads as one contiguous row, so a warp's
+        # PAGE_SIZE, validated on the host): each page loads as one contiguous row, so a warp's
         # loads cover whole 128-byte lines (one L2 tag lookup each) instead of PAGE_SIZE-byte
         # pieces of BLOCK_N / PAGE_SIZE pages; the reorder to [tokens, d] is a register
         # relabelling (sm_90 TTGIR: the shared-memory tile is read straight into the dot
@@ -332,7 +332,7 @@ def _decode_kernel(
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    # Table capacity bounds the walk: a seq_len beyond it (invalid input, checked on the host
+    # Table capacity bounds the walk: a seq_len beyond it (invalid input, validated on the host
     # where the values are visible) must not read past the block-table row.
     seq_len = tl.minimum(tl.load(seq_lens_ptr + b), max_pages * PAGE_SIZE)
     if SPLIT:
@@ -657,7 +657,7 @@ def paged_decode_split_kv(
     p = _validate(
         q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale, triton_kernel=True
     )
-    V.check_optional_int_range("num_splits", num_splits, 1, 4096)
+    V.validate_optional_int_range("num_splits", num_splits, 1, 4096)
     if num_splits is None:
         if p.batch == 0 or p.max_pages == 0:
             num_splits = 1

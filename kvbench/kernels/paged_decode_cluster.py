@@ -25,7 +25,7 @@ import torch
 from kvbench.core.dtypes import FROM_TORCH
 from kvbench.kernels import cuda_build
 from kvbench.kernels._device import sm_count
-from kvbench.kernels._validate import check_optional_int_range
+from kvbench.kernels._validate import validate_optional_int_range
 from kvbench.kernels.common import LOG2E, validate_decode_inputs
 
 LIBRARY = "cluster_decode"
@@ -169,7 +169,7 @@ MIN_FP8_PAGE_SIZE = 16
 def shape_unsupported(head_dim: int, q_heads: int, kv_heads: int, *, fp8: bool = False,
                       page_size: int | None = None) -> str | None:
     """None when the kernel's templates cover this geometry, else what it needs (the
-    registry's shape gate and the launcher's check: one rule for both)."""
+    registry's shape gate and the launcher's validation: one rule for both)."""
     if head_dim != HEAD_DIM:
         return f"needs head_dim {HEAD_DIM}, got {head_dim}"
     if q_heads % kv_heads or q_heads // kv_heads not in GROUPS:
@@ -216,7 +216,7 @@ def auto_splits(device: torch.device, kv_dtype: torch.dtype, group: int, program
     )
 
 
-def _check_cluster_inputs(q, k_cache, v_cache, p) -> None:
+def _validate_cluster_inputs(q, k_cache, v_cache, p) -> None:
     """What this kernel accepts beyond paged_decode's contract (shape and dtype first, so a
     CPU caller learns them too, then the device, then the rows' alignment)."""
     reason = shape_unsupported(p.head_dim, p.q_heads, p.kv_heads, fp8=p.fp8,
@@ -267,8 +267,8 @@ def paged_decode_cluster(
     """
     p = validate_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale,
                                v_scale, triton_kernel=False)
-    _check_cluster_inputs(q, k_cache, v_cache, p)
-    check_optional_int_range("num_splits", num_splits, 1, MAX_SPLITS)
+    _validate_cluster_inputs(q, k_cache, v_cache, p)
+    validate_optional_int_range("num_splits", num_splits, 1, MAX_SPLITS)
     out = torch.empty((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
     if p.batch == 0:
         return out

@@ -59,7 +59,7 @@ from kvbench.dispatch.perf_tables import (
     table_path,
     write_table,
 )
-from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, TUNED_DTYPE, check_op
+from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, TUNED_DTYPE, validate_op
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.verify import VerificationError
 from kvbench.measure import pipeline
@@ -102,7 +102,7 @@ CPU_CASES: dict[str, tuple[TuneCase, ...]] = {op: _cases(op, "TUNE_CASES_CPU") f
 def tune_dtypes(op: str) -> tuple[str, ...]:
     """The dtypes `op` can be tuned at (`--dtype`): those some registered row of it serves,
     in ROW_DTYPES order (the fixtures build every one of them)."""
-    rows = core.active_registry().specs(check_op(op))
+    rows = core.active_registry().specs(validate_op(op))
     return tuple(d for d in ROW_DTYPES if any(d in spec.dtypes for spec in rows))
 
 
@@ -119,7 +119,7 @@ def default_cases(
     from kvbench.fixtures.pool import STORAGES
 
     dev = core.resolve_device(device)
-    cases = (CASES if dev.type == "cuda" else CPU_CASES)[check_op(op)]
+    cases = (CASES if dev.type == "cuda" else CPU_CASES)[validate_op(op)]
     if dtype is not None and dtype not in tune_dtypes(op):
         raise ValueError(f"{op} is tuned at dtype {', '.join(tune_dtypes(op))}; got {dtype!r}")
     if storage is not None and op not in POOL_OPS:
@@ -158,7 +158,7 @@ def tune(
     """
     from kvbench.harness import metadata
 
-    check_op(op)
+    validate_op(op)
     dev = core.resolve_device(device)
     name = core.device_name(dev)
     cases = tuple(default_cases(op, dev, dtype=dtype, storage=storage) if cases is None

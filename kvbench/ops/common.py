@@ -41,7 +41,7 @@ on the device.
 
 Safety (docs/safety.md): every op reads its tensors with the strides they have or refuses a
 layout it cannot read with a ValueError naming the argument; index and scale values are
-checked on the host for CPU tensors; on CUDA the fast path checks no value, and
+validated on the host for CPU tensors; on CUDA the fast path validates no value, and
 ``KVBENCH_CHECK=1`` validates them on the device without a host sync.
 """
 

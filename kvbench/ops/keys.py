@@ -112,7 +112,7 @@ BUCKETS: dict[str, tuple[str, ...]] = {
 }
 
 
-def check_op(op: str) -> str:
+def validate_op(op: str) -> str:
     """`op` itself; ValueError naming the known ops otherwise."""
     if op not in BUCKET_KEYS:
         raise ValueError(f"unknown op {op!r}; known ops: {', '.join(OPS)}")
@@ -121,7 +121,7 @@ def check_op(op: str) -> str:
 
 def bucket(op: str, shape: Mapping[str, Any] | None) -> str:
     """The shape bucket of a problem; "any" without a shape. ValueError on unknown op/keys."""
-    check_op(op)
+    validate_op(op)
     if shape is None:
         return ANY_BUCKET
     keys = BUCKET_KEYS[op]

@@ -15,7 +15,7 @@ import torch
 
 from kvbench.core.device import resolve_device
 from kvbench.harness.work import Work
-from kvbench.kernels.kv_alloc import AllocError, Backend, check_count, rows_preview
+from kvbench.kernels.kv_alloc import AllocError, Backend, rows_preview, validate_count
 from kvbench.ops.common import OpInputs, Problem
 
 STATES: tuple[str, ...] = ("bump", "run_search", "fragmented")
@@ -33,7 +33,7 @@ def prepare_state(manager: Backend, state: str, *, n: int) -> None:
     """
     if state not in STATES:
         raise ValueError(f"state {state!r}: accepted states are {', '.join(STATES)}")
-    n = check_count(n, manager.num_rows)
+    n = validate_count(n, manager.num_rows)
     run = max(n, 2)
     if manager.num_rows < 4 * run:
         raise ValueError(

@@ -18,7 +18,7 @@ from kvbench.core.dtypes import FROM_TORCH
 from kvbench.harness.proof import TimedProof, poison_
 from kvbench.harness.verify import verify
 from kvbench.harness.work import Work
-from kvbench.kernels._validate import checked_calls
+from kvbench.kernels._validate import validated_calls
 from kvbench.ops.common import (
     OpInputs,
     Problem,
@@ -72,7 +72,7 @@ def check_kv_gather_fp8(
 
     rows = int(page_table_flat.shape[0]) + extra_rows
     poison_next_alloc((rows, 576), torch.uint8, kv_cache.device)  # stale bytes fail, not pass
-    with checked_calls():
+    with validated_calls():
         out = fn(kv_cache, page_table_flat, extra_rows=extra_rows)
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float8_e4m3fn:
         got = out.dtype if isinstance(out, torch.Tensor) else type(out).__name__

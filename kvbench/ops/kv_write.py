@@ -17,7 +17,7 @@ from kvbench.core.dtypes import BYTES, FROM_TORCH
 from kvbench.harness.proof import TimedProof
 from kvbench.harness.verify import verify
 from kvbench.harness.work import Work
-from kvbench.kernels._validate import checked_calls
+from kvbench.kernels._validate import validated_calls
 from kvbench.ops.common import (
     OpInputs,
     Problem,
@@ -137,7 +137,7 @@ def check_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor, slot_mapping: tor
     through the pool's own K and V views: in the combined buffer a wrong stride lands K in the
     V half, which this catches and a sequential index would hide. A sample of untouched rows,
     including every written slot's neighbours, must keep its bits. Negative slots are skipped
-    tokens; slots must be distinct and in range (checked here on the host).
+    tokens; slots must be distinct and in range (validated here on the host).
     """
 
     dtype = pool.kv_dtype_name
@@ -168,7 +168,7 @@ def check_kv_write(fn, pool, k: torch.Tensor, v: torch.Tensor, slot_mapping: tor
         _bits(cache)[dst // ps, dst % ps] = -1  # all-ones bits: NaN in fp16/bf16, 0xFF in e4m3
 
     scales = {"k_scale": pool.k_scale, "v_scale": pool.v_scale} if dtype == "fp8" else {}
-    with checked_calls():
+    with validated_calls():
         fn(k, v, kc, vc, slot_mapping, **scales)
 
     ref_k, ref_v = kv_write_ref(k, v, slot_mapping, cache_dtype=dtype, **scales)

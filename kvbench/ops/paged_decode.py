@@ -29,7 +29,7 @@ from kvbench.core.dtypes import BYTES, FROM_TORCH
 from kvbench.harness.proof import TimedProof, poison_
 from kvbench.harness.verify import SYSTEMATIC_TOLERANCE, verify, verify_unbiased
 from kvbench.harness.work import Work
-from kvbench.kernels._validate import checked_calls
+from kvbench.kernels._validate import validated_calls
 from kvbench.ops.common import OpInputs, Problem, RefCache, bad_input, poison_next_alloc
 from kvbench.ops.keys import PAGED, TAGS, decode_bucket
 
@@ -151,7 +151,7 @@ def check_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = No
     kwargs = {"sm_scale": sm_scale, "k_scale": pool.k_scale, "v_scale": pool.v_scale}
     ref = paged_decode_ref(*args, **kwargs)
     poison_next_alloc(tuple(q.shape), q.dtype, q.device)
-    with checked_calls():
+    with validated_calls():
         out = fn(*args, **kwargs)
     return _verify_decode_output(fn, out, ref, q, kv_name).max_abs
 

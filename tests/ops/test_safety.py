@@ -1,7 +1,7 @@
-"""Safety of the public ops: strides honoured or refused, values checked, memory untouched.
+"""Safety of the public ops: strides honoured or refused, values validated, memory untouched.
 
 One test per defect found by review (each failed on the code before its fix), plus the
-safe mode (KVBENCH_CHECK=1) on a GPU, where the fast path checks no index value. CPU runs go
+safe mode (KVBENCH_CHECK=1) on a GPU, where the fast path validates no index value. CPU runs go
 through the Triton interpreter at small shapes; `-m gpu` runs the same ops compiled.
 """
 
@@ -16,7 +16,7 @@ from kvbench.fixtures.pool import paged_pool
 from kvbench.kernels import kv_gather_fp8 as kg
 from kvbench.kernels import kv_write as kw
 from kvbench.kernels import paged_decode as pd
-from kvbench.kernels._validate import SAFE_MODE_VAR, check_no_overlap, raise_pending, safe_mode
+from kvbench.kernels._validate import SAFE_MODE_VAR, raise_pending, safe_mode, validate_no_overlap
 from kvbench.ops.kv_write import make_write_inputs
 from kvbench.ops.paged_decode import make_decode_query, paged_decode_ref
 
@@ -43,7 +43,7 @@ def _written_slots(cache: torch.Tensor) -> list[int]:
 def test_kv_write_reads_a_strided_slot_mapping(row, filler, device):
     """slot_mapping[::2] of [0, F, 1, F+1, ...] writes slots 0-3. The Triton row read the
     contiguous values (slots 0, 1, 50, 51; with F = 10**7 an out-of-bounds write) while the
-    host range check read the strided ones."""
+    host range validation read the strided ones."""
     k = torch.randn(4, 2, 16, dtype=torch.float16, device=device)
     v = torch.randn(4, 2, 16, dtype=torch.float16, device=device)
     kc, vc = _cache(device)
@@ -137,13 +137,13 @@ def test_kv_write_refuses_a_cache_that_overlaps_itself(row, device):
 
 
 @pytest.mark.parametrize("storage", ["combined", "split", "head_major", "v_dim_major"])
-def test_every_pool_storage_passes_the_overlap_check(storage):
+def test_every_pool_storage_passes_the_overlap_validation(storage):
     pool = paged_pool(2, 40, kv_heads=2, head_dim=16, page_size=16, storage=storage,
                       min_l2_multiple=0, device="cpu", seed=0)
-    check_no_overlap("k_cache", pool.k_cache, "v_cache", pool.v_cache)
+    validate_no_overlap("k_cache", pool.k_cache, "v_cache", pool.v_cache)
 
 
-def test_overlap_check_against_brute_force():
+def test_overlap_validation_against_brute_force():
     """The O(1) page-distance test agrees with comparing byte sets, for interleaved and
     shifted views of one buffer."""
     buf = torch.zeros(6 * 2 * 4 * 2, dtype=torch.float16)
@@ -159,7 +159,7 @@ def test_overlap_check_against_brute_force():
         b = buf.as_strided((pages, 4, 2), (sb, 2, 1), off_b)
         expect = bool(byte_set(a) & byte_set(b))
         try:
-            check_no_overlap("a", a, "b", b)
+            validate_no_overlap("a", a, "b", b)
             got = False
         except ValueError:
             got = True
@@ -305,7 +305,7 @@ def test_gpu_safe_mode_flags_a_nan_scale_tensor(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_gpu_fast_path_queues_no_check(monkeypatch):
+def test_gpu_fast_path_queues_no_validation(monkeypatch):
     """Safe mode off: no verdict is queued (nothing to wait for, no extra device work)."""
     from kvbench.kernels import _validate
 
