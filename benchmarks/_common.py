@@ -1,19 +1,15 @@
-"""Shared machinery of the kvbench asv suite: one measuring process per group of classes.
+"""Shared machinery of the kvbench asv suite: one measuring process per commit.
 
 Why setup_cache does the measuring. asv runs every (benchmark, param combination) in a fresh
-process; importing torch costs 2-4 s and creating a CUDA context ~0.5 s, so the ~250
-combinations of this suite measured one per process would take many minutes per commit. Each
-class instead measures all its cases in a `setup_cache` process (pool built once per
+process; importing torch costs seconds and creating a CUDA context about half a second, so
+the ~330 combinations of this suite measured one per process would take many minutes per
+commit. Every class instead names the one setup_cache function, setup_cache_suite: asv runs
+it once per commit, in one process, which measures every class's cases (a pool built once per
 shape x dtype and shared by the selector rows, freed before the next shape) and returns a
-plain dict {param tuple: entry}. Classes are measured in GROUPS that share one process
-(asv runs a setup_cache function once and hands its result to every class that uses that
-same function): three processes per commit instead of six save three torch imports and
-CUDA contexts, seconds each (scripts/profile_suite.py measures them). The grouping follows
-what a bisection needs: `asv find` on a decode series re-measures the decode group, not the
-whole suite. The host group is the exception: ten processes measure it per commit and each
-case keeps the least (GROUP_PROCESSES; docs/harness.md, "Host-side series noise"); their
-supervisor imports torch once before forking them (`preload_torch`), so each does not pay
-the import.
+plain dict {class: {param tuple: entry}}. torch's import, the CUDA context, Triton's kernel
+loads and dispatch's golden checks are paid once per commit. A run that needs one class only
+(an end-to-end test, a bisection) names it in SELECT_VAR below; the other classes are then
+recorded as not selected at no cost.
 
 The per-combination processes only look their entry up: `setup` raises NotImplementedError
 for a skipped case and RuntimeError for a failed one (a wrong kernel never gets a number),
@@ -34,11 +30,12 @@ measured with the suite of their own tree: docs/history.md). The params stay lit
 nothing imports torch at module level, so discovery and the lookup processes stay fast, and
 no CUDA state exists before asv forks.
 
-Measuring one case (`kvbench bisect`). When KVBENCH_ASV_SELECT names one case as
+Measuring one class or one case (`kvbench bisect`). When KVBENCH_ASV_SELECT names a class
+("KVAlloc") the measuring process measures that class only; when it names one case as
 "Class(param, ...)" (the params repr'd as asv names a combination, e.g.
-"KVAlloc('host/freelist', 'fragmented', 64)"), a measuring process measures that case only:
-the group's other classes are not run, the selected class builds only the inputs the case
-needs, and every other case is recorded as a skip "not selected". The suite, not the commit,
+"KVAlloc('host/freelist', 'fragmented', 64)"), that case only: the other classes are not run,
+the selected class builds only the inputs the case needs, and every other case is recorded as
+a skip "not selected". The suite, not the commit,
 reads the variable, so it works on old commits too; names, params and `version` are the same
 as in a full run, so such a run's number belongs to the same series.
 
@@ -49,7 +46,6 @@ host-side costs (allocator, dispatch) are real numbers.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import glob
 import importlib
@@ -69,6 +65,13 @@ VERSION = "1"
 #: of a percent, they keep >= 200 samples at batch 64 x 8k, enough for that spread. Set per
 #: measuring process by prepare_process, for every commit whose harness has the knob.
 SUITE_BENCH_BUDGET_S = 0.1
+#: Samples per bench() row in the suite (the harness clamps to (10, 1000)): a commit's run is
+#: one point of a series whose noise is the spread BETWEEN processes, which more samples of
+#: one process do not shrink; 100 cold-L2 samples put the median's own interval well inside
+#: that spread, at a tenth of the launches of the harness's cap (docs/history.md, "What a
+#: commit costs"). Set per measuring process by prepare_process, for every commit whose
+#: harness has the knob.
+SUITE_BENCH_REPEAT_RANGE = (10, 100)
 #: Why a row of a class's cross product is not measured on purpose (a CPU reason aside).
 TRIMMED = "trimmed from the per-commit suite"
 #: The selector variables (docs/architecture.md). Hardcoded because asv needs static params
@@ -143,15 +146,15 @@ def prepare_process() -> str:
         timers = None  # an old commit: its own default budget applies
     if timers is not None and hasattr(timers, "BENCH_BUDGET_S"):
         timers.BENCH_BUDGET_S = SUITE_BENCH_BUDGET_S
+    if timers is not None and hasattr(timers, "BENCH_REPEAT_RANGE"):
+        timers.BENCH_REPEAT_RANGE = SUITE_BENCH_REPEAT_RANGE
     return dev
 
 
 #: Host-side series (bench_host: KVAlloc, DispatchOverhead): measurements per case, of which
-#: the one with the least median is stored (the noise of a host call only adds time). With
-#: the core choice and the canary gate of benchmarks/_host.py (docs/harness.md, "Host-side
-#: series noise", measured with scripts/host_noise.py). Two: the second trims a process's
-#: tail, while a process's repeats agree far better than two processes do, so the rest of a
-#: commit's time goes to processes (benchmarks/_host.HOST_PROCESSES; docs/decisions.md).
+#: the one with the least median is stored (the noise of a host call only adds time), each
+#: on the core that is fastest then and gated by the canary of benchmarks/_host.py
+#: (docs/harness.md, "Host-side series").
 HOST_REPEATS = 2
 #: The cores a host-side measuring process may choose among (pin_host_process fills it).
 HOST_CORES: list[int] = []
@@ -281,7 +284,8 @@ _measuring: list[str] = []
 def not_selected(key: tuple) -> str | None:
     """The skip reason of `key` when SELECT_VAR names another case, else None."""
     wanted = os.environ.get(SELECT_VAR)
-    if not wanted or not _measuring or case_label(_measuring[-1], tuple(key)) == wanted:
+    if not wanted or not _measuring or wanted in (_measuring[-1],
+                                                  case_label(_measuring[-1], tuple(key))):
         return None
     return f"{NOT_SELECTED} {wanted}"
 
@@ -439,85 +443,49 @@ def report_selection(key: tuple[str, ...], found: dict) -> None:
 _CLASS_ERROR = "__class_error__"
 #: The key under which measure_group records a class a selective run leaves out.
 _CLASS_SKIP = "__class_skip__"
-#: group -> ((benchmarks module, its measure function, the class it feeds), ...)
+#: group -> ((benchmarks module, its measure function, the class it feeds), ...), in the
+#: order the measuring process runs them: the host-side classes first (their numbers move
+#: with the heap and the allocator state a long GPU run leaves behind), then the KV ops,
+#: then decode. One group: every class of the suite is measured by ONE process per commit,
+#: which pays torch's import, the CUDA context, Triton's kernel loads and dispatch's golden
+#: checks once instead of once per group (docs/history.md, "What a commit costs").
 GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "decode": (("paged_decode", "measure_decode", "PagedDecode"),
-               ("paged_decode", "measure_ablation", "PagedDecodeAblation")),
-    "kv_ops": (("kv_write", "measure", "KVWrite"),
-               ("kv_gather_fp8", "measure", "KVGatherFp8")),
-    "host": (("kv_alloc", "measure", "KVAlloc"),
-             ("dispatch_overhead", "measure", "DispatchOverhead")),
+    "suite": (("kv_alloc", "measure", "KVAlloc"),
+              ("dispatch_overhead", "measure", "DispatchOverhead"),
+              ("kv_write", "measure", "KVWrite"),
+              ("kv_gather_fp8", "measure", "KVGatherFp8"),
+              ("paged_decode", "measure_decode", "PagedDecode"),
+              ("paged_decode", "measure_ablation", "PagedDecodeAblation")),
 }
-
-
-#: Measuring processes per commit, per group (1 where not named): the host group's series move
-#: between processes even on a fast host, so each of its cases keeps the least of several
-#: (benchmarks/_host.least_of_processes). The GPU groups' series repeat within ~1% between
-#: processes (docs/history.md, "Run-to-run spread"): one process each.
-GROUP_PROCESSES = {"host": _host.HOST_PROCESSES}
-#: Overrides the host group's count: fewer processes measure a commit faster, and noisier
-#: (docs/harness.md, "Host-side series noise"); the suite reads it, so old commits obey it too.
-HOST_PROCESSES_VAR = "KVBENCH_HOST_PROCESSES"
-
-
-def group_processes(group: str) -> int:
-    """How many processes measure `group` per commit (GROUP_PROCESSES, or for the host group
-    HOST_PROCESSES_VAR when set); ValueError naming the variable for a value that is not a
-    whole number >= 1."""
-    raw = os.environ.get(HOST_PROCESSES_VAR, "").strip() if group == "host" else ""
-    if not raw:
-        return GROUP_PROCESSES.get(group, 1)
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{HOST_PROCESSES_VAR}={raw!r}: expected a whole number of measuring "
-                         f"processes >= 1 (default {GROUP_PROCESSES['host']})")
-    return int(raw)
 
 
 def measure_group(group: str) -> dict[str, dict]:
     """{class name: that class's results} for every class of `group`, measured in a forked
     child of this process (benchmarks/_isolate.py: a case that crashes its process loses only
-    itself), in group_processes(group) such children one after another where that is more
-    than one (torch imported here first: `preload_torch`; this process's objects frozen out of
-    the collector meanwhile, so that each child's full collections between cases, in
-    free_device_memory, walk only what the child made, not the inherited torch heap), then
-    the sidecar written (benchmarks/_sidecar.py)."""
-    count = group_processes(group)
-    freeze = count > 1 and gc.get_freeze_count() == 0  # a caller's own freeze is left as it is
-    if count > 1:
-        preload_torch()
-    if freeze:
-        gc.freeze()
-    try:
-        runs = [_isolate.run_isolated(lambda: measure_group_here(group), _sidecar.STATES)
-                for _ in range(count)]
-    finally:
-        if freeze:
-            gc.unfreeze()
-    out = runs[0] if len(runs) == 1 else _host.least_of_processes(runs)
+    itself), then the sidecar written (benchmarks/_sidecar.py)."""
+    out = _isolate.run_isolated(lambda: measure_group_here(group), _sidecar.STATES)
     _sidecar.write_sidecar(group, out)
     return out
 
 
-def preload_torch() -> None:
-    """Import torch in this supervising process, before it forks several measuring processes:
-    each child then inherits the imported module instead of importing it again (seconds per
-    child). Importing creates no CUDA state (nothing here touches torch.cuda), so
-    every child still creates its own CUDA context after the fork. Without torch the children
-    record why they cannot measure, as they would without this."""
-    with contextlib.suppress(ImportError):
-        importlib.import_module("torch")
+def selects_class(wanted: str, cls: str) -> bool:
+    """SELECT_VAR's value names `cls`: the class alone ("KVAlloc") or one of its cases
+    ("KVAlloc('host/freelist', 'fragmented', 64)")."""
+    return wanted == cls or wanted.startswith(f"{cls}(")
 
 
 def measure_group_here(group: str) -> dict[str, dict]:
     """{class name: that class's results} for every class of `group`, in this process.
 
     A measure function that raises (they record per-case failures, so this is a bug in the
-    suite itself) fails its own class's cases only: the group's other class keeps its numbers.
+    suite itself) fails its own class's cases only: the group's other classes keep their
+    numbers.
     """
     out: dict[str, dict] = {}
     wanted = os.environ.get(SELECT_VAR)
+    cores = _host.allowed_cores()  # a host-side class pins the process to one core
     for module, func, cls in GROUPS[group]:
-        if wanted and not wanted.startswith(f"{cls}("):
+        if wanted and not selects_class(wanted, cls):
             out[cls] = {_CLASS_SKIP: f"{NOT_SELECTED} {wanted}"}
             continue
         _isolate.set_class(cls)
@@ -531,32 +499,23 @@ def measure_group_here(group: str) -> dict[str, dict]:
             out[cls] = {_CLASS_ERROR: text}
         finally:
             _measuring.pop()
+            _host.restore_affinity(cores)
         free_device_memory()
     return out
 
 
-# One function per group, each at its own line: asv keys a setup_cache by module and line, so
-# every class using the same function shares one process and one cache.
-def setup_cache_decode(self) -> dict[str, dict]:
-    return measure_group("decode")
+# asv keys a setup_cache by module and line: every class names this one function, so one
+# process measures the whole suite per commit and hands each class its part.
+def setup_cache_suite(self) -> dict[str, dict]:
+    return measure_group("suite")
 
 
-def setup_cache_kv_ops(self) -> dict[str, dict]:
-    return measure_group("kv_ops")
-
-
-def setup_cache_host(self) -> dict[str, dict]:
-    return measure_group("host")
-
-
-setup_cache_decode.timeout = 600
-setup_cache_kv_ops.timeout = 420
-setup_cache_host.timeout = 300 * _host.HOST_PROCESSES
+setup_cache_suite.timeout = 1800
 
 
 class _Suite:
     """Base of every benchmark class: lookups only. Subclasses define params, the measuring
-    function of their class, and `setup_cache = setup_cache_<group>` (their GROUPS entry).
+    function of their class, and `setup_cache = setup_cache_suite`.
     """
 
     version = VERSION

@@ -17,11 +17,11 @@ state; the suite uses it three ways:
   slower when a host series moved.
 
 A fast canary is not the whole story: with the host fast around it, a case still lands 10-20%
-apart from one process to the next, for a reason no reading inside the process shows
-(docs/harness.md, "Host-side series noise"). So the suite measures the
-host group in HOST_PROCESSES processes per commit and keeps, per case, the least number
-(`least_of_processes`): host noise only ever adds time, and the least of several processes
-lands on the fast level far more often than one process does.
+apart from one process to the next, for a reason no reading inside the process shows. The
+suite measures a commit in one process (the host group's cost is bounded to seconds), so a
+host series moves by that much between commits; the verdict engine judges it against its own
+history's noise and states the smallest step it can detect (docs/harness.md, "Host-side
+series").
 
 Why a hand-written canary and not a library's: pyperf calibrates loop counts and warns of an
 unstable system, but measures no reference workload that a gate or a later report can use.
@@ -48,11 +48,6 @@ HOST_GATE = 1.25
 HOST_ATTEMPTS = 4
 #: Pause before measuring a case again (slow spells last tens of ms to seconds).
 HOST_RETRY_PAUSE_S = 0.05
-#: Processes that measure the host group per commit (each case keeps the least of them): a
-#: commit's processes are slow or fast independently of each other, so more of them make the
-#: least land on the fast level more often (docs/harness.md, "Host-side series noise").
-HOST_PROCESSES = 10
-
 _reference_us: float | None = None
 
 
@@ -82,6 +77,13 @@ def reference_us() -> float | None:
 def allowed_cores() -> list[int]:
     """The cores this process may run on ([] where the OS does not say)."""
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def restore_affinity(cores: list[int]) -> None:
+    """Let this process run on `cores` again (as allowed_cores() returned them before a
+    host-side class pinned it to one); nothing where the OS has no affinity calls."""
+    if cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
 
 
 def probe_cores(cores: list[int], rounds: int = 1) -> dict[int, float]:
@@ -140,57 +142,3 @@ def on_fast_host(measure: Callable[[], dict], cores: list[int]) -> dict:
     entry["host"] = {**record, "attempts": attempt, "reference_us": round(ref, 2),
                      "fast": slower <= HOST_GATE * ref}
     return entry
-
-
-def least_of_processes(runs: list[dict[str, dict]]) -> dict[str, dict]:
-    """One {class: {key: entry}} from the same group measured by several processes: per case,
-    the entry with the least median, with entry["host"]["processes"] = per process, its median,
-    whether its gate accepted it and its canaries (None: no number; `_process_record`), and
-    entry["host"]["kept"] = the index of the process kept (its own gate record stays: "fast":
-    false when even the least was measured on a slow host). The least of all, not of the
-    accepted ones: a slow host only adds time, so a flagged number that is still the least is
-    the best there is.
-
-    A case that failed in any process fails, with that process's error: a row wrong in one
-    process of several is wrong, and must not get the number of the others. A case without a
-    number anywhere (skipped) keeps the first process's entry; class-level entries (a class
-    error or skip) come from the first process that has them."""
-    out: dict[str, dict] = {}
-    for run in runs:
-        for cls, results in run.items():
-            merged = out.setdefault(cls, {})
-            for key, value in results.items():
-                if not isinstance(key, tuple):
-                    merged.setdefault(key, value)
-    for cls, merged in out.items():
-        keys = {key: None for run in runs for key in run.get(cls, {}) if isinstance(key, tuple)}
-        for key in keys:
-            entries = [run.get(cls, {}).get(key) for run in runs]
-            merged[key] = _least_entry(entries)
-    return out
-
-
-def _least_entry(entries: list[dict | None]) -> dict:
-    found = [(i, e) for i, e in enumerate(entries) if isinstance(e, dict)]
-    for i, entry in found:
-        if "error" in entry and "samples_s" not in entry:
-            return {**entry, "error": f"measuring process {i + 1} of {len(entries)}: "
-                                      f"{entry['error']}"}
-    measured = [(i, e) for i, e in found if "samples_s" in e]
-    if not measured:
-        return found[0][1]
-    kept, entry = min(measured, key=lambda pair: pair[1]["median_us"])
-    processes = [_process_record(e) if isinstance(e, dict) and "samples_s" in e else None
-                 for e in entries]
-    return {**entry, "host": {**(entry.get("host") or {}), "processes": processes, "kept": kept}}
-
-
-def _process_record(entry: dict) -> dict:
-    """One process's part of a kept case's record: its median, whether its gate accepted it,
-    and the host speed it measured at (its fast canary reference and the canary around the
-    case), so that a process measured while the whole machine ran slower is visible beside
-    the others (docs/harness.md, "Host-side series noise")."""
-    host = entry.get("host") or {}
-    record = {"median_us": entry["median_us"], "fast": host.get("fast", True)}
-    record.update({name: host[name] for name in ("reference_us", "canary_us") if name in host})
-    return record

@@ -92,4 +92,4 @@ class DispatchOverhead(c._Suite):
     params: ClassVar[list] = [OPS, PATHS]
     param_names: ClassVar[list] = ["op", "path"]
 
-    setup_cache = c.setup_cache_host
+    setup_cache = c.setup_cache_suite

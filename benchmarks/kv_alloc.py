@@ -53,4 +53,4 @@ class KVAlloc(c._Suite):
     params: ClassVar[list] = [SELECTORS, STATES, NS]
     param_names: ClassVar[list] = ["selector", "state", "n"]
 
-    setup_cache = c.setup_cache_host
+    setup_cache = c.setup_cache_suite

@@ -84,4 +84,4 @@ class KVGatherFp8(c._WithGbps):
     params: ClassVar[list] = [SELECTORS, list(CASES)]
     param_names: ClassVar[list] = ["selector", "case"]
 
-    setup_cache = c.setup_cache_kv_ops
+    setup_cache = c.setup_cache_suite

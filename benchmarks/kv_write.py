@@ -70,4 +70,4 @@ class KVWrite(c._WithGbps):
     params: ClassVar[list] = [SELECTORS, DTYPES, list(CASES)]
     param_names: ClassVar[list] = ["selector", "dtype", "case"]
 
-    setup_cache = c.setup_cache_kv_ops
+    setup_cache = c.setup_cache_suite

@@ -125,7 +125,7 @@ class PagedDecode(c._WithGbps):
     params: ClassVar[list] = [SELECTORS, DTYPES, list(CASES)]
     param_names: ClassVar[list] = ["selector", "dtype", "case"]
 
-    setup_cache = c.setup_cache_decode
+    setup_cache = c.setup_cache_suite
 
 
 class PagedDecodeAblation(c._WithGbps):
@@ -135,4 +135,4 @@ class PagedDecodeAblation(c._WithGbps):
     params: ClassVar[list] = [SELECTORS, list(VARIANTS)]
     param_names: ClassVar[list] = ["selector", "variant"]
 
-    setup_cache = c.setup_cache_decode
+    setup_cache = c.setup_cache_suite

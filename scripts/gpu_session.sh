@@ -34,7 +34,7 @@ for stage in "$@"; do
         python3 -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log" | tail -25
         ;;
     alloc)
-        python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_alloc.py 2>&1 | tee "$OUT/pytest_alloc.log" | tail -8
+        python3 -m pytest -m gpu -q -p no:cacheprovider tests/ops/test_kv_alloc.py 2>&1 | tee "$OUT/pytest_alloc.log" | tail -8
         python3 -m kvbench.measure.alloc_table --json "$OUT/alloc_table.json" 2>&1 | tee "$OUT/alloc_table.log"
         ;;
     profile)

@@ -33,8 +33,6 @@ SETTINGS: dict[str, str] = {
     "KVBENCH_SKIP_BROWSER": "1: the dashboard test skips its headless-browser render",
     "KVBENCH_ASV_SELECT": "the one case an asv measuring process measures, as "
                           "Class(params) (set by `kvbench bisect`; benchmarks/_common.py)",
-    "KVBENCH_HOST_PROCESSES": "processes that measure the asv suite's host group per commit "
-                              "(default 10; fewer: faster, noisier; benchmarks/_common.py)",
     "KVBENCH_TORCH_CPU_INDEX": "scripts/setup.sh: the package index tried first for a CPU "
                                "torch build",
     "KVBENCH_TORCH_CPU_VERSION": "scripts/setup.sh: the CPU torch release pinned when that "

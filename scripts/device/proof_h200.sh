@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED=1 PIP_NO_INDEX=1 PYTHONPATH=$ROOT
 [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl 2>&1 | grep -v WARNING
 nvidia-smi -q -d CLOCK,PERFORMANCE >"$OUT/nvidia_smi_before.txt" 2>&1
 
-python3 -m pytest -q -m gpu -s tests/test_proof_gpu.py tests/test_harness_gpu.py >"$OUT/pytest_gpu.log" 2>&1
+python3 -m pytest -q -m gpu -s tests/measure/test_proof_gpu.py tests/harness/test_harness_gpu.py >"$OUT/pytest_gpu.log" 2>&1
 echo "pytest -m gpu exit $?" >>"$OUT/pytest_gpu.log"
 
 python3 scripts/device/proof_h200.py "$OUT/proof_h200.json" >"$OUT/proof_h200.log" 2>&1

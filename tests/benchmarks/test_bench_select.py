@@ -36,9 +36,9 @@ def test_selected_run_measures_one_case_and_builds_nothing_else(monkeypatch):
     monkeypatch.setattr(_common, "run_group", counting_run_group)
     other = []
     monkeypatch.setattr(dispatch_overhead, "measure", lambda: other.append(1) or {})
-    out = _common.measure_group_here("host")  # in this process, so the counters see it
+    out = _common.measure_group_here("suite")  # in this process, so the counters see it
 
-    assert other == [], "the group's other class must not run at all"
+    assert other == [], "the suite's other classes must not run at all"
     with pytest.raises(NotImplementedError, match="not selected"):
         _common.class_results(out, "DispatchOverhead")
     alloc = _common.class_results(out, "KVAlloc")
@@ -66,7 +66,7 @@ def test_selected_run_through_the_isolated_child_keeps_one_case(monkeypatch):
     """measure_group (the forked, crash-isolated path asv runs) returns the same selection."""
     monkeypatch.setenv(_common.SELECT_VAR, _common.case_label("KVAlloc", SELECTED))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    out = _common.measure_group("host")
+    out = _common.measure_group("suite")
     alloc = _common.class_results(out, "KVAlloc")
     assert [k for k, v in alloc.items() if "samples_s" in v] == [SELECTED]
     with pytest.raises(NotImplementedError, match="not selected"):

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import gc
 import os
-import re
 import signal
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -52,113 +48,44 @@ def test_a_segfaulting_case_loses_only_itself(monkeypatch, capsys):
     assert "died (SIGSEGV)" in capsys.readouterr().err
 
 
-def _counting_measure() -> dict:
-    """One case whose number is the measuring process's id: the processes are distinct."""
-    results: dict = {}
-
-    def body(_key: tuple) -> dict:
-        return {"samples_s": [os.getpid() * 1e-6], "median_us": float(os.getpid())}
-
-    c.run_group([("a",)], lambda: None, lambda _: c.run_cases([("a",)], body, results), results)
-    return results
+def _pinning_measure() -> dict:
+    """A host-side class: pins its process to one core, as kv_alloc's measure function does."""
+    cores = c._host.allowed_cores()
+    if cores:
+        os.sched_setaffinity(0, {cores[0]})
+    return {("a",): {"skip": "pinned"}}
 
 
-def _plant_group(monkeypatch, measure, processes: int) -> None:
-    """A group "fake" of one class, Fake, whose measure function is `measure` (from this
-    module), measured by `processes` processes, with no sidecar states."""
-    monkeypatch.setitem(c.GROUPS, "fake", (("_planted_module", measure.__name__, "Fake"),))
-    monkeypatch.setitem(c.GROUP_PROCESSES, "fake", processes)
+def _affinity_measure() -> dict:
+    """The next class: records the cores its process may run on."""
+    return {("a",): {"skip": repr(sorted(c._host.allowed_cores()))}}
+
+
+def _plant_classes(monkeypatch, *classes: tuple[str, str]) -> None:
+    """A group "fake" of (measure function of this module, class name), no sidecar states."""
+    monkeypatch.setitem(c.GROUPS, "fake",
+                        tuple(("_planted_module", func, cls) for func, cls in classes))
     monkeypatch.setattr(c.importlib, "import_module",
                         lambda name: sys.modules[__name__] if name.endswith("_planted_module")
                         else __import__(name))
     monkeypatch.setattr(_sidecar, "STATES", [])
 
 
-def test_a_group_measured_by_several_processes_keeps_the_least(monkeypatch):
-    _plant_group(monkeypatch, _counting_measure, 3)
-    entry = c.measure_group("fake")["Fake"][("a",)]
-    pids = [p["median_us"] for p in entry["host"]["processes"]]
-    assert len(set(pids)) == 3 and os.getpid() not in pids  # three forked children
-    assert entry["median_us"] == min(pids)
-    assert entry["state"] == pids.index(min(pids))  # its own process's machine state
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity calls here")
+def test_a_host_class_pinning_its_process_leaves_the_next_class_every_core(monkeypatch):
+    """One process measures every class: the core a host-side class pinned itself to must not
+    confine the GPU classes measured after it."""
+    _plant_classes(monkeypatch, ("_pinning_measure", "Host"), ("_affinity_measure", "Next"))
+    out = c.measure_group_here("fake")
+    assert out["Next"][("a",)]["skip"] == repr(sorted(c._host.allowed_cores()))
 
 
-def _frozen_measure() -> dict:
-    """One case whose number is how many objects the measuring process found frozen out of
-    the collector when it started (1 + the count, so that it is a positive time)."""
-    frozen = gc.get_freeze_count()
-    results: dict = {}
-
-    def body(_key: tuple) -> dict:
-        return {"samples_s": [1e-6], "median_us": 1.0 + frozen}
-
-    c.run_group([("a",)], lambda: None, lambda _: c.run_cases([("a",)], body, results), results)
-    return results
-
-
-@pytest.mark.parametrize("count", [1, 3])
-def test_several_processes_inherit_the_supervisors_heap_frozen(monkeypatch, count):
-    """With several measuring processes, each child's full collections between cases skip
-    the heap it inherited (the supervisor froze it before forking) and the supervisor's own
-    collector gets it back afterwards; one process (no fork of a supervisor that imported
-    torch for it) leaves the collector alone."""
-    _plant_group(monkeypatch, _frozen_measure, count)
-    assert gc.get_freeze_count() == 0
-    entry = c.measure_group("fake")["Fake"][("a",)]
-    seen = [p["median_us"] - 1 for p in entry["host"]["processes"]] if count > 1 else \
-        [entry["median_us"] - 1]
-    assert gc.get_freeze_count() == 0
-    if count == 1:
-        assert seen == [0]
-    else:
-        assert len(seen) == count and min(seen) > 1000, seen  # the whole inherited heap
-
-
-def test_a_callers_own_freeze_is_left_frozen(monkeypatch):
-    """A supervisor that froze objects itself keeps them frozen after the group."""
-    _plant_group(monkeypatch, _frozen_measure, 2)
-    gc.freeze()
-    try:
-        before = gc.get_freeze_count()
-        entry = c.measure_group("fake")["Fake"][("a",)]
-        # frozen objects freed by reference counting leave the count, so compare loosely
-        assert gc.get_freeze_count() > before // 2 > 1000
-        assert all(p["median_us"] - 1 > before // 2 for p in entry["host"]["processes"])
-    finally:
-        gc.unfreeze()
-
-
-def test_the_host_groups_process_count_can_be_set_and_is_checked(monkeypatch):
-    monkeypatch.delenv(c.HOST_PROCESSES_VAR, raising=False)
-    assert c.group_processes("host") == c.GROUP_PROCESSES["host"] == 10
-    from kvbench.core.env import SETTINGS  # what `kvbench env` tells a user
-    assert f"(default {c.GROUP_PROCESSES['host']};" in SETTINGS[c.HOST_PROCESSES_VAR]
-    assert c.group_processes("decode") == 1
-    monkeypatch.setenv(c.HOST_PROCESSES_VAR, "1")
-    assert c.group_processes("host") == 1
-    assert c.group_processes("decode") == 1  # the GPU groups are not its business
-    for bad in ("0", "two", "-1", "1.5"):
-        monkeypatch.setenv(c.HOST_PROCESSES_VAR, bad)
-        with pytest.raises(ValueError, match=rf"KVBENCH_HOST_PROCESSES='{re.escape(bad)}': "
-                                             r"expected a whole number .* >= 1 \(default 10\)"):
-            c.group_processes("host")
-
-
-def test_the_supervisor_imports_torch_before_forking_several_processes_only():
-    """Several measuring processes inherit torch from their supervisor instead of importing it
-    each; one process imports it itself, as before; the import creates no CUDA state. Run in a
-    fresh interpreter: this one has torch imported already."""
-    code = textwrap.dedent("""
-        import os, sys
-        from benchmarks import _common as c
-        seen = []
-        c._isolate.run_isolated = lambda measure, states: seen.append("torch" in sys.modules) or {}
-        c._sidecar.write_sidecar = lambda group, out: None
-        for count in ("1", "3"):
-            os.environ[c.HOST_PROCESSES_VAR] = count
-            c.measure_group("host")
-        print(seen, sys.modules["torch"].cuda.is_initialized())
-    """)
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, check=True).stdout
-    assert out.split() == ["[False,", "True,", "True,", "True]", "False"], out
+def test_a_class_named_alone_is_measured_and_the_others_are_not(monkeypatch):
+    _plant_classes(monkeypatch, ("_affinity_measure", "A"), ("_affinity_measure", "B"))
+    monkeypatch.setenv(c.SELECT_VAR, "B")
+    out = c.measure_group_here("fake")
+    assert out["A"] == {c._CLASS_SKIP: f"{c.NOT_SELECTED} B"}
+    assert ("a",) in out["B"]
+    monkeypatch.setenv(c.SELECT_VAR, "B('x',)")  # a case of B: B is measured, A is not
+    out = c.measure_group_here("fake")
+    assert ("a",) in out["B"] and c._CLASS_SKIP in out["A"]
