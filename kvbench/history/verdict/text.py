@@ -79,6 +79,24 @@ def summary_line(verdicts: Verdicts) -> str:
             f"{len(verdicts.findings) - len(verdicts.regressions)} improvements")
 
 
+def host_mde_lines(verdicts: Verdicts) -> list[str]:
+    """The smallest step each host-side series can show: its minimum detectable effect, one
+    line per series, largest first ([] when no series was judged at the host's speed).
+
+    Host-side series (those whose sidecars carry the host gate's canary, so the engine judges
+    them at the host's typical speed) are measured by one process per commit and move between
+    commits far more than a GPU kernel's series: a reader of a quiet table needs to know how
+    large a host step would have had to be to appear in it."""
+    host = sorted((v for v in verdicts.verdicts if v.host_speed_scaled and v.mde_pct is not None),
+                  key=lambda v: -v.mde_pct)
+    if not host:
+        return []
+    lines = [f"minimum detectable effect of the {len(host)} host-side series "
+             "(judged at the host's typical speed):"]
+    lines += [f"  {v.mde_pct:6.3g}%  {v.series.name}" for v in host]
+    return lines
+
+
 def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | None = None) -> None:
     """The findings, worst first, on `out` (default: sys.stdout at the time of the call);
     `rich` defaults to whether `out` is a terminal."""
@@ -106,6 +124,8 @@ def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | N
                 print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
                 if context:
                     print(f"            context: {context}", file=out)
+    for line in host_mde_lines(verdicts):
+        print(line, file=out)
     for skipped in verdicts.history.skipped:
         print(f"skipped {skipped['file']}: {skipped['reason']}", file=out)
     for problem in verdicts.sidecar_problems:

@@ -79,6 +79,27 @@ def test_a_real_step_is_found_and_says_it_was_judged_at_the_typical_speed(tmp_pa
     assert scaled == pytest.approx([v * typical / c for v, c in zip(values, canary)])
 
 
+def test_the_table_states_each_host_series_minimum_detectable_effect(tmp_path, monkeypatch):
+    """A quiet table still says how large a host step would have had to be to appear: one
+    line per host-side series, with the MDE the engine held it to."""
+    import io
+
+    from kvbench.history.verdict.text import host_mde_lines, print_table
+
+    history, commits, canary = _spell_history(tmp_path)
+    assert host_mde_lines(analyze(history)) == []  # no canary: no host-side series
+    _write_sidecars(monkeypatch, history.results_dir, commits,
+                    lambda i: {**_entry(), "host": _host(float(canary[i]))})
+    report = analyze(history)
+    (verdict,) = report.verdicts
+    head, line = host_mde_lines(report)
+    assert head.startswith("minimum detectable effect of the 1 host-side series")
+    assert line.split() == [f"{verdict.mde_pct:.3g}%", verdict.series.name]
+    out = io.StringIO()
+    print_table(report, out, rich=False)
+    assert line in out.getvalue().splitlines()
+
+
 def test_a_history_with_a_point_without_canary_is_judged_as_stored(tmp_path, monkeypatch):
     history, commits, canary = _spell_history(tmp_path)
     _write_sidecars(monkeypatch, history.results_dir, commits,
