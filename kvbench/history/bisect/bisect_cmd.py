@@ -70,7 +70,7 @@ def check_machine(machine: str) -> None:
 
 
 def _subjects(repo: Path, commits: Sequence[str]) -> dict[str, str]:
-    from kvbench.history.verdict.results import git
+    from kvbench.history.asv.repo import git
 
     out = git(repo, "log", "--no-walk=unsorted", "--format=%H %s", *commits).strip()
     return dict(line.split(" ", 1) if " " in line else (line, "") for line in out.splitlines())
@@ -103,6 +103,7 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
     from kvbench.core import progress
     from kvbench.core.jsonfile import check_writable
     from kvbench.history.asv.machine import default_machine
+    from kvbench.history.asv.repo import repository_of, resolve_range
     from kvbench.history.bisect import abtest
     from kvbench.history.bisect.measurer import AsvMeasurer, check_series, parse_series
     from kvbench.history.bisect.search import (
@@ -110,10 +111,8 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
         SEARCH_RUNS,
         attach_context,
         format_outcome,
-        resolve_range,
         run_bisect,
     )
-    from kvbench.history.verdict.results import git
 
     rounds = abtest.MIN_ROUNDS if rounds is None else rounds
     max_rounds = 2 * abtest.MIN_ROUNDS if max_rounds is None else max_rounds
@@ -122,7 +121,7 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
     abtest.check_rounds(rounds, max_rounds)
     if mde is not None and not (0 < mde < 10):
         raise ValueError(f"--mde is a relative effect in (0, 10) (0.02 = 2%), got {mde}")
-    root = Path(git(Path(repo), "rev-parse", "--show-toplevel").strip())
+    root = repository_of(Path(repo))
     commits = resolve_range(root, range_text)
     if json_path:
         check_writable(Path(json_path))

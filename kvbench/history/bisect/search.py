@@ -34,7 +34,6 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from kvbench.history.bisect import abtest
 from kvbench.history.bisect.measurer import (
@@ -42,7 +41,6 @@ from kvbench.history.bisect.measurer import (
     Measurer,
     Run,
 )
-from kvbench.history.verdict import results
 from kvbench.history.verdict.text import format_value
 
 SCHEMA = "kvbench-bisect/1"
@@ -54,32 +52,6 @@ SEARCH_RUNS_CAP_FACTOR = 3
 REGRESSION = "regression"
 NO_REGRESSION = "no regression"
 INCONCLUSIVE = "inconclusive"
-
-
-# ---- the git range ------------------------------------------------------------------------
-
-def _git(repo: Path, *args: str) -> str:
-    """results.git's stdout without its trailing newline (ValueError naming the command)."""
-    return results.git(repo, *args).strip()
-
-
-def resolve_range(repo: Path, text: str) -> list[str]:
-    """[base, c1, ..., end]: full hashes of the first-parent history of RANGE 'BASE..END'."""
-    if text.count("..") != 1 or "..." in text:
-        raise ValueError(f"range {text!r}: expected BASE..END (two dots, e.g. HEAD~32..HEAD)")
-    base_name, end_name = text.split("..")
-    if not base_name or not end_name:
-        raise ValueError(f"range {text!r}: name both ends, BASE..END (e.g. HEAD~32..HEAD)")
-    base = _git(repo, "rev-parse", "--verify", "--quiet", f"{base_name}^{{commit}}")
-    end = _git(repo, "rev-parse", "--verify", "--quiet", f"{end_name}^{{commit}}")
-    listed = _git(repo, "rev-list", "--first-parent", "--reverse", f"{base}..{end}").split()
-    if not listed:
-        raise ValueError(f"range {text!r} holds no commit ({base_name} is not before {end_name})")
-    first_parent = _git(repo, "rev-parse", f"{listed[0]}^")
-    if first_parent != base:
-        raise ValueError(f"range {text!r}: {base_name} is not on {end_name}'s first-parent "
-                         "history; pick a base on it (e.g. END~N)")
-    return [base, *listed]
 
 
 # ---- the outcome ---------------------------------------------------------------------------

@@ -44,8 +44,9 @@ def run(args) -> int:
     from kvbench.core import progress
     from kvbench.core.jsonfile import check_writable, write_json_atomic
     from kvbench.history.asv.machine import default_machine
+    from kvbench.history.asv.repo import repository_of, resolve
     from kvbench.history.verdict.regressions import analyze
-    from kvbench.history.verdict.results import load_history, repository_of, resolve
+    from kvbench.history.verdict.results import load_history
     from kvbench.history.verdict.text import plot_findings, print_table, readable_by_all
 
     try:

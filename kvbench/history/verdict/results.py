@@ -21,9 +21,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kvbench.history.asv.repo import first_parent_line, repository_of, resolve
 
 #: Units by the name of the benchmark's method, for a benchmark results/benchmarks.json lacks.
 UNIT_BY_METHOD = {"track_us": "seconds", "track_gbps": "GB/s"}
@@ -75,33 +76,6 @@ class History:
         """How many first-parent commits lie in (parent, commit]: the range a bisect searches."""
         index = {c: i for i, c in enumerate(self.first_parent)}
         return index[commit] - index[parent]
-
-
-def git(repo: Path, *args: str) -> str:
-    """Run git in `repo` and return its stdout; ValueError naming the command when it fails."""
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          check=False)
-    if proc.returncode != 0:
-        raise ValueError(f"git {' '.join(args)} in {repo} failed: {proc.stderr.strip()}")
-    return proc.stdout
-
-
-def repository_of(results_dir: Path) -> Path:
-    """The top of the git work tree that holds `results_dir` (where its commits are)."""
-    return Path(git(results_dir, "rev-parse", "--show-toplevel").strip())
-
-
-def first_parent_line(repo: Path, rev: str = "HEAD") -> list[str]:
-    """Full hashes of `rev`'s first-parent history, oldest first."""
-    return git(repo, "rev-list", "--first-parent", "--reverse", rev).split()
-
-
-def resolve(repo: Path, rev: str) -> str:
-    """The full hash `rev` names in `repo`; ValueError when it names no commit."""
-    try:
-        return git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
-    except ValueError:
-        raise ValueError(f"{rev!r} names no commit in {repo} (give a hash, branch or tag)") from None
 
 
 def machines(results_dir: Path) -> list[str]:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from kvbench.history.verdict.regressions import analyze
 from test_regressions import _history, _steady, sim
 from test_regressions_context import _entry, _write_sidecars
+
+from kvbench.history.verdict.regressions import analyze
 
 ROOT = Path(__file__).resolve().parents[3]
 N = 24

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_regressions import _history, _steady, sim
 
 from benchmarks import _sidecar
 from kvbench.history.verdict import context
-from kvbench.history.verdict.regressions import analyze
 from kvbench.history.verdict.page import render_page
+from kvbench.history.verdict.regressions import analyze
 from kvbench.history.verdict.text import plot_findings, print_table
-from test_regressions import _history, _steady, sim
 
 N, STEP_AT = 24, 14
 BUSY = {"sm_mhz": 1980, "mem_mhz": 3201, "temp_c": 40, "power_w": 300.0,
