@@ -84,6 +84,7 @@ HISTORY_COMMANDS = {
     "regressions": "kvbench.history.verdict.regressions_cmd",
     "bisect": "kvbench.history.bisect.bisect_cmd",
     "discover": "kvbench.history.asv.discover_cmd",
+    "record": "kvbench.history.asv.record_cmd",
 }
 
 
@@ -193,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_arguments(p)
         p.set_defaults(func=func)
 
-    for name in ("bisect", "discover"):
+    for name in ("bisect", "discover", "record"):
         _add_history_command(sub, name)
 
     p = sub.add_parser("plot", help="draw the roofline of a stored table JSON "

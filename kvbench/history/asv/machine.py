@@ -136,6 +136,18 @@ def default_machine() -> str:
     return machine_record()["machine"]
 
 
+def check_machine(machine: str) -> None:
+    """ValueError unless asv's machine file has a record named `machine`."""
+    from asv import util as asv_util
+    from asv.machine import MachineCollection
+
+    try:
+        MachineCollection.load(machine)
+    except asv_util.UserError as exc:
+        raise ValueError(f"--machine {machine}: {exc} Write it with `kvbench machine` (or "
+                         "`kvbench machine --name NAME`).") from None
+
+
 def write_machine_record(name: str | None = None, path: str | os.PathLike | None = None) -> dict:
     """Add (or replace) this machine's entry in the asv machine file; return the entry.
 

@@ -57,18 +57,6 @@ def run(args) -> int:
         return 1
 
 
-def check_machine(machine: str) -> None:
-    """ValueError unless asv's machine file has a record named `machine`."""
-    from asv import util as asv_util
-    from asv.machine import MachineCollection
-
-    try:
-        MachineCollection.load(machine)
-    except asv_util.UserError as exc:
-        raise ValueError(f"--machine {machine}: {exc} Write it with `kvbench machine` (or "
-                         "`kvbench machine --name NAME`).") from None
-
-
 def _subjects(repo: Path, commits: Sequence[str]) -> dict[str, str]:
     from kvbench.history.asv.repo import git
 
@@ -102,7 +90,7 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
 
     from kvbench.core import progress
     from kvbench.core.jsonfile import check_writable
-    from kvbench.history.asv.machine import default_machine
+    from kvbench.history.asv.machine import check_machine, default_machine
     from kvbench.history.asv.repo import repository_of, resolve_range
     from kvbench.history.bisect import abtest
     from kvbench.history.bisect.measurer import AsvMeasurer, check_series, parse_series
