@@ -11,6 +11,13 @@ In a sub-folder and not named *.json on purpose: asv 0.6.6 walks results/ recurs
 loads every *.json as a result file (warning on each one it cannot read). The format is in
 docs/harness.md ("The sidecar"); kvbench/history/verdict/sidecar.py reads it.
 
+Written together with the result file. The suite measures in setup_cache, long before asv
+saves the commit's result file; a run killed in between must not leave a new sidecar beside
+the old numbers. Inside a kvbench asv run (ASV_KVBENCH_RUN set by the plugin) the sidecar is
+written to a pending name, `<name>.kvjson.<run>.pending`, which no reader globs; the plugin
+promotes it into place right after asv saved the result file (kvbench/history/asv/asv_env.py,
+promote_sidecars). Without ASV_KVBENCH_RUN (a replayed history, a test) it is written in place.
+
 Where: asv gives a benchmark process ASV_CONF_DIR, ASV_COMMIT and ASV_ENV_NAME but not the
 machine; kvbench's environment plugin (kvbench/history/asv/asv_env.py) adds ASV_KVBENCH_MACHINE and
 ASV_KVBENCH_RESULTS_DIR. Without them (another env type, a plain import) nothing is written.
@@ -31,9 +38,18 @@ from typing import Any
 SCHEMA = 1
 SUBDIR = "kvbench"
 SUFFIX = ".kvjson"
+#: Ends the name of a sidecar that waits for asv to save its result file (module docstring).
+PENDING = ".pending"
+#: Set by kvbench's asv plugin to a token of the asv command writing results.
+RUN_VAR = "ASV_KVBENCH_RUN"
 NA = "n/a"
 #: Per measuring process: NVML state around each measurement group (run_group), in order.
 STATES: list[dict] = []
+
+
+def pending_path(path: str, run: str) -> str:
+    """The pending name of the sidecar `path` written by the asv command `run`."""
+    return f"{path}.{run}{PENDING}"
 
 
 def sidecar_path(group: str) -> str | None:
@@ -270,12 +286,16 @@ def _case_record(entry: dict) -> dict:
 
 def write_sidecar(group: str, classes: dict[str, dict]) -> str | None:
     """Write this process's sidecar for `group` atomically; return its path (None when not in
-    a kvbench asv run). Never raises: a failed write is reported on stderr, the numbers stay.
+    a kvbench asv run). Inside an asv command of kvbench's plugin (RUN_VAR set) the path is the
+    pending name the plugin promotes once asv saved the result file (module docstring).
+    Never raises: a failed write is reported on stderr, the numbers stay.
     Compact JSON, no indentation: a commit's sidecars are most of what kvbench adds to its
     results (docs/harness.md, "Result size"); `python -m json.tool FILE` reads one."""
     path = sidecar_path(group)
     if path is None:
         return None
+    if os.environ.get(RUN_VAR):
+        path = pending_path(path, os.environ[RUN_VAR])
     body = {
         "schema": SCHEMA,
         "commit": os.environ["ASV_COMMIT"],

@@ -24,6 +24,18 @@ force-reinstalled per commit) and changes two things:
    package. Anything else missing is installed with pip as asv would (which works offline
    only through PIP_FIND_LINKS) and fails with a message naming the package.
 
+The plugin is also the one place kvbench's code runs inside asv's own process (asv.conf.json's
+"plugins" loads it into every asv command), so it guards what asv stores; asv 0.6.6 has no
+hook for either:
+
+3. Stored numbers are never replaced by NaN or by a skip (keep_stored_results): a case a
+   re-run cannot measure (skipped, failed, "not selected") keeps the value, samples and
+   statistics already stored for that commit under the same benchmark name and version.
+4. Result file and sidecar are written together (promote_sidecars): the suite writes its
+   sidecar to a pending name (benchmarks/_sidecar.py); right after asv saved the commit's
+   result file the plugin renames it into place, keeping the old record of every case the
+   result file kept.
+
 Usage (asv.conf.json): "plugins": [".kvbench.history.asv.asv_env"], "environment_type":
 "kvbench-offline". The leading dot matters: asv 0.6.6 imports a dotted plugin name from the
 directory holding asv.conf.json and looks a plain name up only inside asv.plugins, where
@@ -32,17 +44,32 @@ directory holding asv.conf.json and looks a plain name up only inside asv.plugin
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
 import sys
+import tempfile
+import uuid
 
 from asv import environment, util
 from asv.console import log
 from asv.plugins.virtualenv import Virtualenv
+from asv.results import Results
 
 TOOL_NAME = "kvbench-offline"
 PTH_NAME = "zz-kvbench-parent.pth"
+#: Names the asv command this process runs; the suite's sidecars wait under a pending name
+#: carrying it (benchmarks/_sidecar.py RUN_VAR, PENDING) until this process saves the result.
+RUN_VAR = "ASV_KVBENCH_RUN"
+#: Kept on asv's Results class so that every import of this module in one process (and the
+#: wrappers installed by the first) names the command alike.
+RUN_TOKEN = getattr(Results, "_kvbench_run_token", None) or uuid.uuid4().hex[:16]
+Results._kvbench_run_token = RUN_TOKEN
+SIDECAR_DIR = "kvbench"
+SIDECAR_SUFFIX = ".kvjson"
+PENDING = ".pending"
 
 #: Requirements asv adds that the offline build does not need when they are absent.
 _OPTIONAL = {"wheel"}
@@ -102,6 +129,8 @@ class OfflineVirtualenv(Virtualenv):
         # process the commit and env but not the machine or the results directory.
         self._global_env_vars["ASV_KVBENCH_MACHINE"] = asv_machine_name()
         self._global_env_vars["ASV_KVBENCH_RESULTS_DIR"] = os.path.abspath(conf.results_dir)
+        # The sidecar waits under a pending name until this process saved the result file.
+        self._global_env_vars[RUN_VAR] = RUN_TOKEN
 
     def _setup(self) -> None:
         env = dict(os.environ)
@@ -151,3 +180,184 @@ class OfflineVirtualenv(Virtualenv):
                     f"{text!r} is neither in {self._executable} nor installable here: "
                     f"pip install it into the interpreter that runs asv ({exc})"
                 ) from exc
+
+
+# ---- what asv stores: numbers kept over a re-run's skips, sidecars promoted on save ------------
+
+
+def kept_indices(results: Results, benchmark: dict, result, selected_idx) -> set[int]:
+    """The param indices of `benchmark` this run selected, has no number for (asv.util.is_na:
+    skipped NaN or failed None) and `results` already holds a number for under the same
+    benchmark name and version."""
+    name = benchmark["name"]
+    if name not in results._results or \
+            results._benchmark_version.get(name) != benchmark["version"]:
+        return set()
+    new = list(result.result)
+    old = results.get_result_value(name, benchmark["params"])
+    candidates = range(len(new)) if selected_idx is None else selected_idx
+    return {j for j in candidates
+            if 0 <= j < min(len(new), len(old)) and util.is_na(new[j]) and not util.is_na(old[j])}
+
+
+def keep_stored_results(add_result):
+    """Wrap asv.results.Results.add_result so that a recorded number is never replaced by NaN
+    or by a skip: the param indices whose new result is NA while the stored one is not are
+    handed to asv as not selected, and asv's own merge (the selected_idx branch of add_result)
+    keeps their old result, samples and statistics. asv's console and log say so, naming the
+    benchmark and how many params kept their number.
+
+    Why a wrapper: asv 0.6.6 has no hook between running a benchmark and storing its result,
+    and records a case the current suite cannot run on an old commit (a skip, a failure, a
+    case a selective run leaves out) as NaN over the stored number. This plugin is the one
+    place kvbench's code runs inside asv's process, so the guard lives here. The signature is
+    add_result's own (asv is pinned ==0.6.6; tests/history/asv/test_result_guard.py fails if
+    it changes)."""
+
+    @functools.wraps(add_result)
+    def wrapper(self, benchmark, result, started_at=None, duration=None, record_samples=False,
+                append_samples=False, selected_idx=None):
+        keep = kept_indices(self, benchmark, result, selected_idx)
+        if keep:
+            base = set(range(len(result.result))) if selected_idx is None else set(selected_idx)
+            selected_idx = base - keep
+            pending = getattr(log, "_prev_message", None)  # asv's "name ... ok" line
+            log.warning(f"{benchmark['name']}: kept the stored numbers of {len(keep)} of "
+                        f"{len(base)} params this run has none for (skipped, failed or not "
+                        "selected)")
+            if pending:
+                log.info(pending, reserve_space=True)
+        return add_result(self, benchmark, result, started_at=started_at, duration=duration,
+                          record_samples=record_samples, append_samples=append_samples,
+                          selected_idx=selected_idx)
+
+    wrapper._kvbench_guard = True
+    return wrapper
+
+
+def _read_json(path: str):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def merge_sidecar(old: dict, new: dict) -> tuple[dict, int]:
+    """`new` with every case `old` measured and `new` records without a number (skipped,
+    failed, not selected, or absent) taken from `old`, its machine state carried over: the
+    result file kept that case's number (keep_stored_results), so the sidecar keeps its facts.
+    Returns (merged body, how many cases were kept)."""
+    merged = json.loads(json.dumps(new))
+    states = merged.setdefault("states", [])
+    old_states = old.get("states") or []
+    moved: dict[int, int] = {}
+    kept = 0
+    for cls, cases in (old.get("classes") or {}).items():
+        if not isinstance(cases, dict):
+            continue
+        target = merged.setdefault("classes", {}).setdefault(cls, {})
+        for params, record in cases.items():
+            if not isinstance(record, dict) or record.get("status") != "measured":
+                continue
+            now = target.get(params)
+            if isinstance(now, dict) and now.get("status") == "measured":
+                continue
+            record = dict(record)
+            index = record.get("state")
+            if isinstance(index, int) and 0 <= index < len(old_states):
+                if index not in moved:
+                    states.append(old_states[index])
+                    moved[index] = len(states) - 1
+                record["state"] = moved[index]
+            elif index is not None:
+                record["state"] = None
+            target[params] = record
+            kept += 1
+    return merged, kept
+
+
+def _write_atomic(path: str, body: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(body, f, separators=(",", ":"), default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def promote_sidecars(results_dir: str, filename: str, commit: str, env_name: str,
+                     run: str = RUN_TOKEN) -> list[str]:
+    """Move the pending sidecars this asv command (`run`) wrote for `commit` and `env_name`
+    into place beside the result file `filename` (relative to results_dir, asv's
+    "<machine>/<hash>-<env>.json"); return the promoted paths. Over an existing sidecar the
+    old record of a case the new one has no number for is kept (merge_sidecar). Pending
+    sidecars of the same commit and env left by an asv command that never saved (killed) are
+    removed: their numbers never reached the result file. Never raises: a sidecar that cannot
+    be promoted is named on asv's console and stays pending (no reader globs it)."""
+    folder = os.path.join(results_dir, os.path.dirname(filename), SIDECAR_DIR)
+    if not os.path.isdir(folder):
+        return []
+    prefix = f"{commit[:8]}-{env_name}."
+    done = []
+    for entry in sorted(os.listdir(folder)):
+        if not (entry.startswith(prefix) and entry.endswith(PENDING)):
+            continue
+        path = os.path.join(folder, entry)
+        head, _, token = entry[: -len(PENDING)].rpartition(".")
+        if not head.endswith(SIDECAR_SUFFIX):
+            continue
+        try:
+            if token != run:
+                os.remove(path)
+                log.warning(f"removed {path}: the sidecar of an asv run that never saved its "
+                            "result file")
+                continue
+            new = _read_json(path)
+            if new.get("env") != env_name or not str(new.get("commit", "")).startswith(
+                    commit[:8]):
+                continue
+            final = os.path.join(folder, head)
+            body, kept = new, 0
+            if os.path.exists(final):
+                try:
+                    body, kept = merge_sidecar(_read_json(final), new)
+                except (OSError, ValueError, AttributeError, TypeError) as exc:
+                    log.warning(f"{final} not read ({exc}); the new sidecar replaces it")
+            if kept:
+                _write_atomic(path, body)
+                log.warning(f"{final}: kept the stored records of {kept} cases this run has "
+                            "no number for")
+            os.replace(path, final)
+            done.append(final)
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            log.error(f"sidecar {path} not promoted: {exc}")
+    return done
+
+
+def promote_on_save(save):
+    """Wrap asv.results.Results.save so the suite's pending sidecars of this commit and env
+    are promoted right after asv wrote the result file (promote_sidecars): a run killed
+    before the save leaves the stored result file and sidecar as they were. A wrapper for the
+    reason keep_stored_results gives (no hook in asv 0.6.6)."""
+
+    @functools.wraps(save)
+    def wrapper(self, result_dir):
+        save(self, result_dir)
+        if self._filename is not None and self._commit_hash:
+            promote_sidecars(result_dir, self._filename, self._commit_hash, self._env_name)
+
+    wrapper._kvbench_guard = True
+    return wrapper
+
+
+def install_result_guards() -> None:
+    """Wrap Results.add_result and Results.save once (idempotent: a second import of this
+    module, or a second call, wraps nothing again)."""
+    if not getattr(Results.add_result, "_kvbench_guard", False):
+        Results.add_result = keep_stored_results(Results.add_result)
+    if not getattr(Results.save, "_kvbench_guard", False):
+        Results.save = promote_on_save(Results.save)
+
+
+install_result_guards()
