@@ -336,15 +336,31 @@ def promote_sidecars(results_dir: str, filename: str, commit: str, env_name: str
 
 
 def promote_on_save(save):
-    """Wrap asv.results.Results.save so the suite's pending sidecars of this commit and env
-    are promoted right after asv wrote the result file (promote_sidecars): a run killed
-    before the save leaves the stored result file and sidecar as they were. A wrapper for the
-    reason keep_stored_results gives (no hook in asv 0.6.6)."""
+    """Wrap asv.results.Results.save so the result file is written whole or not at all (asv
+    writes it in place: a kill during the write would leave a cut-off file, which `kvbench
+    record` then measures again, but every other reader would fail on it): asv writes it under
+    a temporary name beside it, renamed over the old one. Then the suite's pending sidecars of
+    this commit and env are promoted (promote_sidecars): a run killed before the save leaves
+    the stored result file and sidecar as they were. A wrapper for the reason
+    keep_stored_results gives (no hook in asv 0.6.6)."""
 
     @functools.wraps(save)
     def wrapper(self, result_dir):
-        save(self, result_dir)
-        if self._filename is not None and self._commit_hash:
+        if self._filename is None:
+            save(self, result_dir)
+            return
+        final = self._filename
+        folder, name = os.path.split(final)
+        self._filename = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+        try:
+            save(self, result_dir)
+            os.replace(os.path.join(result_dir, self._filename),
+                       os.path.join(result_dir, final))
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(result_dir, self._filename))
+            self._filename = final
+        if self._commit_hash:
             promote_sidecars(result_dir, self._filename, self._commit_hash, self._env_name)
 
     wrapper._kvbench_guard = True

@@ -224,3 +224,31 @@ def test_a_pending_sidecar_of_a_run_that_never_saved_is_removed(tmp_path, suite_
     assert sorted(p.name for p in folder.iterdir()) == [f"{COMMIT[:8]}-{ENV}.suite.kvjson"]
     body = json.loads((folder / f"{COMMIT[:8]}-{ENV}.suite.kvjson").read_text())
     assert body["classes"]["KVAlloc"]["('a',)"]["median_us"] == 10.0
+
+
+def test_a_save_cut_off_mid_write_leaves_the_stored_file_whole(tmp_path, monkeypatch):
+    """asv writes the result file in place; the plugin has it written beside and renamed, so a
+    write that dies half way (a killed machine) leaves the stored file as it was."""
+    res = _results()
+    res.add_result(_bench(), _run([1e-5, 2e-5, 3e-5]), record_samples=True)
+    res.save(str(tmp_path))
+    path = tmp_path / MACHINE / f"{COMMIT[:8]}-{ENV}.json"
+    stored = path.read_bytes()
+
+    import asv.results
+
+    def cut_off(target, data, api_version=None, compact=False):
+        Path(target).write_text('{"commit_hash": "01')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(asv.results.util, "write_json", cut_off)
+    again = _results()
+    again.add_result(_bench(), _run([5e-5, 6e-5, 7e-5]), record_samples=True)
+    with pytest.raises(KeyboardInterrupt):
+        again.save(str(tmp_path))
+    assert path.read_bytes() == stored
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary left
+    monkeypatch.undo()
+    again.save(str(tmp_path))
+    assert Results.load(str(path)).get_result_value(NAME, PARAMS) == pytest.approx(
+        [5e-5, 6e-5, 7e-5])
