@@ -80,10 +80,22 @@ def allowed_cores() -> list[int]:
 
 
 def restore_affinity(cores: list[int]) -> None:
-    """Let this process run on `cores` again (as allowed_cores() returned them before a
-    host-side class pinned it to one); nothing where the OS has no affinity calls."""
-    if cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, cores)
+    """Let every thread of this process run on `cores` again (as allowed_cores() returned them
+    before a host-side class pinned the process to one core); nothing where the OS has no
+    affinity calls. Every thread, not only the calling one: Linux pins the calling thread, and
+    a thread started while it was pinned (torch's CPU pool, the CUDA driver's helpers) inherits
+    the one core and keeps it."""
+    if not cores or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 def probe_cores(cores: list[int], rounds: int = 1) -> dict[int, float]:

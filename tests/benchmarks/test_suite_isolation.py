@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,35 @@ def _pinning_measure() -> dict:
     return {("a",): {"skip": "pinned"}}
 
 
+def _pinning_with_a_thread_measure() -> dict:
+    """A host-side class that starts a thread while pinned (as torch's pool or the CUDA
+    driver may): the thread waits until the next class reads its affinity."""
+    cores = c._host.allowed_cores()
+    if cores:
+        os.sched_setaffinity(0, {cores[0]})
+    started = threading.Event()
+    _THREAD["tid"], _THREAD["stop"] = None, threading.Event()
+
+    def body():
+        _THREAD["tid"] = threading.get_native_id()
+        started.set()
+        _THREAD["stop"].wait(30)
+
+    threading.Thread(target=body, daemon=True).start()
+    started.wait(30)
+    return {("a",): {"skip": "pinned"}}
+
+
+_THREAD: dict = {}
+
+
+def _thread_affinity_measure() -> dict:
+    """The next class: records the cores the thread started while pinned may run on."""
+    cores = sorted(os.sched_getaffinity(_THREAD["tid"]))
+    _THREAD["stop"].set()
+    return {("a",): {"skip": repr(cores)}}
+
+
 def _affinity_measure() -> dict:
     """The next class: records the cores its process may run on."""
     return {("a",): {"skip": repr(sorted(c._host.allowed_cores()))}}
@@ -76,6 +106,14 @@ def test_a_host_class_pinning_its_process_leaves_the_next_class_every_core(monke
     """One process measures every class: the core a host-side class pinned itself to must not
     confine the GPU classes measured after it."""
     _plant_classes(monkeypatch, ("_pinning_measure", "Host"), ("_affinity_measure", "Next"))
+    out = c.measure_group_here("fake")
+    assert out["Next"][("a",)]["skip"] == repr(sorted(c._host.allowed_cores()))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity calls here")
+def test_a_thread_started_while_pinned_gets_every_core_back(monkeypatch):
+    _plant_classes(monkeypatch, ("_pinning_with_a_thread_measure", "Host"),
+                   ("_thread_affinity_measure", "Next"))
     out = c.measure_group_here("fake")
     assert out["Next"][("a",)]["skip"] == repr(sorted(c._host.allowed_cores()))
 
