@@ -32,17 +32,21 @@ def pytest_cmdline_main(config):
     the end-to-end tests spend minutes in asv's subprocesses, and on a 2-core runner two of
     them at a time halve the suite's wall time. Not on a GPU machine (timing tests there must
     not share the device or its host), not in an xdist worker, and not where the command line
-    already says how many processes (`-n 0` runs serially)."""
+    already says how many processes (`-n 0` runs serially). One test at a time to each idle
+    worker (maxschedchunk 1): xdist otherwise hands out runs of consecutive tests, and the
+    end-to-end tests, collected first, would all land on one worker."""
     if HAS_CUDA or os.environ.get("PYTEST_XDIST_WORKER") is not None:
         return
     if not config.pluginmanager.hasplugin("xdist") or config.option.numprocesses is not None:
         return
     config.option.numprocesses = "auto"
+    if config.option.maxschedchunk is None:
+        config.option.maxschedchunk = 1
 
 
 def pytest_collection_modifyitems(config, items):
-    """End-to-end tests first (stable otherwise): xdist hands its first batch out round-robin,
-    so the long asv runs start at once, spread over the workers, and the short tests fill in
+    """End-to-end tests first (stable otherwise): with one test at a time to each idle worker,
+    the long asv runs start at once, spread over the workers, and the short tests fill in
     behind them. GPU-marked tests on a machine without CUDA fail loudly instead of passing
     silently."""
     items.sort(key=lambda item: "e2e" not in item.keywords)
