@@ -67,10 +67,10 @@ VERSION = "1"
 SUITE_BENCH_BUDGET_S = 0.1
 #: Samples per bench() row in the suite (the harness clamps to (10, 1000)): a commit's run is
 #: one point of a series whose noise is the spread BETWEEN processes, which more samples of
-#: one process do not shrink; 100 cold-L2 samples put the median's own interval well inside
-#: that spread, at a tenth of the launches of the harness's cap (docs/history.md, "What a
-#: commit costs"). Set per measuring process by prepare_process, for every commit whose
-#: harness has the knob.
+#: one process do not shrink; the median of 100 samples has a 95% interval of about a quarter
+#: of one sample's spread (1.96 x 1.25 / sqrt(100)), at a tenth of the launches of the
+#: harness's cap (docs/history.md, "Cost per commit"). Set per measuring process by
+#: prepare_process, for every commit whose harness has the knob.
 SUITE_BENCH_REPEAT_RANGE = (10, 100)
 #: Why a row of a class's cross product is not measured on purpose (a CPU reason aside).
 TRIMMED = "trimmed from the per-commit suite"
@@ -444,11 +444,11 @@ _CLASS_ERROR = "__class_error__"
 #: The key under which measure_group records a class a selective run leaves out.
 _CLASS_SKIP = "__class_skip__"
 #: group -> ((benchmarks module, its measure function, the class it feeds), ...), in the
-#: order the measuring process runs them: the host-side classes first (their numbers move
-#: with the heap and the allocator state a long GPU run leaves behind), then the KV ops,
-#: then decode. One group: every class of the suite is measured by ONE process per commit,
-#: which pays torch's import, the CUDA context, Triton's kernel loads and dispatch's golden
-#: checks once instead of once per group (docs/history.md, "What a commit costs").
+#: order the measuring process runs them: the host-side classes first (as before, in a
+#: process that has measured nothing else yet), then the KV ops, then decode. One group:
+#: every class of the suite is measured by ONE process per commit, which pays torch's
+#: import, the CUDA context, Triton's kernel loads and dispatch's golden checks once instead
+#: of once per group (docs/history.md, "Cost per commit").
 GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "suite": (("kv_alloc", "measure", "KVAlloc"),
               ("dispatch_overhead", "measure", "DispatchOverhead"),
