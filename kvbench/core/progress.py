@@ -55,7 +55,9 @@ class Status:
         if self._live is not None:
             elapsed = time.monotonic() - self._start
             counted = f"  ({self.rows} rows measured)" if self.rows else ""
-            self._live.update(f"{self.title}: {self.what}{counted}  [{elapsed:.0f} s]")
+            from rich.text import Text  # plain text: op, row and case names are not markup
+
+            self._live.update(Text(f"{self.title}: {self.what}{counted}  [{elapsed:.0f} s]"))
 
 
 #: The status of the command running now (None outside one): table builders report into it.
@@ -86,7 +88,9 @@ def status(title: str, *, quiet: bool = False) -> Iterator[Status]:
     from rich.console import Console
 
     console = Console(stderr=True)
-    with console.status(title, spinner="dots") as live:
+    from rich.text import Text
+
+    with console.status(Text(title), spinner="dots") as live:
         _current = Status(title, live)
         try:
             yield _current

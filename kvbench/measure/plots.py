@@ -93,12 +93,13 @@ def plot_roofline(table: dict[str, Any], path: str | os.PathLike, *,
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
                 f" {value:.0f}" if value >= 100 else f" {value:.3g}",
                 va="center", fontsize=7)
-    ax.set_yticks(ticks, labels, fontsize=7)
+    # Row, case and device names come from the table's JSON: "$...$" in them is not math text.
+    ax.set_yticks(ticks, labels, fontsize=7, parse_math=False)
     ax.set_ylim(ticks[-1] + 0.7, -0.7)  # first case on top, no empty band at either end
     for first, last, case in group_edges:
         ax.axhspan(first - 0.5, last + 0.5, color="#f2f2f2", zorder=0)
         ax.text(1.005, (first + last) / 2, case, transform=ax.get_yaxis_transform(),
-                va="center", fontsize=8, fontweight="bold")
+                va="center", fontsize=8, fontweight="bold", parse_math=False)
     top = max(values)
     if peak:
         ax.axvline(peak, color="#d62728", linestyle="--", linewidth=1.5,
@@ -115,7 +116,7 @@ def plot_roofline(table: dict[str, Any], path: str | os.PathLike, *,
     title = f"kvbench table {op} on {device}" + (f" at {commit}" if commit else "")
     if not peak:
         title += "\n(no spec peak known on this device: a CPU run proves the suite runs)"
-    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_title(title, fontsize=10, loc="left", parse_math=False)
     handles, _ = ax.get_legend_handles_labels()
     if any(hatches):
         from matplotlib.patches import Patch

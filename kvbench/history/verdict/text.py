@@ -107,14 +107,18 @@ def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | N
     if use_rich:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=summary_line(verdicts), title_justify="left")
+        # Every cell a plain Text: series and param names come from result files, and rich
+        # would read "[/red]" or "[link=...]" in them as its own markup.
+        table = Table(title=Text(summary_line(verdicts)), title_justify="left")
         headers = HEADERS + (("context",) if any(contexts) else ())
         for header in headers:
             table.add_column(header, overflow="fold")
         for r, context in zip(rows, contexts):
             style = "red" if r[0].startswith("regression") else "green"
-            table.add_row(*r, *((context,) if any(contexts) else ()), style=style)
+            cells = (*r, *((context,) if any(contexts) else ()))
+            table.add_row(*(Text(cell) for cell in cells), style=style)
         Console(file=out).print(table)
     else:
         print(summary_line(verdicts), file=out)
@@ -180,16 +184,16 @@ def plot_findings(verdicts: Verdicts, out_dir: str | Path, *, verdict: str = "re
             ax.axvspan(i_parent, i_settled, color=color, alpha=0.15)
             note = f"{f.verdict} {f.effect_pct:+.1f}%\n{f.parent[:8]}..{f.settled[:8]}"
             note += "".join(f"\n{fact.text}" for fact in f.context)
-            ax.annotate(note,
+            ax.annotate(note,  # names from result files: "$...$" is not math text here
                         (i_settled, f.after / scale), textcoords="offset points",
-                        xytext=(4, 6), fontsize=7, color=color)
+                        xytext=(4, 6), fontsize=7, color=color, parse_math=False)
         ax.set_xticks(range(len(commits)), [c[:7] for c in commits], rotation=90, fontsize=6)
         ax.set_ylabel(label)
         facts = [fact.text for f in findings for fact in f.context]
         title = f"{verdicts.history.machine}: {name}"
         if facts:
             title += "\n" + "; ".join(dict.fromkeys(facts))
-        ax.set_title(title, fontsize=8)
+        ax.set_title(title, fontsize=8, parse_math=False)
         ax.legend(fontsize=6, loc="best")
         fig.tight_layout()
         path = out_dir / plot_name(name)

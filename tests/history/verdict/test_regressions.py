@@ -393,3 +393,29 @@ def test_rich_table_lists_the_findings(tmp_path):
     text = out.getvalue()
     assert "regression" in text and "'slow'" in text and commits[11][:8] in text
     assert "1 regressions" in text
+
+
+def test_names_from_result_files_are_text_not_markup_or_math(tmp_path, monkeypatch):
+    """A param that reads as rich markup or matplotlib math text is printed and drawn as it
+    is: "[/red]" crashed the terminal table (MarkupError), "[link=...]" hid a hyperlink behind
+    plain text, "$\\nosuchcmd{$" crashed the plot and the published page's writer."""
+    import io
+
+    from kvbench.history.verdict.text import plot_findings, print_table
+
+    rng = np.random.default_rng(11)
+    values = _steady(rng, 24, 50e-6, 0.005)
+    values[12:] *= 1.5
+    name = "[/red][link=https://evil.example]auto[/link]$\\nosuchcmd{$"
+    history, _ = _history(tmp_path / "h", {name: (sim.LATENCY, list(values))})
+    report = analyze(history)
+    (finding,) = report.findings
+    assert "[/red][link=" in finding.series.name and "nosuchcmd{$" in finding.series.name
+    out = io.StringIO()
+    monkeypatch.setenv("COLUMNS", "400")  # one line per row: the name is not folded
+    print_table(report, out, rich=True)
+    printed = out.getvalue()
+    assert "[/red][link=https://evil.example]auto[/link]" in printed
+    assert "\x1b]8;" not in printed  # no terminal hyperlink escape
+    (png,) = plot_findings(report, tmp_path / "plots")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
