@@ -200,6 +200,7 @@ class Verdicts:
                 "judged": sum(v.noise is not None for v in self.verdicts),
                 "regressions": len(self.regressions),
                 "improvements": len(self.findings) - len(self.regressions),
+                "skipped_results": len(h.skipped),
             },
             "findings": [f.to_json() for f in self.findings],
             "series": [v.to_json() for v in self.verdicts],

@@ -21,6 +21,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,13 @@ from kvbench.history.asv.repo import first_parent_line, repository_of, resolve
 
 #: Units by the name of the benchmark's method, for a benchmark results/benchmarks.json lacks.
 UNIT_BY_METHOD = {"track_us": "seconds", "track_gbps": "GB/s"}
+#: The largest result file read: an asv result file of this suite is tens to hundreds of KB
+#: (a raw-sample file of the old format ~2 MB); a file far larger is not one.
+MAX_RESULT_BYTES = 64 << 20
+#: Values a point may hold, per unit: a time is positive and under an hour, a bandwidth
+#: positive and under 100 TB/s. Anything else (0, a negative, 1e308, true) is a broken file,
+#: not a measurement, and is left out with the file named.
+PLAUSIBLE = {"seconds": (0.0, 3600.0), "GB/s": (0.0, 1e5)}
 
 
 @dataclass(frozen=True)
@@ -114,10 +123,18 @@ def unit_of(benchmark: str, units: dict[str, str]) -> str | None:
 
 
 def _number(value) -> float | None:
-    if value is None:
+    """A finite number, or None (absent, NaN, infinite, or not a number at all: a bool, a
+    string)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
     return None if math.isnan(value) or math.isinf(value) else value
+
+
+def plausible(value: float, unit: str) -> bool:
+    """Whether `value` can be a measurement in `unit` (PLAUSIBLE; any finite for other units)."""
+    low, high = PLAUSIBLE.get(unit, (-math.inf, math.inf))
+    return low < value < high
 
 
 #: Commits whose measurements started more than this far apart belong to different runs.
@@ -151,16 +168,56 @@ def _started_at(data: dict) -> float | None:
     if "started_at" not in columns:
         return None
     i = columns.index("started_at")
-    times = [row[i] for row in data["results"].values()
-             if isinstance(row, list) and i < len(row) and isinstance(row[i], (int, float))]
+    times = [_number(row[i]) for row in data["results"].values()
+             if isinstance(row, list) and i < len(row)]
+    times = [t for t in times if t is not None]
     return float(min(times)) if times else None
 
 
+def _read_bounded(path: Path) -> bytes:
+    """The bytes of `path` if it is a regular file (a symlink to one counts) of at most
+    MAX_RESULT_BYTES; ValueError naming what it is otherwise. A FIFO, a device (/dev/zero), a
+    directory or a dangling link is refused before it is opened for reading."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ValueError(f"cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file")
+    if info.st_size > MAX_RESULT_BYTES:
+        raise ValueError(f"{info.st_size} bytes, more than a result file holds "
+                         f"({MAX_RESULT_BYTES} at most)")
+    with open(path, "rb") as f:
+        data = f.read(MAX_RESULT_BYTES + 1)
+    if len(data) > MAX_RESULT_BYTES:
+        raise ValueError(f"grew past {MAX_RESULT_BYTES} bytes while read")
+    return data
+
+
 def _read_result_file(path: Path) -> dict:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if data.get("version") != 2 or "result_columns" not in data:
-        raise ValueError(f"{path}: not an asv 0.6 result file (format version 2 expected, "
-                         f"got {data.get('version')!r})")
+    """One result file, checked against what the reader relies on (asv 0.6's format 2);
+    ValueError saying what is wrong with it."""
+    try:
+        data = json.loads(_read_bounded(path).decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to be a result file") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
+    if data.get("version") != 2:
+        raise ValueError(f"not an asv 0.6 result file (format version 2 expected, got "
+                         f"{data.get('version')!r})")
+    checks = (("commit_hash", str), ("env_name", str), ("result_columns", list),
+              ("results", dict))
+    for key, kind in checks:
+        if not isinstance(data.get(key), kind):
+            raise ValueError(f"'{key}' is {type(data.get(key)).__name__}, expected "
+                             f"{kind.__name__}")
+    if not all(isinstance(c, str) for c in data["result_columns"]):
+        raise ValueError("'result_columns' holds a non-string")
+    if not isinstance(data.get("params", {}), dict):
+        raise ValueError(f"'params' is {type(data.get('params')).__name__}, expected dict")
     return data
 
 
@@ -180,6 +237,10 @@ def _points_of(data: dict, commit: str):
         if results is None:
             continue
         params = column.get("params") or []
+        if not isinstance(params, list) or not all(
+                isinstance(values, list) and all(isinstance(v, str) for v in values)
+                for values in params):
+            continue  # not asv's list of param value lists: nothing here can be placed
         combos = list(itertools.product(*params)) if params else [()]
         if not isinstance(results, list):
             results = [results]
@@ -222,25 +283,39 @@ def load_history(results_dir: str | Path, machine: str, *, rev: str = "HEAD",
             continue
         try:
             data = _read_result_file(path)
-        except (ValueError, json.JSONDecodeError) as exc:
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
             skipped.append({"file": path.name, "reason": f"unreadable: {exc}"})
             continue
-        commit = data.get("commit_hash", "")
+        commit = data["commit_hash"]
         if commit not in position:
             skipped.append({"file": path.name,
                             "reason": f"commit {commit[:8]} is not on {rev}'s first-parent line"})
             continue
-        env = data.get("env_name", "")
-        measured.add(commit)
-        params = tuple(sorted((k, str(v)) for k, v in (data.get("params") or {}).items()))
-        start = _started_at(data)
-        if commit in started and started[commit][1] is not None and start is not None:
-            start = min(start, started[commit][1])
-        started[commit] = (params, start)
+        env = data["env_name"]
+        points, implausible = [], 0
         for benchmark, combo, point in _points_of(data, commit):
             unit = unit_of(benchmark, units)
             if unit is None:
                 continue
+            if not plausible(point.value, unit):
+                implausible += 1
+                continue
+            points.append((benchmark, combo, point, unit))
+        if implausible:
+            skipped.append({"file": path.name, "reason": f"{implausible} value(s) that cannot "
+                            "be measurements (not a positive finite time under an hour or "
+                            "bandwidth under 100 TB/s) left out"})
+        if not points:
+            if not implausible:
+                skipped.append({"file": path.name, "reason": "no value of a known series"})
+            continue
+        measured.add(commit)
+        params = tuple(sorted((str(k), str(v)) for k, v in data.get("params", {}).items()))
+        start = _started_at(data)
+        if commit in started and started[commit][1] is not None and start is not None:
+            start = min(start, started[commit][1])
+        started[commit] = (params, start)
+        for benchmark, combo, point, unit in points:
             key = (benchmark, combo, env)
             if key not in by_key:
                 param_names = names.get(benchmark, ())

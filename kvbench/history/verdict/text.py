@@ -73,10 +73,12 @@ def summary_line(verdicts: Verdicts) -> str:
     h = verdicts.history
     judged = sum(v.noise is not None for v in verdicts.verdicts)
     since = f" since {verdicts.since[:8]}" if verdicts.since else ""
+    problems = (f"; {len(h.skipped)} result file(s) skipped or trimmed (listed below)"
+                if h.skipped else "")
     return (f"{h.machine}: {len(h.commits)} measured commits up to {h.head[:8]}, "
             f"{judged} of {len(verdicts.verdicts)} series judged{since}: "
             f"{len(verdicts.regressions)} regressions, "
-            f"{len(verdicts.findings) - len(verdicts.regressions)} improvements")
+            f"{len(verdicts.findings) - len(verdicts.regressions)} improvements{problems}")
 
 
 def host_mde_lines(verdicts: Verdicts) -> list[str]:
