@@ -23,7 +23,7 @@ from kvbench.history.verdict.regressions import analyze
 from kvbench.history.verdict.results import load_history
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_regressions import sim  # noqa: E402 (the synthetic history writer beside it)
+from test_regressions import sim
 
 GOOD = [1e-5, 1.01e-5, 0.99e-5, 1e-5]
 
