@@ -196,7 +196,8 @@ def _read_bounded(path: Path) -> bytes:
 
 def _read_result_file(path: Path) -> dict:
     """One result file, checked against what the reader relies on (asv 0.6's format 2);
-    ValueError saying what is wrong with it."""
+    ValueError saying what is wrong with it (a wrongly typed key is bad input, like any other
+    defect of the file, and the reader skips every such file the same way)."""
     try:
         data = json.loads(_read_bounded(path).decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -204,7 +205,7 @@ def _read_result_file(path: Path) -> dict:
     except RecursionError:
         raise ValueError("JSON nested too deeply to be a result file") from None
     if not isinstance(data, dict):
-        raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")  # noqa: TRY004
     if data.get("version") != 2:
         raise ValueError(f"not an asv 0.6 result file (format version 2 expected, got "
                          f"{data.get('version')!r})")
@@ -212,12 +213,13 @@ def _read_result_file(path: Path) -> dict:
               ("results", dict))
     for key, kind in checks:
         if not isinstance(data.get(key), kind):
-            raise ValueError(f"'{key}' is {type(data.get(key)).__name__}, expected "
+            raise ValueError(f"'{key}' is {type(data.get(key)).__name__}, expected "  # noqa: TRY004
                              f"{kind.__name__}")
     if not all(isinstance(c, str) for c in data["result_columns"]):
         raise ValueError("'result_columns' holds a non-string")
     if not isinstance(data.get("params", {}), dict):
-        raise ValueError(f"'params' is {type(data.get('params')).__name__}, expected dict")
+        raise ValueError(  # noqa: TRY004
+            f"'params' is {type(data.get('params')).__name__}, expected dict")
     return data
 
 

@@ -93,8 +93,8 @@ def host_mde_lines(verdicts: Verdicts) -> list[str]:
                   key=lambda v: -v.mde_pct)
     if not host:
         return []
-    lines = [f"minimum detectable effect of the {len(host)} host-side series "
-             "(judged at the host's typical speed):"]
+    lines = [(f"minimum detectable effect of the {len(host)} host-side series "
+              "(judged at the host's typical speed):")]
     lines += [f"  {v.mde_pct:6.3g}%  {v.series.name}" for v in host]
     return lines
 

@@ -61,9 +61,9 @@ def test_one_recording_at_a_time_per_machine_folder(tmp_path):
     results = tmp_path / "results"
     with record.machine_lock(results, "box") as path:
         assert path.read_text().strip().isdigit()
-        with pytest.raises(ValueError, match="being recorded by another process"):
-            with record.machine_lock(results, "box"):
-                pass
+        with pytest.raises(ValueError, match="being recorded by another process"), \
+                record.machine_lock(results, "box"):
+            pass
         with record.machine_lock(results, "other"):  # another machine's folder is free
             pass
     with record.machine_lock(results, "box"):  # released
