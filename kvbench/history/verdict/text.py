@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from kvbench.history.verdict.regressions import Finding, Verdicts
+from kvbench.history.verdict.regressions import MIN_POINTS, Finding, Verdicts
 
 HEADERS = ("verdict", "series", "commits", "before -> after", "effect [95% CI]",
            "noise in/across runs", "MDE")
@@ -75,6 +75,11 @@ def summary_line(verdicts: Verdicts) -> str:
     since = f" since {verdicts.since[:8]}" if verdicts.since else ""
     problems = (f"; {len(h.skipped)} result file(s) skipped or trimmed (listed below)"
                 if h.skipped else "")
+    short = sum(1 for v in verdicts.verdicts
+                if v.noise is None and len(v.series.points) < MIN_POINTS)
+    if short:
+        problems += (f"; {short} series have fewer than {MIN_POINTS} measured commits, too few "
+                     "to judge (record more commits)")
     return (f"{h.machine}: {len(h.commits)} measured commits up to {h.head[:8]}, "
             f"{judged} of {len(verdicts.verdicts)} series judged{since}: "
             f"{len(verdicts.regressions)} regressions, "

@@ -422,3 +422,14 @@ def test_names_from_result_files_are_text_not_markup_or_math(tmp_path, monkeypat
     assert "\x1b]8;" not in printed  # no terminal hyperlink escape
     (png,) = plot_findings(report, tmp_path / "plots")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_history_too_short_to_judge_says_so_and_what_to_do(tmp_path):
+    from kvbench.history.verdict.regressions import MIN_POINTS
+    from kvbench.history.verdict.text import summary_line
+
+    rng = np.random.default_rng(3)
+    history, _ = _history(tmp_path, {"s": (sim.LATENCY, list(_steady(rng, 3, 5e-5, 0.01)))})
+    line = summary_line(analyze(history))
+    assert "0 of 1 series judged" in line
+    assert f"1 series have fewer than {MIN_POINTS} measured commits, too few to judge" in line
