@@ -15,7 +15,7 @@ loaded 2-core runner). The series is one combination of the allocator benchmark.
 2. c4..c5 (both planted, same code): "no regression in c4..c5", no commit named. On
    identical commits the A/B procedure answers something other than "no change" 5-7% of the
    time by design (1.3-1.4% different + 3.6-5.3% inconclusive in simulation,
-   docs/history.md), so a first such answer is re-asked once; two in a row fail the test.
+   docs/bisect.md), so a first such answer is re-asked once; two in a row fail the test.
 
 Takes a few minutes on 2 cores; marked e2e (CI runs it).
 """

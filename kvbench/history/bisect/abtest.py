@@ -3,7 +3,7 @@
 Unit of evidence: one independent process run, reduced to the median of its samples. Samples
 of one process are correlated (same pool, same clocks, same allocator state) and the shifts
 between processes are larger than the spread within one, so a test on samples is
-overconfident; a test on run medians is not (docs/history.md, "kvbench bisect").
+overconfident; a test on run medians is not (docs/bisect.md).
 
 The test is Pinpoint's (Chromium's bisection service): p = min(Mann-Whitney U, two-sample
 Kolmogorov-Smirnov), both two-sided, both from scipy.stats (exact at these sample sizes).

@@ -58,7 +58,7 @@ INCONCLUSIVE = "inconclusive"
 
 @dataclass
 class BisectOutcome:
-    """What bisect found, with every run; `to_json` is the --json schema (docs/history.md)."""
+    """What bisect found, with every run; `to_json` is the --json schema (docs/bisect.md)."""
 
     range: str
     series: str

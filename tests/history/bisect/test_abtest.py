@@ -3,7 +3,7 @@
 The rates are of the whole sequential procedure `kvbench bisect` runs (5 rounds, then 5 more
 while inconclusive, capped at 10), simulated with a fixed seed: Gaussian noise for a GPU
 kernel series, log-normal 30% noise for a host series (docs/harness.md: host series moved ~30%
-between identical commits). Measured rates are in docs/history.md ("kvbench bisect").
+between identical commits). Measured rates are in docs/bisect.md.
 """
 
 from __future__ import annotations
