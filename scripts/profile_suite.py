@@ -1,80 +1,143 @@
-"""Where the asv suite's time goes: each class's setup_cache body, profiled in its own process.
+"""Where the asv suite's per-commit time goes: the suite's measuring body, run as asv runs it
+(one process for every class), with each phase timed.
 
-    python scripts/profile_suite.py [--top N] [CLASS ...]
+    python scripts/profile_suite.py [--top N] [--json PATH] [CLASS ...]
 
-asv runs one setup_cache process per class (benchmarks/_common.py), so each class here runs
-in a fresh interpreter too (torch import and CUDA context included, as under asv), under
-cProfile. Prints per class: wall seconds and the top-N functions by cumulative time from
-kvbench/ and benchmarks/; last, a table of wall seconds per class. Used to decide what to
-trim when a whole-suite run exceeds its per-commit budget (docs/history.md).
+Runs benchmarks._common.measure_group_here("suite") in this process (naming classes selects
+them through the suite's own KVBENCH_ASV_SELECT, one class at a time, so the others cost
+nothing), with these phases timed by wrapping the functions the suite calls:
+
+- import: torch, the CUDA context and kvbench (prepare_process's first call);
+- build: a group's input (the pool run_group builds);
+- check: a row's correctness check against the op's reference (pipeline.check);
+- proof: the perturbed input a timed row's last call is verified on (time_call minus bench);
+- bench: the timer itself (pipeline.bench / bench_host), samples included;
+- other: the rest of the class (selection, plausibility, the sidecar's reads, freeing).
+
+Prints per class the seconds of each phase and the number of cases, then the top-N
+functions from kvbench/ and benchmarks/ by cumulative time under cProfile (its overhead is
+in the wall seconds; the phase split is what to compare). Used to decide what to trim when
+a commit's run exceeds its budget (docs/history.md, "Cost per commit").
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
+import cProfile
+import json
+import os
+import pstats
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import GROUPS  # the suite's own list (imports no torch)
+from benchmarks import _common  # the suite's own list (imports no torch)
 
-#: class -> (benchmarks module, the function its setup_cache returns): the suite's groups, so
-#: a class added to the suite is profiled without an edit here
-CLASSES = {cls: (module, func) for entries in GROUPS.values() for module, func, cls in entries}
+CLASSES = [cls for entries in _common.GROUPS.values() for _, _, cls in entries]
+PHASES = ("import", "build", "check", "proof", "bench", "other")
 
-_CHILD = """
-import cProfile, pstats, sys, time
-t0 = time.perf_counter()
-import importlib
-mod = importlib.import_module("benchmarks." + sys.argv[1])
-prof = cProfile.Profile()
-prof.enable()
-results = getattr(mod, sys.argv[2])()
-prof.disable()
-wall = time.perf_counter() - t0
-stats = pstats.Stats(prof)
-stats.sort_stats("cumulative")
-rows = []
-for (path, line, name), (cc, nc, tt, ct, callers) in stats.stats.items():
-    if "kvbench/" in path or "benchmarks/" in path or name in ("synchronize", "empty_cache"):
-        rows.append((ct, nc, path.split("/")[-2] + "/" + path.split("/")[-1], line, name))
-rows.sort(reverse=True)
-for ct, nc, path, line, name in rows[: int(sys.argv[3])]:
-    print(f"  {ct:7.2f} s  {nc:6d} calls  {path}:{line} {name}")
-errors = sum(1 for v in results.values() if "error" in v)
-print(f"WALL {wall:.1f} {len(results)} {errors}")
-"""
+
+class PhaseClock:
+    """Seconds per (class, phase), filled by wrapped functions; nested phases are subtracted
+    from the phase that encloses them (bench inside time_call is not also proof)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self.cases: dict[str, int] = defaultdict(int)
+        self.cls = "-"
+        self._stack: list[list[float]] = []
+
+    def wrap(self, phase: str, fn):
+        def timed(*args, **kwargs):
+            self._stack.append([time.perf_counter(), 0.0])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                start, inner = self._stack.pop()
+                spent = time.perf_counter() - start
+                self.seconds[self.cls][phase] += spent - inner
+                if self._stack:
+                    self._stack[-1][1] += spent
+        return timed
+
+
+def instrument(clock: PhaseClock) -> None:
+    """Wrap the suite's and the pipeline's phase functions (after prepare_process imported
+    kvbench, so the commit's own modules are wrapped)."""
+    from kvbench import harness
+    from kvbench.measure import pipeline
+
+    harness.bench_host = clock.wrap("bench", harness.bench_host)  # DispatchOverhead's timer
+    pipeline.check = clock.wrap("check", pipeline.check)
+    pipeline.bench = clock.wrap("bench", pipeline.bench)
+    pipeline.bench_host = clock.wrap("bench", pipeline.bench_host)
+    pipeline.time_call = clock.wrap("proof", pipeline.time_call)
+    run_group = _common.run_group
+
+    def run_group_timed(keys, build, measure, results, release=None):
+        clock.cases[clock.cls] += len(keys)
+        return run_group(keys, clock.wrap("build", build), measure, results, release)
+
+    _common.run_group = run_group_timed
+
+
+def profile(classes: list[str]) -> tuple[PhaseClock, dict[str, float], cProfile.Profile]:
+    clock = PhaseClock()
+    t0 = time.perf_counter()
+    clock.cls = "import"
+    _common.prepare_process()
+    import kvbench.api  # noqa: F401 (the package's import is part of a commit's cost)
+
+    instrument(clock)
+    clock.seconds["import"]["import"] = time.perf_counter() - t0
+    walls: dict[str, float] = {"import": clock.seconds["import"]["import"]}
+    prof = cProfile.Profile()
+    for cls in classes:
+        os.environ[_common.SELECT_VAR] = cls
+        clock.cls = cls
+        start = time.perf_counter()
+        prof.enable()
+        _common.measure_group_here("suite")
+        prof.disable()
+        walls[cls] = time.perf_counter() - start
+        clock.seconds[cls]["other"] = walls[cls] - sum(clock.seconds[cls].values())
+    os.environ.pop(_common.SELECT_VAR, None)
+    return clock, walls, prof
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("classes", nargs="*", default=list(CLASSES))
-    parser.add_argument("--top", type=int, default=12)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("classes", nargs="*", default=CLASSES)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--json", type=Path, help="write the phase table here too")
     args = parser.parse_args(argv)
     unknown = [c for c in args.classes if c not in CLASSES]
     if unknown:
         parser.error(f"unknown class(es) {unknown}; accepted: {', '.join(CLASSES)}")
-    table = []
-    for name in args.classes:
-        module, func = CLASSES[name]
-        t0 = time.perf_counter()
-        res = subprocess.run([sys.executable, "-c", _CHILD, module, func, str(args.top)],
-                             capture_output=True, text=True, check=False)
-        total = time.perf_counter() - t0
-        print(f"== {name} (exit {res.returncode}, {total:.1f} s with interpreter start)")
-        lines = res.stdout.splitlines()
-        print("\n".join(line for line in lines if not line.startswith("WALL")))
-        if res.returncode != 0:
-            print(res.stderr[-2000:])
-        wall = next((line.split()[1:] for line in lines if line.startswith("WALL")), None)
-        table.append((name, total, wall))
-    print(f"\n{'class':22s} {'process s':>9s} {'measure s':>9s} {'cases':>5s} {'errors':>6s}")
-    for name, total, wall in table:
-        w, n, e = wall if wall else ("-", "-", "-")
-        print(f"{name:22s} {total:9.1f} {w:>9s} {n:>5s} {e:>6s}")
+    clock, walls, prof = profile(args.classes)
+
+    stats = pstats.Stats(prof)
+    rows = []
+    for (path, line, name), (_, ncalls, _, cumulative, _) in stats.stats.items():
+        if "kvbench/" in path or "benchmarks/" in path:
+            rows.append((cumulative, ncalls, "/".join(Path(path).parts[-2:]), line, name))
+    rows.sort(reverse=True)
+    print(f"top {args.top} functions by cumulative seconds (under cProfile):")
+    for cumulative, ncalls, path, line, name in rows[: args.top]:
+        print(f"  {cumulative:8.2f} s {ncalls:7d} calls  {path}:{line} {name}")
+
+    print(f"\n{'class':22s} {'wall s':>7s} {'cases':>5s} " + " ".join(f"{p:>7s}" for p in PHASES))
+    for cls, wall in walls.items():
+        cells = " ".join(f"{clock.seconds[cls].get(p, 0.0):7.2f}" for p in PHASES)
+        print(f"{cls:22s} {wall:7.2f} {clock.cases.get(cls, 0):5d} {cells}")
+    print(f"{'total':22s} {sum(walls.values()):7.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"walls": walls, "cases": dict(clock.cases),
+                                         "phases": {k: dict(v) for k, v in clock.seconds.items()}},
+                                        indent=1))
     return 0
 
 
