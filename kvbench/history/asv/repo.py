@@ -54,3 +54,14 @@ def resolve_range(repo: Path, text: str) -> list[str]:
         raise ValueError(f"range {text!r}: {base_name} is not on {end_name}'s first-parent "
                          "history; pick a base on it (e.g. END~N)")
     return [base, *listed]
+
+
+def subjects(repo: Path, commits: list[str]) -> dict[str, str]:
+    """{full hash: subject line} of `commits` (those git knows; {} when git cannot tell)."""
+    if not commits:
+        return {}
+    try:
+        out = git(repo, "log", "--no-walk=unsorted", "--format=%H%x00%s", *commits)
+    except ValueError:
+        return {}
+    return dict(line.split("\0", 1) for line in out.splitlines() if "\0" in line)

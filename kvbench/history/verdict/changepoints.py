@@ -10,16 +10,26 @@ Method (docs/history.md says why this one):
    proposes, the test below decides.
 2. Pruning, as Otava/hunter does after E-divisive: each boundary is tested on the segments on
    either side of it (up to WINDOW points each) against the noise of the whole history
-   (noise.py), not the few points of a segment. The two levels are estimated by generalized
-   least squares with a random effect per measurement run (covariance sigma_within^2 I +
-   sigma_runs^2 [same run]): where a run has points on both sides its shift cancels and the
-   step is judged against the process-to-process noise; a step that coincides with a change
-   of run is judged against the run-to-run shift too. Long sides are winsorized at WINSOR
-   sigmas; a side of at most SHORT_SIDE points counts as one point, tested at its weakest
-   value (_observations): heavy tails make short segments the usual false alarm. The boundary
-   whose p-value (Student t, the noise estimate's degrees of freedom) is largest and above
-   alpha, or whose effect is below min_effect() (the MDE), is removed and its neighbours
-   re-tested, until every boundary passes.
+   (noise.py, estimated without the differences at any candidate boundary), not the few
+   points of a segment. The two levels are estimated by generalized least squares with a
+   random effect per measurement run (covariance sigma_within^2 I + sigma_runs^2 [same run]):
+   where a run has points on both sides its shift cancels and the step is judged against the
+   process-to-process noise; a step that coincides with a change of run is judged against the
+   run-to-run shift too. Long sides are winsorized at WINSOR sigmas. A boundary must also
+   pass the two-sample t-test of its sides against their own spread (_local_p, Otava's
+   test): a series that wanders more than its commit-to-commit noise is not a step. A series with measured
+   heavy tails (noise.heavy_tailed: host-side series whose process sometimes runs 2x slow)
+   has a side of at most SHORT_SIDE points tested at its weakest value (_observations):
+   there a pair of outliers is the usual false alarm; every other series is tested on its
+   side means. The position is chosen by the search, so a boundary's p-value is corrected
+   for it (Bonferroni over the `positions` the search could have chosen). The boundary whose
+   corrected p-value is largest and above alpha, or whose effect is below min_effect() (the
+   MDE), is removed and its neighbours re-tested, until every boundary passes.
+3. The edges. A new level must hold for MIN_SIZE commits inside the history, so a step at
+   the newest measured commit (or the first) is one point against a segment: `edge_test`
+   tests exactly that point, a position fixed in advance (no correction for a search). One
+   point cannot be told from an outlier, so the engine reports it as a suspect, which a
+   fresh A/B measurement confirms or dismisses (`kvbench regressions --confirm`).
 """
 
 from __future__ import annotations
@@ -39,6 +49,10 @@ MIN_SIZE = 2
 WINSOR = 3.0
 #: A side of a boundary with this many points or fewer is tested like a single point.
 SHORT_SIDE = 3
+#: The sides' own two-sample test (_local_p) applies when both hold at least this many points:
+#: with fewer, their own spread has too few degrees of freedom to say anything, and the
+#: history's noise is the only reference.
+LOCAL_MIN_SIDE = 4
 
 
 @dataclass(frozen=True)
@@ -54,10 +68,17 @@ class Break:
     t: float
     p: float
     within_run: bool  # a measurement run has points on both sides: its shift cancels
+    positions: int = 1  # boundaries the search chose among (the p-value's correction)
+    edge: str = ""  # "newest" / "first": a one-point side at an end of the history
 
     @property
     def delta(self) -> float:
         return self.level_after - self.level_before
+
+    @property
+    def p_series(self) -> float:
+        """p corrected for the choice of position within the series (Bonferroni)."""
+        return min(1.0, self.p * self.positions)
 
 
 def _observations(values: np.ndarray, toward: float, noise: Noise):
@@ -68,8 +89,9 @@ def _observations(values: np.ndarray, toward: float, noise: Noise):
     for n <= 2, its median for n == 3) on every point, and counts as one point (`short`: its
     points share one extra within-run noise term): a pair of 2x outliers of a heavy-tailed host
     series has a mean far from the level but its weaker point seldom is, while a real step
-    moves every point. Each point keeps its run, so a run that spans the step still cancels."""
-    if len(values) <= SHORT_SIDE:
+    moves every point. Each point keeps its run, so a run that spans the step still cancels.
+    Only a heavy-tailed series (noise.heavy_tailed) is tested so; the others on their points."""
+    if len(values) <= SHORT_SIDE and noise.heavy_tailed:
         if len(values) <= 2:
             test_level = float(values[np.argmin(np.abs(values - toward))])
         else:
@@ -102,7 +124,7 @@ def _gls(y: np.ndarray, side_b: np.ndarray, runs: list, short: np.ndarray, noise
 
 
 def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noise: Noise,
-               df: int) -> Break:
+               df: int, *, positions: int = 1, edge: str = "") -> Break:
     """The Break at `index` between segment x[start:index] and x[index:stop]."""
     from scipy import stats
 
@@ -116,9 +138,31 @@ def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noi
     level_a, delta, variance = _gls(y, side_b, runs[lo:hi], short, noise)
     se = math.sqrt(variance)
     t = float(delta[1]) / se
-    p = float(2.0 * stats.t.sf(abs(t), df=df))
+    p = max(float(2.0 * stats.t.sf(abs(t), df=df)), _local_p(before, after))
     return Break(index, float(level_a[0]), float(level_a[0] + delta[0]), index - lo, hi - index,
-                 se, t, p, within_run=bool(set(runs[lo:index]) & set(runs[index:hi])))
+                 se, t, p, within_run=bool(set(runs[lo:index]) & set(runs[index:hi])),
+                 positions=positions, edge=edge)
+
+
+def _local_p(before: np.ndarray, after: np.ndarray) -> float:
+    """Two-sample t-test of the side means against the sides' own pooled spread (Otava's
+    test), n_a + n_b - 2 degrees of freedom; 0 where a side is shorter than LOCAL_MIN_SIDE or
+    the sides hold no spread to pool.
+
+    The history's noise (noise.py) is commit-to-commit; a series that wanders (a host whose
+    speed drifts over a few commits) moves more than that around a level, and a boundary is
+    reported only when its own two sides also say it is a step."""
+    from scipy import stats
+
+    n_a, n_b = len(before), len(after)
+    dof = n_a + n_b - 2
+    if min(n_a, n_b) < LOCAL_MIN_SIDE:
+        return 0.0
+    ss = float(np.sum((before - before.mean()) ** 2) + np.sum((after - after.mean()) ** 2))
+    if ss <= 0:
+        return 0.0
+    se = math.sqrt(ss / dof * (1.0 / n_a + 1.0 / n_b))
+    return float(2.0 * stats.t.sf(abs(float(after.mean() - before.mean())) / se, df=dof))
 
 
 def _l2_cost():
@@ -162,26 +206,56 @@ def min_effect(noise: Noise, within_run: bool, mde_sigmas: float) -> float:
     return mde_sigmas * (noise.within if within_run else noise.total)
 
 
-def find_breaks(x, runs, noise: Noise, *, alpha: float, mde_sigmas: float,
-                penalty: float) -> list[Break]:
-    """Significant level changes of log series `x` at least min_effect() large.
+def positions(n: int) -> int:
+    """Boundaries the search can place in n points (each side at least MIN_SIZE)."""
+    return max(1, n - 2 * MIN_SIZE + 1)
 
-    `runs[i]` is point i's measurement run (results.run_ids)."""
+
+def find_breaks(x, runs, noise: Noise, *, alpha: float, mde_sigmas: float,
+                penalty: float, bounds: list[int] | None = None) -> list[Break]:
+    """Significant level changes of log series `x` at least min_effect() large: each
+    boundary's p corrected for its position (Break.p_series) at most `alpha`.
+
+    `runs[i]` is point i's measurement run (results.run_ids); `bounds`: the candidates when
+    the caller already has them (else PELT's at the noise's scale)."""
     x = np.asarray(x, dtype=float)
     runs = list(runs)
     df = noise.df
-    bounds = candidates(x, noise.total, penalty=penalty)
+    searched = positions(len(x))
+    bounds = list(candidates(x, noise.total, penalty=penalty) if bounds is None else bounds)
     while bounds:
         edges = [0, *bounds, len(x)]
-        tested = [test_break(x, runs, edges[i], edges[i + 1], edges[i + 2], noise, df)
+        tested = [test_break(x, runs, edges[i], edges[i + 1], edges[i + 2], noise, df,
+                             positions=searched)
                   for i in range(len(bounds))]
         weak = [b for b in tested
-                if b.p > alpha or abs(b.delta) < min_effect(noise, b.within_run, mde_sigmas)]
+                if b.p_series > alpha
+                or abs(b.delta) < min_effect(noise, b.within_run, mde_sigmas)]
         if not weak:
             return tested
         weakest = max(weak, key=lambda b: (b.p, -abs(b.delta)))
         bounds.remove(weakest.index)
     return []
+
+
+def edge_test(x, runs, noise: Noise, breaks: list[Break], which: str) -> Break | None:
+    """The newest (or first) point of `x` tested against the segment next to it (bounded by
+    the nearest confirmed break): a Break with a one-point side and edge=`which`, or None
+    when that segment has fewer than MIN_SIZE points. Not corrected for position: the edge
+    is fixed before looking."""
+    x = np.asarray(x, dtype=float)
+    n = len(x)
+    if which == "newest":
+        start = max([b.index for b in breaks], default=0)
+        if n - 1 - start < MIN_SIZE:
+            return None
+        return test_break(x, list(runs), start, n - 1, n, noise, noise.df, edge=which)
+    if which == "first":
+        stop = min([b.index for b in breaks], default=n)
+        if stop - 1 < MIN_SIZE:
+            return None
+        return test_break(x, list(runs), 0, 1, stop, noise, noise.df, edge=which)
+    raise ValueError(f"edge must be 'newest' or 'first', got {which!r}")
 
 
 def transition(x, brk: Break, sigma: float, *, z: float = 3.0) -> tuple[int, int]:

@@ -22,8 +22,10 @@ kernel (each allocation of a machine is its own GPU, clocks and host). The model
   of one machine name are few and often bimodal (two hosts), and a robust scale would call
   the minority host an outlier and report its runs as steps.
 
-Differences that cross a detected step are left out (`exclude`), so the noise of a series with
-steps is the noise of its flat stretches. When a history has too few same-run differences
+Differences that cross a candidate step are left out (`exclude`; the caller excludes every
+boundary the change-point search proposes, before any is confirmed), so the noise of a series
+with steps is the noise of its flat stretches and a step never inflates the noise it is
+judged against. When a history has too few same-run differences
 (one commit per run, e.g. nightly CI), all successive differences estimate sigma_within and
 sigma_runs is 0: the run-to-run spread is then inside sigma_within.
 
@@ -33,13 +35,18 @@ limma's empirical Bayes t (Smyth 2004):
 
     sigma^2 = (d0 * prior^2 + d * own^2) / (d0 + d),   degrees of freedom d0 + d - 1,
 
-with d the series' own differences and d0 = PRIOR_DF. The prior is the series' own
-within-process spread (asv's 99% interval of each point's median) times the typical ratio of
-between-process to within-process noise of its benchmark's long series on the same machine
-(`family_priors`): a row whose samples are tight gets a tight prior. A long series' own estimate
+with d the series' own differences and d0 = PRIOR_DF. The prior comes from the machine's noise
+model (noise_model.py): the series' own noise in the machine's long history where it has
+one, else its within-process spread (asv's 99% interval of each point's median) times the
+typical ratio of between-process to within-process noise of its benchmark's long series on
+the same machine: a row whose samples are tight gets a tight prior. A long series' own estimate
 dominates; with no prior available the own estimate stands alone. The run-to-run sigma is
 moderated the same way toward its benchmark's median over the machine's long series: a
 series that crossed a handful of runs without a shift has not shown that runs never shift.
+
+Tails: a series (or its family) whose differences have more than HEAVY_TAIL_SHARE tail events
+(tail_share) is `heavy_tailed`; only such series have their short sides tested at their
+weakest point (changepoints.py). Heavy tails are measured, never assumed.
 
 asv's within-process interval is also a floor: a series is not quieter between processes than
 inside one.
@@ -72,6 +79,22 @@ MIN_DIFFERENCES = 4
 PRIOR_DF = 10
 #: A series with at least this many differences informs its benchmark's prior ratio.
 PRIOR_SOURCE_DIFFERENCES = 15
+#: A centred successive difference this many (difference) sigmas out is a tail event: a
+#: normal series has 6e-5 of them, a host-side series whose process sometimes runs 2x slow
+#: (Student t with 3 degrees of freedom) about 2%, a GPU family where one series in five has
+#: one slow process about 1%.
+TAIL_SIGMAS = 4.0
+#: A family whose long series have more than this share of tail events is heavy-tailed: its
+#: short sides are tested at their weakest point (changepoints.SHORT_SIDE), not their mean.
+HEAVY_TAIL_SHARE = 0.003
+#: A series is heavy-tailed on its own evidence with at least this many tail events (and
+#: more than HEAVY_TAIL_SHARE of its differences): a normal series of 45 commits has three
+#: in about 3 of 10,000 histories.
+HEAVY_TAIL_EVENTS = 3
+#: A series with this many differences reports its share of tail events (Noise.tail_share),
+#: which its family pools (noise_model.learn): a family of short series measures its tails
+#: together long before any one of them could.
+TAIL_MIN_DIFFERENCES = 8
 
 
 @dataclass(frozen=True)
@@ -85,6 +108,12 @@ class Noise:
     prior: float | None = None  # the prior `within` was moderated toward, if any
     prior_df: int = 0
     run_differences: int = 0  # successive differences across runs behind `runs`
+    #: measured heavy tails (its own long history or its family's): short sides are tested
+    #: at their weakest point; False where none were measured (side means are tested)
+    heavy_tailed: bool = False
+    #: the share of tail events among its own differences (tail_share), where it has at
+    #: least TAIL_MIN_DIFFERENCES of them; None otherwise
+    tail_share: float | None = None
 
     @property
     def df(self) -> int:
@@ -122,6 +151,16 @@ def _within_sigma(d: np.ndarray) -> float:
     return max(_mad_sigma(d), _trimmed_rms_sigma(d))
 
 
+def tail_share(d: np.ndarray) -> float:
+    """Share of the centred differences `d` more than TAIL_SIGMAS of their robust (MAD)
+    difference sigma from their median: ~6e-5 for normal noise."""
+    centred = np.abs(d - np.median(d))
+    scale = MAD_TO_SIGMA * float(np.median(centred))
+    if scale <= 0:
+        return 0.0
+    return float(np.mean(centred > TAIL_SIGMAS * scale))
+
+
 def within_process_sigma(values: Sequence[float], ci_low: Sequence[float | None],
                          ci_high: Sequence[float | None]) -> float | None:
     """Median relative standard error of one process's median, from asv's 99% intervals."""
@@ -136,6 +175,7 @@ class Prior:
 
     within: float | None  # prior within-run sigma (prior_for)
     runs: float | None  # prior run-to-run sigma
+    heavy_tailed: bool = False  # the family's long series have heavy tails (tail_share)
 
 
 def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Iterable[int] = (),
@@ -171,38 +211,14 @@ def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Itera
     if prior.runs is not None and crossing:
         between_runs = _moderate(between_runs, crossing, prior.runs)
     within = max(within, within_process or 0.0, SIGMA_FLOOR)
+    own = np.concatenate([same, cross])
+    share = tail_share(own) if len(own) >= TAIL_MIN_DIFFERENCES else None
+    heavy = prior.heavy_tailed or (share is not None and share > HEAVY_TAIL_SHARE
+                                   and share * len(own) >= HEAVY_TAIL_EVENTS - 1e-9)
     return Noise(within=within, runs=between_runs, differences=used,
                  within_process=within_process, prior=prior.within, prior_df=prior_df,
-                 run_differences=crossing)
+                 run_differences=crossing, heavy_tailed=heavy, tail_share=share)
 
 
 def _moderate(own: float, own_df: int, prior: float) -> float:
     return math.sqrt((PRIOR_DF * prior ** 2 + own_df * own ** 2) / (PRIOR_DF + own_df))
-
-
-def family_priors(pairs: Iterable[tuple[Noise, str]]) -> dict[str, tuple[float, float]]:
-    """family -> (median within / within_process, median runs sigma) over its long series.
-
-    `pairs` holds (own Noise without a prior, family name); a family is a benchmark (e.g.
-    `paged_decode.PagedDecode.track_us`). The key "" pools every family of the machine."""
-    ratios: dict[str, list[float]] = {}
-    run_sigmas: dict[str, list[float]] = {}
-    for est, family in pairs:
-        if est.differences < PRIOR_SOURCE_DIFFERENCES:
-            continue
-        for key in (family, ""):
-            if est.within_process:
-                ratios.setdefault(key, []).append(est.within / est.within_process)
-            if est.run_differences >= MIN_DIFFERENCES:
-                run_sigmas.setdefault(key, []).append(est.runs)
-    return {key: (float(np.median(ratios[key])) if key in ratios else math.nan,
-                  float(np.median(run_sigmas[key])) if key in run_sigmas else math.nan)
-            for key in set(ratios) | set(run_sigmas)}
-
-
-def prior_for(priors: dict[str, tuple[float, float]], family: str,
-              within_process: float | None) -> Prior:
-    """A series' Prior: its within-process spread x its family's ratio, its family's runs sigma."""
-    ratio, runs = priors.get(family, priors.get("", (math.nan, math.nan)))
-    within = ratio * within_process if within_process and not math.isnan(ratio) else None
-    return Prior(within=within, runs=None if math.isnan(runs) else runs)

@@ -22,19 +22,31 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbench.core import progress
-from kvbench.history.verdict import changepoints, host_speed, noise
+from kvbench.history.verdict import changepoints, host_speed, noise, noise_model
 from kvbench.history.verdict.context import Fact, SidecarCache
 from kvbench.history.verdict.results import History, Series
 
-SCHEMA = "kvbench.regressions/1"
+SCHEMA = "kvbench.regressions/2"
 
 #: Direction by unit: +1 when bigger is worse (latency), -1 when smaller is worse (throughput).
 WORSE_SIGN = {"seconds": +1, "GB/s": -1}
 
-#: Two-sided significance level of a reported step (Student t on the history's noise). Set
-#: with the simulation (kvbench.history.verdict.simulate): it keeps flat, heavy-tailed
-#: host-style series quiet; docs/history.md gives the measured rates.
-ALPHA = 1e-3
+#: False discovery rate across the run's series (Benjamini-Hochberg): a step is reported when
+#: its p-value, corrected for the position the search chose (changepoints.Break.p_series),
+#: passes BH at this rate among every hypothesis the run tested (one interior search and two
+#: edges per judged series). With every series flat it bounds the chance of any false report
+#: in the run; docs/history.md gives the measured rates (kvbench.history.verdict.detection).
+FDR_Q = 0.05
+#: And each reported step's own p-value, corrected for its position, at most this: BH alone
+#: lets a run with many real steps (a commit that moved fifty series) pass the others' noise
+#: at up to FDR_Q each; this keeps a flat series' false-report rate bounded in every run.
+ALPHA_SERIES = 1e-3
+#: Hypotheses per judged series under FDR_Q: the interior search, the newest and the first
+#: commit.
+TESTS_PER_SERIES = 3
+#: A series whose noise has fewer degrees of freedom than this is not judged: its test could
+#: not tell a step from the noise it estimates in the same breath.
+MIN_DF = 3
 #: The minimum detectable effect, in units of the noise a step is seen against (the
 #: within-run noise when a run has commits on both sides of it, else the total): a smaller
 #: step is not reported even when it is significant (a long history makes a 1-sigma shift
@@ -42,10 +54,14 @@ ALPHA = 1e-3
 MDE_SIGMAS = 3.0
 #: PELT's penalty on the standardized series: low, so that PELT proposes and the test decides.
 PENALTY = 3.0
-#: A series needs this many measured commits to be judged.
-MIN_POINTS = 6
+#: A series needs this many measured commits to be judged (with fewer, a machine noise model
+#: is the only noise reference and one point the only side).
+MIN_POINTS = 4
+#: A proposed boundary's difference this many sigmas (of the other differences) from their
+#: median is a candidate step: it is left out of the noise (_step_differences).
+EDGE_CANDIDATE_Z = 3.0
 #: Rounds of (find the steps, re-estimate the noise without them).
-NOISE_PASSES = 2
+NOISE_PASSES = 3
 
 
 @dataclass(frozen=True)
@@ -54,7 +70,9 @@ class Finding:
 
     series: Series
     verdict: str  # "regression" or "improvement"
-    kind: str  # "step" (lands within two commits) or "drift" (spread over more)
+    #: "step" (lands within two commits), "drift" (spread over more) or "suspect" (one point at
+    #: an end of the history: a step or an outlier, until a fresh A/B measurement says which)
+    kind: str
     parent: str  # last measured commit at the old level
     commit: str  # first measured commit that moved
     settled: str  # first measured commit at the new level
@@ -77,6 +95,13 @@ class Finding:
     #: the series was judged at the host's typical speed (kvbench/history/verdict/host_speed.py):
     #: its points, before and after are scaled by each commit's canary
     host_speed_scaled: bool = False
+    #: p corrected for the position the search chose, then for the run's every hypothesis
+    #: (Benjamini-Hochberg at FDR_Q): what the finding passed
+    p_adjusted: float = math.nan
+    edge: str = ""  # "newest" / "first" for a suspect
+    #: a fresh A/B measurement of parent against commit (kvbench regressions --confirm):
+    #: the ABResult's JSON with the commits, or None when none was made
+    confirmation: dict | None = None
 
     @property
     def worse_pct(self) -> float:
@@ -111,8 +136,11 @@ class Finding:
             "noise_pct": round(self.noise.pct, 4),
             "noise_within_run_pct": round(100 * math.expm1(self.noise.within), 4),
             "noise_between_runs_pct": round(100 * math.expm1(self.noise.runs), 4),
+            "p_adjusted": self.p_adjusted,
             "mde_pct": round(self.mde_pct, 4),
             "within_run": self.within_run,
+            "edge": self.edge,
+            "confirmation": self.confirmation,
             "host_speed_scaled": self.host_speed_scaled,
             "context": [fact.to_json() for fact in self.context],
         }
@@ -120,13 +148,17 @@ class Finding:
 
 @dataclass
 class SeriesVerdict:
-    """What the analysis of one series found; noise is None when it was too short to judge."""
+    """What the analysis of one series found; noise is None when it was not judged
+    (`why_not` says why). `mde_pct`: the smallest step at the newest commit this run would
+    report (the edge test's critical effect at its standard error, degrees of freedom and the
+    run's FDR bar for a lone finding), None where that edge cannot be tested."""
 
     series: Series
     noise: noise.Noise | None
     mde_pct: float | None
     findings: list[Finding] = field(default_factory=list)
     host_speed_scaled: bool = False
+    why_not: str = ""
 
     def to_json(self) -> dict:
         n = self.noise
@@ -135,18 +167,79 @@ class SeriesVerdict:
             "unit": self.series.unit,
             "points": len(self.series.points),
             "judged": n is not None,
+            "not_judged_because": self.why_not or None,
+            "df": None if n is None else n.df,
+            "heavy_tailed": None if n is None else n.heavy_tailed,
             "noise_pct": None if n is None else round(n.pct, 4),
             "noise_within_run_pct": None if n is None
             else round(100 * math.expm1(n.within), 4),
             "noise_between_runs_pct": None if n is None else round(100 * math.expm1(n.runs), 4),
             "noise_within_process_pct": None if n is None or n.within_process is None
             else round(100 * math.expm1(n.within_process), 4),
-            "mde_pct": None if self.mde_pct is None else round(self.mde_pct, 4),
-            "mde_within_run_pct": None if n is None
-            else round(100 * math.expm1(MDE_SIGMAS * n.within), 4),
+            "mde_newest_pct": None if self.mde_pct is None else round(self.mde_pct, 4),
             "findings": len(self.findings),
             "host_speed_scaled": self.host_speed_scaled,
         }
+
+
+def twin_key(series: Series) -> tuple[str, tuple]:
+    """What a µs series and its GB/s twin share: the class (benchmark without its method) and
+    the params; one timing feeds both, so they are one entry of a culprit."""
+    return series.benchmark.rsplit(".", 1)[0], tuple(series.params)
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """Every finding whose first moved commit is one commit: one line of the default table."""
+
+    commit: str
+    subject: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def slower(self) -> list[Finding]:
+        """One finding per twin pair that got worse (the worst of the pair)."""
+        return _fold([f for f in self.findings if f.verdict == "regression"])
+
+    @property
+    def faster(self) -> list[Finding]:
+        return _fold([f for f in self.findings if f.verdict == "improvement"])
+
+    @property
+    def suspect(self) -> bool:
+        """Every finding of it is a suspect (one point at an end of the history)."""
+        return all(f.kind == "suspect" for f in self.findings)
+
+    @property
+    def worst_pct(self) -> float:
+        """The largest worsening (positive) of its series, else its smallest improvement."""
+        return max(f.worse_pct for f in self.findings)
+
+    @property
+    def median_pct(self) -> float:
+        """The median effect (worse positive) over its folded series."""
+        return float(np.median([f.worse_pct for f in self.slower + self.faster]))
+
+    @property
+    def parent(self) -> str:
+        return self.findings[0].parent
+
+    def to_json(self) -> dict:
+        return {"commit": self.commit, "parent": self.parent, "subject": self.subject,
+                "suspect": self.suspect,
+                "slower": [f.series.name for f in self.slower],
+                "faster": [f.series.name for f in self.faster],
+                "worst_pct": round(self.worst_pct, 4), "median_pct": round(self.median_pct, 4),
+                "findings": len(self.findings)}
+
+
+def _fold(findings: list[Finding]) -> list[Finding]:
+    best: dict[tuple, Finding] = {}
+    for f in findings:
+        key = twin_key(f.series)
+        if key not in best or f.worse_pct > best[key].worse_pct:
+            best[key] = f
+    return sorted(best.values(), key=lambda f: -abs(f.worse_pct))
 
 
 @dataclass
@@ -158,6 +251,12 @@ class Verdicts:
     verdicts: list[SeriesVerdict]
     #: sidecars that exist but could not be read: [{commit, reason}] (their facts are left out)
     sidecar_problems: list[dict[str, str]] = field(default_factory=list)
+    #: the noise model the series were judged with (stored, updated by this history)
+    model: noise_model.NoiseModel | None = None
+    #: hypotheses behind the run's FDR (interior searches and edges of the judged series)
+    hypotheses: int = 0
+    #: suspects a fresh A/B measurement found to be no change (kvbench regressions --confirm)
+    dismissed: list[Finding] = field(default_factory=list)
 
     @property
     def findings(self) -> list[Finding]:
@@ -169,7 +268,28 @@ class Verdicts:
 
     @property
     def regressions(self) -> list[Finding]:
-        return [f for f in self.findings if f.verdict == "regression"]
+        """Reported regressions: steps and drifts, and suspects a fresh A/B confirmed."""
+        return [f for f in self.findings if f.verdict == "regression" and f.kind != "suspect"]
+
+    @property
+    def suspects(self) -> list[Finding]:
+        """Findings one point at an end of the history shows and nothing has confirmed yet."""
+        return [f for f in self.findings if f.kind == "suspect"]
+
+    def culprits(self) -> list[Culprit]:
+        """The findings grouped by the commit they moved at, worst commit first (a commit
+        with a regression before one with improvements only, then by its worst effect)."""
+        from kvbench.history.asv.repo import repository_of, subjects
+
+        groups: dict[str, list[Finding]] = {}
+        for f in self.findings:
+            groups.setdefault(f.commit, []).append(f)
+        try:
+            names = subjects(repository_of(self.history.results_dir), list(groups))
+        except ValueError:
+            names = {}
+        out = [Culprit(c, names.get(c, ""), tuple(fs)) for c, fs in groups.items()]
+        return sorted(out, key=lambda c: (not c.slower, c.suspect, -c.worst_pct))
 
     def to_json(self) -> dict:
         from kvbench import __version__
@@ -183,8 +303,13 @@ class Verdicts:
             "head": h.head,
             "since": self.since,
             "method": {
-                "changepoints": "ruptures PELT (l2, jump=1, min_size=2) then pruning by t-test",
-                "alpha": ALPHA,
+                "changepoints": "ruptures PELT (l2, jump=1, min_size=2) then pruning by t-test "
+                                "(Bonferroni over positions), edge tests at the first and "
+                                "newest commits, Benjamini-Hochberg over the run",
+                "fdr_q": FDR_Q,
+                "alpha_series": ALPHA_SERIES,
+                "hypotheses": self.hypotheses,
+                "min_df": MIN_DF,
                 "mde_sigmas": MDE_SIGMAS,
                 "pelt_penalty": PENALTY,
                 "prior_df": noise.PRIOR_DF,
@@ -198,79 +323,196 @@ class Verdicts:
             "summary": {
                 "series": len(self.verdicts),
                 "judged": sum(v.noise is not None for v in self.verdicts),
+                "not_judged": sum(v.noise is None for v in self.verdicts),
                 "regressions": len(self.regressions),
-                "improvements": len(self.findings) - len(self.regressions),
+                "improvements": sum(f.verdict == "improvement" and f.kind != "suspect"
+                                    for f in self.findings),
+                "suspects": len(self.suspects),
+                "dismissed": len(self.dismissed),
                 "skipped_results": len(h.skipped),
             },
+            "culprits": [c.to_json() for c in self.culprits()],
             "findings": [f.to_json() for f in self.findings],
+            "dismissed": [f.to_json() for f in self.dismissed],
             "series": [v.to_json() for v in self.verdicts],
         }
 
 
 def mde_pct(sigma: float) -> float:
-    """The minimum detectable effect of a series with log-noise sigma, in %."""
+    """The effect floor of a series with log-noise sigma (MDE_SIGMAS x sigma), in %."""
     return 100.0 * math.expm1(MDE_SIGMAS * sigma)
 
 
-def _fit(x: np.ndarray, runs: list[int], within_process: float | None, prior: noise.Prior):
-    """Noise and breaks, in two passes: the second estimates the noise without the steps.
+@dataclass
+class _Fit:
+    """One series' noise, its interior breaks and its edge tests (before the run-wide FDR)."""
 
-    A series too short to estimate its own noise (fewer than PRIOR_DF differences) starts
-    from its prior alone: its own differences may all be the steps it is looking for."""
+    noise: noise.Noise | None
+    breaks: list[changepoints.Break] = field(default_factory=list)
+    edges: list[changepoints.Break] = field(default_factory=list)  # every edge tested
+    why_not: str = ""  # why the series is not judged (noise is None)
+
+
+def _step_differences(x: np.ndarray, runs: list[int], proposed: set[int], within_process,
+                      prior: noise.Prior) -> set[int]:
+    """The proposed boundaries whose difference (x[i] - x[i-1]) stands out from the
+    differences of its kind: the differences the first noise estimate must not see.
+
+    - inside one run: more than EDGE_CANDIDATE_Z difference sigmas from the centre of the
+      other same-run differences, the noise estimated without any proposed boundary;
+    - across a run change: more than EDGE_CANDIDATE_Z times the RMS of the other cross-run
+      differences (largest first, each left out once it stands out), so that a kernel change
+      recorded in a new run does not make every run look as far apart as it. An RMS, not a
+      MAD: one machine name's runs are often bimodal (two hosts), and a robust scale would
+      screen the minority host's shifts out and report its runs as steps.
+
+    Only the ones that stand out: a low-penalty search proposes boundaries at the noise's own
+    bumps too, and leaving all of them out would take the largest honest differences away and
+    make the noise look smaller than it is. Without a reference to screen against (too few
+    other differences and no prior), every proposed same-run difference is left out."""
+    d = np.diff(x)
+    same = {i for i in proposed if runs[i] == runs[i - 1]}
+    cross = {i: d[i - 1] for i in range(1, len(x)) if runs[i] != runs[i - 1]}
+    out: set[int] = set()
+    for i in sorted(proposed - same, key=lambda k: -abs(d[k - 1])):
+        others = [v for k, v in cross.items() if k != i and k not in out]
+        if len(others) < noise.MIN_DIFFERENCES or \
+                abs(d[i - 1]) <= EDGE_CANDIDATE_Z * math.sqrt(float(np.mean(np.square(others)))):
+            break
+        out.add(i)
+    rest = noise.estimate(x, runs, exclude=proposed, within_process=within_process, prior=prior)
+    if rest is None:
+        return out | same
+    kept = [d[i - 1] for i in range(1, len(x)) if i not in proposed and runs[i] == runs[i - 1]]
+    centre = float(np.median(kept)) if kept else 0.0
+    return out | {i for i in same
+                  if abs(d[i - 1] - centre) > EDGE_CANDIDATE_Z * math.sqrt(2.0) * rest.total}
+
+
+def _fit(x: np.ndarray, runs: list[int], within_process: float | None,
+         prior: noise.Prior) -> _Fit:
+    """Noise, interior breaks and edge tests of one series.
+
+    The noise never sees a difference at a candidate step: of PELT's candidates (at the
+    current noise's scale) and the two edge differences, those that stand out from the rest
+    (_step_differences) are left out, and the candidates are searched again at the cleaner
+    scale until they settle. A series too short to estimate
+    its own noise (fewer than PRIOR_DF differences) starts from its prior alone."""
     est = noise.estimate(x, runs, within_process=within_process, prior=prior)
-    if est is None:
-        return None, []
-    if prior.within is not None and est.differences < noise.PRIOR_DF:
+    if est is not None and prior.within is not None and est.differences < noise.PRIOR_DF:
         est = noise.estimate(x, runs, exclude=range(len(x)), within_process=within_process,
                              prior=prior)
-    breaks: list[changepoints.Break] = []
+    exclude: set[int] = set()
+    for _ in range(3):
+        if est is None:
+            break
+        proposed = set(changepoints.candidates(x, est.total, penalty=PENALTY)) | {1, len(x) - 1}
+        found = _step_differences(x, runs, proposed, within_process, prior)
+        if found == exclude:
+            break
+        exclude = found
+        est = noise.estimate(x, runs, exclude=exclude, within_process=within_process,
+                             prior=prior)
+    if est is None:
+        return _Fit(None, why_not="too few differences without a candidate step to estimate "
+                                  "its noise, and no noise model for it")
+    if est.df < MIN_DF:
+        return _Fit(None, why_not=f"its noise has {est.df} degrees of freedom (fewer than "
+                                  f"{MIN_DF}) and no noise model for it")
+    breaks, edges = _breaks_and_edges(x, runs, est)
     for _ in range(NOISE_PASSES):
-        breaks = changepoints.find_breaks(x, runs, est, alpha=ALPHA, mde_sigmas=MDE_SIGMAS,
-                                          penalty=PENALTY)
-        crossing = set()
+        # the differences at every confirmed step (its transition) and at a significant
+        # edge leave the noise too
+        crossing = set(exclude)
         for b in breaks:
             first, stop = changepoints.transition(x, b, est.total)
             crossing.update(range(first, stop + 1))
+        crossing.update(e.index for e in edges if e.p <= ALPHA_SERIES)
         refined = noise.estimate(x, runs, exclude=crossing, within_process=within_process,
                                  prior=prior)
         if refined is None or refined == est:
-            return est, breaks
-        est = refined
-    # the breaks are always judged by the noise that is returned with them
-    return est, changepoints.find_breaks(x, runs, est, alpha=ALPHA, mde_sigmas=MDE_SIGMAS,
-                                         penalty=PENALTY)
+            break
+        est = refined  # the breaks are always judged by the noise returned with them
+        breaks, edges = _breaks_and_edges(x, runs, est)
+    return _Fit(est, breaks, edges)
+
+
+def _breaks_and_edges(x: np.ndarray, runs: list[int], est: noise.Noise):
+    """The interior breaks and the two edge tests of `x` at noise `est`."""
+    breaks = changepoints.find_breaks(x, runs, est, alpha=ALPHA_SERIES, mde_sigmas=MDE_SIGMAS,
+                                      penalty=PENALTY)
+    edges = []
+    for which in ("newest", "first"):
+        breaks, edge = _edge(x, runs, est, breaks, which)
+        if edge is not None:
+            edges.append(edge)
+    return breaks, edges
+
+
+def _edge(x: np.ndarray, runs: list[int], est: noise.Noise, breaks: list, which: str):
+    """(breaks, the edge test at `which`), where a break that holds only the edge's MIN_SIZE
+    points is replaced by the edge when the edge fits the points better (a smaller sum of
+    squares about the segment means): a step at the newest commit otherwise reads as a
+    two-point level at half its size, placed one commit early."""
+    edge = changepoints.edge_test(x, runs, est, breaks, which)
+    if edge is not None:
+        return breaks, edge
+    n = len(x)
+    at = n - changepoints.MIN_SIZE if which == "newest" else changepoints.MIN_SIZE
+    near = [b for b in breaks if b.index == at]
+    if not near:
+        return breaks, None
+    rest = [b for b in breaks if b is not near[0]]
+    alt = changepoints.edge_test(x, runs, est, rest, which)
+    if alt is None:
+        return breaks, None
+    edge_at = n - 1 if which == "newest" else 1
+    lo = max([b.index for b in rest if b.index < at], default=0)
+    hi = min([b.index for b in rest if b.index > at], default=n)
+    if _sse(x[lo:hi], edge_at - lo) < _sse(x[lo:hi], at - lo):
+        return rest, alt
+    return breaks, None
+
+
+def _sse(x: np.ndarray, split: int) -> float:
+    """Sum of squares of `x` about the means of x[:split] and x[split:]."""
+    return float(sum(np.sum((part - part.mean()) ** 2) for part in (x[:split], x[split:])
+                     if len(part)))
 
 
 def _finding(series: Series, history: History, x: np.ndarray, est: noise.Noise,
-             brk: changepoints.Break) -> Finding:
+             brk: changepoints.Break, p_adjusted: float, mde_log: float) -> Finding:
     from scipy import stats
 
-    first, stop = changepoints.transition(x, brk, est.total)
+    # a suspect names its edge commit itself: the points beside it are its segment's level
+    first, stop = ((brk.index, brk.index) if brk.edge
+                   else changepoints.transition(x, brk, est.total))
     commits = [p.commit for p in series.points]
-    level_before, level_after = brk.level_before, brk.level_after
-    se, t, p = brk.se, brk.t, brk.p
     delta = brk.delta
-    half = float(stats.t.ppf(0.975, est.df)) * se
+    half = float(stats.t.ppf(0.975, est.df)) * brk.se
     worse = WORSE_SIGN[series.unit] * delta > 0
+    kind = "suspect" if brk.edge else ("drift" if stop - first >= 2 else "step")
     return Finding(
         series=series,
         verdict="regression" if worse else "improvement",
-        kind="drift" if stop - first >= 2 else "step",
+        kind=kind,
         parent=commits[first - 1],
         commit=commits[first],
         settled=commits[stop],
         transition=tuple(commits[first:stop]),
         commits_in_range=history.commits_between(commits[first - 1], commits[stop]),
-        before=math.exp(level_before),
-        after=math.exp(level_after),
+        before=math.exp(brk.level_before),
+        after=math.exp(brk.level_after),
         effect_pct=100.0 * math.expm1(delta),
         ci95_pct=(100.0 * math.expm1(delta - half), 100.0 * math.expm1(delta + half)),
-        t=t, p=p,
+        t=brk.t, p=brk.p,
         points_before=brk.n_before,
         points_after=brk.n_after,
         noise=est,
-        mde_pct=100.0 * math.expm1(changepoints.min_effect(est, brk.within_run, MDE_SIGMAS)),
+        mde_pct=100.0 * math.expm1(mde_log),
         within_run=brk.within_run,
+        p_adjusted=p_adjusted,
+        edge=brk.edge,
     )
 
 
@@ -291,64 +533,130 @@ class _Prepared:
         return self.series.benchmark
 
 
-def _prepare(series: Series, history: History, sidecars: SidecarCache) -> _Prepared | None:
+def _prepare(series: Series, history: History, sidecars: SidecarCache) -> _Prepared | str:
+    """The series ready to judge, or why it cannot be judged at all."""
     if series.unit not in WORSE_SIGN:
         raise ValueError(f"{series.name}: unit {series.unit!r} has no direction; "
                          f"known units: {', '.join(WORSE_SIGN)}")
     if len(series.points) < MIN_POINTS:
-        return None
+        return f"fewer than {MIN_POINTS} measured commits"
     scaled = host_speed.at_typical_speed(series, sidecars)
     if scaled is not None:
         series = scaled.series
     values = [p.value for p in series.points]
     if min(values) <= 0:
-        return None
+        return "a value that is not positive"
     x = np.log(values)
     runs = [history.runs.get(p.commit, -1 - i) for i, p in enumerate(series.points)]
     within_process = noise.within_process_sigma(
         values, [p.ci99_low for p in series.points], [p.ci99_high for p in series.points])
-    return _Prepared(series, x, runs, within_process,
-                     noise.estimate(x, runs, within_process=within_process), scaled)
+    return _Prepared(series, x, runs, within_process, _own_noise(x, runs, within_process),
+                     scaled)
 
 
-def _judge(prep: _Prepared, history: History,
-           priors: dict[str, tuple[float, float]]) -> SeriesVerdict:
-    prior = noise.prior_for(priors, prep.family, prep.within_process)
-    est, breaks = _fit(prep.x, prep.runs, prep.within_process, prior)
-    is_scaled = prep.scaled is not None
+def _own_noise(x: np.ndarray, runs: list[int], within_process: float | None):
+    """The series' noise from its own history alone (no prior), without the differences at
+    candidate steps: what the machine's noise model learns from it."""
+    est = noise.estimate(x, runs, within_process=within_process)
     if est is None:
-        return SeriesVerdict(prep.series, None, None, host_speed_scaled=is_scaled)
-    findings = [_finding(prep.series, history, prep.x, est, b) for b in breaks]
-    if is_scaled:
-        findings = [dataclasses.replace(f, host_speed_scaled=True,
-                                        context=(prep.scaled.fact(f.parent, f.settled),))
-                    for f in findings]
-    return SeriesVerdict(prep.series, est, mde_pct(est.total), findings, is_scaled)
+        return None
+    proposed = set(changepoints.candidates(x, est.total, penalty=PENALTY)) | {1, len(x) - 1}
+    screened = _step_differences(x, runs, proposed, within_process, noise.Prior(None, None))
+    return noise.estimate(x, runs, exclude=screened, within_process=within_process) or est
 
 
-def analyze(history: History, *, since: str | None = None) -> Verdicts:
+def learned_model(history: History, prepared: list[_Prepared]) -> noise_model.NoiseModel:
+    """The noise model of this history's long series (noise_model.learn)."""
+    return noise_model.learn(
+        history.machine,
+        (noise_model.Learned(p.series.name, p.family, p.own) for p in prepared
+         if p.own is not None),
+        commits=len(history.commits), head=history.head)
+
+
+def _critical_log(est: noise.Noise, se: float, alpha: float, within_run: bool) -> float:
+    """The smallest |effect| (log) the test reports at this standard error and level: the
+    larger of the t-test's critical effect and the MDE floor."""
+    from scipy import stats
+
+    t_crit = float(stats.t.isf(alpha / 2.0, est.df))
+    return max(t_crit * se, changepoints.min_effect(est, within_run, MDE_SIGMAS))
+
+
+def benjamini_hochberg(p_values: list[float], hypotheses: int, q: float) -> list[float]:
+    """BH-adjusted p-values of `p_values` among `hypotheses` tests in all (the others count
+    as p = 1: they were tested and found nothing); scipy.stats.false_discovery_control."""
+    from scipy import stats
+
+    if not p_values:
+        return []
+    padded = list(p_values) + [1.0] * max(0, hypotheses - len(p_values))
+    return [float(v) for v in stats.false_discovery_control(padded, method="bh")[:len(p_values)]]
+
+
+def analyze(history: History, *, since: str | None = None,
+            model: noise_model.NoiseModel | None = None) -> Verdicts:
     """Judge every series of `history` whose unit has a direction.
 
     `since` (a full hash on the history's first-parent line) limits the findings reported to
-    steps whose first moved commit comes after it; the noise still uses the whole history."""
+    steps whose first moved commit comes after it; the noise still uses the whole history.
+    `model`: the machine's stored noise model (noise_model.py), the noise reference of
+    series too short to estimate their own; this history's own long series update it."""
     if since is not None and since not in set(history.first_parent):
         raise ValueError(f"--since {since[:12]} is not on the first-parent line of "
                          f"{history.head[:12]}")
     judged = [s for s in history.series if s.unit in WORSE_SIGN]
     sidecars = SidecarCache(history.results_dir, history.machine)
     prepared = [(s, _prepare(s, history, sidecars)) for s in judged]
-    priors = noise.family_priors((p.own, p.family) for _, p in prepared
-                                 if p is not None and p.own is not None)
-    verdicts = []
+    ready = [p for _, p in prepared if isinstance(p, _Prepared)]
+    learned = learned_model(history, ready)
+    used = learned if model is None else model.updated_by(learned)
+    fits: list[tuple[_Prepared, _Fit]] = []
+    verdicts: list[SeriesVerdict] = []
     for i, (s, p) in enumerate(prepared):
         progress.report(f"judging series {i + 1}/{len(prepared)}")
-        verdicts.append(SeriesVerdict(s, None, None) if p is None
-                        else _judge(p, history, priors))
+        if not isinstance(p, _Prepared):
+            verdicts.append(SeriesVerdict(s, None, None, why_not=p))
+            continue
+        fit = _fit(p.x, p.runs, p.within_process,
+                   used.prior(p.family, p.series.name, p.within_process))
+        if fit.noise is None:
+            verdicts.append(SeriesVerdict(p.series, None, None, why_not=fit.why_not,
+                                          host_speed_scaled=p.scaled is not None))
+            continue
+        fits.append((p, fit))
+    # one FDR over every hypothesis of the run: an interior search and two edges per series
+    hypotheses = TESTS_PER_SERIES * len(fits) + sum(max(0, len(f.breaks) - 1) for _, f in fits)
+    tested = [(i, b) for i, (_, f) in enumerate(fits) for b in f.breaks + f.edges]
+    adjusted = benjamini_hochberg([b.p_series for _, b in tested], hypotheses, FDR_Q)
+    # the bar for a step that is the run's only one: BH's first rank, and the series' own cap
+    alpha_alone = min(FDR_Q / max(hypotheses, 1), ALPHA_SERIES)
+    kept: dict[int, list[Finding]] = {}
+    for (i, brk), q in zip(tested, adjusted):
+        p, fit = fits[i]
+        floor = _critical_log(fit.noise, brk.se, alpha_alone / brk.positions, brk.within_run)
+        if q <= FDR_Q and brk.p_series <= ALPHA_SERIES and abs(brk.delta) >= changepoints.min_effect(
+                fit.noise, brk.within_run, MDE_SIGMAS):
+            kept.setdefault(i, []).append(_finding(p.series, history, p.x, fit.noise, brk, q,
+                                                   floor))
+    for i, (p, fit) in enumerate(fits):
+        newest = next((e for e in fit.edges if e.edge == "newest"), None)
+        mde_newest = None if newest is None else 100.0 * math.expm1(
+            _critical_log(fit.noise, newest.se, alpha_alone, newest.within_run))
+        findings = kept.get(i, [])
+        if p.scaled is not None:
+            findings = [dataclasses.replace(f, host_speed_scaled=True,
+                                            context=(p.scaled.fact(f.parent, f.settled),))
+                        for f in findings]
+        verdicts.append(SeriesVerdict(p.series, fit.noise, mde_newest, findings,
+                                      p.scaled is not None))
+    order = {s.name: k for k, s in enumerate(judged)}
+    verdicts.sort(key=lambda v: order.get(v.series.name, len(order)))
     progress.report("reading the sidecars of the findings' commits")
     for verdict in verdicts:
         verdict.findings = [with_context(f, sidecars) for f in verdict.findings]
     return Verdicts(history=history, since=since, verdicts=verdicts,
-                  sidecar_problems=sidecars.problems)
+                    sidecar_problems=sidecars.problems, model=used, hypotheses=hypotheses)
 
 
 def with_context(finding: Finding, sidecars: SidecarCache) -> Finding:

@@ -1,12 +1,16 @@
 """`kvbench regressions`: which steps in a machine's recorded asv history are real.
 
     kvbench regressions [--machine M] [--results DIR] [--since REV] [--json PATH]
-                        [--fail-on regression|never] [--plot DIR]
+                        [--fail-on regression|suspect|never] [--plot DIR] [--by commit|series]
+                        [--noise-model PATH] [--save-noise-model]
 
 Reads results/<machine>/ (default machine: the name `kvbench machine` gives this host),
 orders its commits by the repository's first-parent history, judges every series
-(kvbench.history.verdict.regressions) and prints the findings worst first. Exit status: 0, or 1
-with `--fail-on regression` when a regression is reported (after --since), 2 on bad input.
+(kvbench.history.verdict.regressions) with the machine's stored noise model
+(results/<machine>/kvbench/noise-model.json, when there is one) and prints the findings, one
+line per culprit commit (or per series). Exit status: 0; 1 with `--fail-on regression` when a
+regression is reported (after --since), with `--fail-on suspect` when a regression or a
+suspected one is; 2 on bad input. `kvbench gate` adds --confirm (fresh A/B of suspects).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ NAME = "regressions"
 HELP = "real steps in a machine's asv history, direction-aware (CI gate)"
 DESCRIPTION = ("Real steps in a machine's asv history: direction-aware, with the noise "
                "estimated from the history itself (docs/history.md).")
-FAIL_ON = ("regression", "never")
+FAIL_ON = ("regression", "suspect", "never")
 
 
 def add_arguments(parser) -> None:
@@ -30,53 +34,101 @@ def add_arguments(parser) -> None:
     parser.add_argument("--since", default=None, metavar="REV",
                         help="report only steps after REV (a commit on the first-parent line)")
     parser.add_argument("--json", default=None, metavar="PATH",
-                        help="also write the report as JSON (schema kvbench.regressions/1)")
+                        help="also write the report as JSON (schema kvbench.regressions/2)")
     parser.add_argument("--fail-on", default="never", choices=FAIL_ON,
-                        help="exit 1 when a regression is reported (default: %(default)s)")
+                        help="exit 1 when a regression (or, with 'suspect', a regression or a "
+                             "suspected one at an end of the history) is reported "
+                             "(default: %(default)s)")
+    parser.add_argument("--by", default="commit", choices=("commit", "series"),
+                        help="one line per culprit commit or per series (default: %(default)s)")
+    parser.add_argument("--noise-model", default=None, metavar="PATH",
+                        help="the machine's noise model to judge short spans with (default: "
+                             "results/<machine>/kvbench/noise-model.json when present)")
+    parser.add_argument("--save-noise-model", action="store_true",
+                        help="store the noise model learned from this history (with the one "
+                             "read) for later short spans")
     parser.add_argument("--plot", default=None, metavar="DIR",
                         help="draw each series with a regression into DIR as PNG")
 
 
-def run(args) -> int:
-    """Judge the history; files first (JSON, plots), then the table on stdout."""
+def judge(args):
+    """The Verdicts the arguments ask for (ValueError on bad input), the model saved when
+    --save-noise-model asks for it."""
     from pathlib import Path
 
     from kvbench.core import progress
-    from kvbench.core.jsonfile import check_writable, write_json_atomic
     from kvbench.history.asv.machine import default_machine
     from kvbench.history.asv.repo import repository_of, resolve
+    from kvbench.history.verdict import noise_model
     from kvbench.history.verdict.regressions import analyze
     from kvbench.history.verdict.results import load_history
+
+    results = Path(args.results)
+    if not results.is_dir():
+        raise ValueError(f"--results {results}: not a directory (give the asv results_dir)")
+    machine = args.machine or default_machine()
+    model_path = Path(args.noise_model) if args.noise_model else \
+        noise_model.path_for(results, machine)
+    if args.noise_model and not model_path.is_file():
+        raise ValueError(f"--noise-model {model_path}: no such file")
+    with progress.status(f"kvbench regressions {machine}"):
+        progress.report(f"loading {results / machine}")
+        history = load_history(results, machine)
+        since = resolve(repository_of(results), args.since) if args.since else None
+        verdicts = analyze(history, since=since, model=noise_model.load(model_path))
+    if args.save_noise_model:
+        saved = noise_model.save(verdicts.model, noise_model.path_for(results, machine))
+        print(f"wrote the noise model of {len(verdicts.model.series)} series to {saved}",
+              file=sys.stderr)
+    return verdicts
+
+
+def exit_status(verdicts, fail_on: str) -> int:
+    """1 when --fail-on's condition holds, else 0."""
+    if fail_on == "regression" and verdicts.regressions:
+        return 1
+    if fail_on == "suspect" and (verdicts.regressions or
+                                 any(f.verdict == "regression" for f in verdicts.suspects)):
+        return 1
+    return 0
+
+
+def report(args, verdicts) -> int:
+    """Files first (JSON, plots), then the table on stdout; the exit status."""
+    from kvbench.core.jsonfile import write_json_atomic
     from kvbench.history.verdict.text import plot_findings, print_table, readable_by_all
 
-    try:
-        results = Path(args.results)
-        if not results.is_dir():
-            raise ValueError(f"--results {results}: not a directory (give the asv results_dir)")
-        json_path = check_writable(args.json) if args.json else None
-        if args.plot and Path(args.plot).exists() and not Path(args.plot).is_dir():
-            raise ValueError(f"--plot {args.plot}: exists and is not a directory")
-        machine = args.machine or default_machine()
-        # a live line on a terminal only (kvbench.core.progress); gone before the table is printed
-        with progress.status(f"kvbench regressions {machine}"):
-            progress.report(f"loading {results / machine}")
-            history = load_history(results, machine)
-            since = resolve(repository_of(results), args.since) if args.since else None
-            verdicts = analyze(history, since=since)
-    except ValueError as exc:
-        args.parser.error(str(exc))
     # files first: a reader of the table that stops early (| head) must not cost the JSON
-    if json_path is not None:
-        write_json_atomic(json_path, verdicts.to_json(), indent=1)
-        readable_by_all(json_path)
-        print(f"wrote {json_path}", file=sys.stderr)
+    if args.json_path is not None:
+        write_json_atomic(args.json_path, verdicts.to_json(), indent=1)
+        readable_by_all(args.json_path)
+        print(f"wrote {args.json_path}", file=sys.stderr)
     if args.plot:
         written = plot_findings(verdicts, args.plot)
         print(f"wrote {len(written)} plots to {args.plot}", file=sys.stderr)
-    print_table(verdicts)
-    if args.fail_on == "regression" and verdicts.regressions:
-        return 1
-    return 0
+    print_table(verdicts, by=args.by)
+    return exit_status(verdicts, args.fail_on)
+
+
+def check_outputs(args) -> None:
+    """Check --json and --plot before any work (ValueError naming the argument)."""
+    from pathlib import Path
+
+    from kvbench.core.jsonfile import check_writable
+
+    args.json_path = check_writable(args.json) if args.json else None
+    if args.plot and Path(args.plot).exists() and not Path(args.plot).is_dir():
+        raise ValueError(f"--plot {args.plot}: exists and is not a directory")
+
+
+def run(args) -> int:
+    """Judge the history; files first (JSON, plots), then the table on stdout."""
+    try:
+        check_outputs(args)
+        verdicts = judge(args)
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    return report(args, verdicts)
 
 
 def main(argv: list[str] | None = None) -> int:

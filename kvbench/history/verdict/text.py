@@ -1,6 +1,12 @@
 """Presenting one machine's Verdicts: the table (rich on a terminal, plain text otherwise) and plots.
 
-The table is sorted worst first: regressions by how much worse they made the series, then
+Two views. By commit (the default, what a CI gate reads): one line per culprit commit, with
+its subject line, how many series it made slower and faster (a µs series and its GB/s twin
+count once), its worst and median effect, and whether it is only a suspect (one point at an
+end of the history, not yet confirmed); worst commit first. By series (`--by series`): one
+line per finding, as below.
+
+The per-series table is sorted worst first: regressions by how much worse they made the series, then
 improvements. Values are shown in the series' unit (seconds scaled to µs/ms, GB/s as is);
 effects as after/before - 1 with their 95% interval, beside the series' noise (between
 processes of one run / between runs) and the minimum detectable effect the step was held to
@@ -20,10 +26,13 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from kvbench.history.verdict.regressions import MIN_POINTS, Finding, Verdicts
+from kvbench.history.verdict.regressions import Culprit, Finding, Verdicts
 
 HEADERS = ("verdict", "series", "commits", "before -> after", "effect [95% CI]",
            "noise in/across runs", "MDE")
+COMMIT_HEADERS = ("verdict", "commit", "subject", "slower", "faster", "worst", "median",
+                  "worst series")
+VIEWS = ("commit", "series")
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -53,7 +62,9 @@ def commit_range(f: Finding) -> str:
 def row(f: Finding) -> tuple[str, ...]:
     unit = f.series.unit
     lo, hi = f.ci95_pct
-    verdict = f.verdict if f.kind == "step" else f"{f.verdict} (drift)"
+    verdict = f.verdict if f.kind == "step" else f"{f.verdict} ({f.kind})"
+    if f.confirmation:
+        verdict += " (confirmed)"
     return (verdict, f.series.name, commit_range(f),
             f"{format_value(f.before, unit)} -> {format_value(f.after, unit)}",
             f"{f.effect_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]",
@@ -69,21 +80,42 @@ def _pct(log_sigma: float) -> str:
     return f"{100 * math.expm1(log_sigma):.2g}%"
 
 
+def commit_row(c: Culprit) -> tuple[str, ...]:
+    worst = max(c.findings, key=lambda f: f.worse_pct)
+    verdict = "regression" if c.slower else "improvement"
+    if c.suspect:
+        verdict = f"suspect {verdict}"
+    return (verdict, c.commit[:8], c.subject[:60], str(len(c.slower)), str(len(c.faster)),
+            f"{c.worst_pct:+.1f}%", f"{c.median_pct:+.1f}%", worst.series.name)
+
+
+def not_judged_lines(verdicts: Verdicts) -> list[str]:
+    """Why series were not judged, one line per reason with its count (largest first)."""
+    reasons: dict[str, int] = {}
+    for v in verdicts.verdicts:
+        if v.noise is None:
+            reasons[v.why_not or "not judged"] = reasons.get(v.why_not or "not judged", 0) + 1
+    return [f"  {n} series not judged: {why}" for why, n in
+            sorted(reasons.items(), key=lambda kv: -kv[1])]
+
+
 def summary_line(verdicts: Verdicts) -> str:
     h = verdicts.history
     judged = sum(v.noise is not None for v in verdicts.verdicts)
     since = f" since {verdicts.since[:8]}" if verdicts.since else ""
     problems = (f"; {len(h.skipped)} result file(s) skipped or trimmed (listed below)"
                 if h.skipped else "")
-    short = sum(1 for v in verdicts.verdicts
-                if v.noise is None and len(v.series.points) < MIN_POINTS)
-    if short:
-        problems += (f"; {short} series have fewer than {MIN_POINTS} measured commits, too few "
-                     "to judge (record more commits)")
+    unjudged = len(verdicts.verdicts) - judged
+    if unjudged:
+        problems += (f"; {unjudged} series NOT judged (reasons below: record more commits, or "
+                     "keep a noise model of this machine)")
+    improvements = sum(f.verdict == "improvement" and f.kind != "suspect"
+                       for f in verdicts.findings)
+    suspects = f", {len(verdicts.suspects)} suspects" if verdicts.suspects else ""
     return (f"{h.machine}: {len(h.commits)} measured commits up to {h.head[:8]}, "
             f"{judged} of {len(verdicts.verdicts)} series judged{since}: "
-            f"{len(verdicts.regressions)} regressions, "
-            f"{len(verdicts.findings) - len(verdicts.regressions)} improvements{problems}")
+            f"{len(verdicts.regressions)} regressions, {improvements} improvements"
+            f"{suspects}{problems}")
 
 
 def host_mde_lines(verdicts: Verdicts) -> list[str]:
@@ -98,18 +130,28 @@ def host_mde_lines(verdicts: Verdicts) -> list[str]:
                   key=lambda v: -v.mde_pct)
     if not host:
         return []
-    lines = [(f"minimum detectable effect of the {len(host)} host-side series "
+    lines = [(f"minimum detectable effect at the newest commit of the {len(host)} host-side series "
               "(judged at the host's typical speed):")]
     lines += [f"  {v.mde_pct:6.3g}%  {v.series.name}" for v in host]
     return lines
 
 
-def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | None = None) -> None:
-    """The findings, worst first, on `out` (default: sys.stdout at the time of the call);
-    `rich` defaults to whether `out` is a terminal."""
+def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | None = None,
+                by: str = "commit") -> None:
+    """The findings, worst first, on `out` (default: sys.stdout at the time of the call), one
+    line per culprit commit (`by="commit"`) or per finding (`by="series"`); `rich` defaults
+    to whether `out` is a terminal."""
+    if by not in VIEWS:
+        raise ValueError(f"by must be one of {', '.join(VIEWS)}, got {by!r}")
     out = sys.stdout if out is None else out
-    rows = [row(f) for f in verdicts.findings]
-    contexts = [context_text(f) for f in verdicts.findings]
+    if by == "commit":
+        headers = COMMIT_HEADERS
+        rows = [commit_row(c) for c in verdicts.culprits()]
+        contexts = [""] * len(rows)
+    else:
+        headers = HEADERS
+        rows = [row(f) for f in verdicts.findings]
+        contexts = [context_text(f) for f in verdicts.findings]
     use_rich = out.isatty() if rich is None else rich
     if use_rich:
         from rich.console import Console
@@ -119,22 +161,27 @@ def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | N
         # Every cell a plain Text: series and param names come from result files, and rich
         # would read "[/red]" or "[link=...]" in them as its own markup.
         table = Table(title=Text(summary_line(verdicts)), title_justify="left")
-        headers = HEADERS + (("context",) if any(contexts) else ())
-        for header in headers:
+        for header in headers + (("context",) if any(contexts) else ()):
             table.add_column(header, overflow="fold")
         for r, context in zip(rows, contexts):
-            style = "red" if r[0].startswith("regression") else "green"
+            style = ("yellow" if r[0].startswith("suspect")
+                     else "red" if r[0].startswith("regression") else "green")
             cells = (*r, *((context,) if any(contexts) else ()))
             table.add_row(*(Text(cell) for cell in cells), style=style)
         Console(file=out).print(table)
     else:
         print(summary_line(verdicts), file=out)
         if rows:
-            widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
-            for r, context in zip((HEADERS, *rows), ("", *contexts)):
+            widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+            for r, context in zip((headers, *rows), ("", *contexts)):
                 print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
                 if context:
                     print(f"            context: {context}", file=out)
+    for line in not_judged_lines(verdicts):
+        print(line, file=out)
+    for f in verdicts.dismissed:
+        print(f"dismissed suspect {f.series.name} at {f.commit[:8]}: a fresh A/B found "
+              f"{f.confirmation.get('outcome') if f.confirmation else 'nothing'}", file=out)
     for line in host_mde_lines(verdicts):
         print(line, file=out)
     for skipped in verdicts.history.skipped:

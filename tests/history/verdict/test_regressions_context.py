@@ -207,8 +207,8 @@ def test_the_facts_show_in_the_table_the_page_and_the_plot(stepped, monkeypatch,
     text = "auto switched cuda/cluster_decode -> triton/split_kv"
     plain, fancy = io.StringIO(), io.StringIO()
     monkeypatch.setenv("COLUMNS", "400")  # rich folds a wide table in 80 columns
-    print_table(report, plain, rich=False)
-    print_table(report, fancy, rich=True)
+    print_table(report, plain, rich=False, by="series")
+    print_table(report, fancy, rich=True, by="series")
     assert f"context: {text}" in plain.getvalue()
     assert "context" in fancy.getvalue() and "cluster_decode" in fancy.getvalue()
     assert html.escape(text) in render_page({sim.MACHINE: report}, {})
@@ -228,7 +228,7 @@ def test_without_sidecars_the_report_is_unchanged(stepped, monkeypatch):
     bare_report, bare = _finding(history)
     assert bare.context == ()
     plain = io.StringIO()
-    print_table(bare_report, plain, rich=False)
+    print_table(bare_report, plain, rich=False, by="series")
     assert "context" not in plain.getvalue()
     data = bare_report.to_json()
     assert data["findings"][0]["context"] == [] and data["skipped_sidecars"] == []

@@ -1,0 +1,129 @@
+"""The verdict engine at the edges of a history and on short spans (issue: verdicts where a CI
+gate looks): a step at the newest commit is a suspect; a span without a noise reference is not
+judged; a machine's stored noise model lets a short span be judged."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvbench.history.verdict import noise_model
+from kvbench.history.verdict.regressions import analyze
+from kvbench.history.verdict.results import History, Point, Series
+
+BENCH = "sim.Gpu.track_us"
+
+
+def _history(rows: dict[str, np.ndarray]) -> History:
+    """An in-memory history: one series per row of log offsets from 10 µs."""
+    n = len(next(iter(rows.values())))
+    commits = [f"{i:040x}" for i in range(1, n + 1)]
+    series = [Series(BENCH, (repr(name),), ("series",), "seconds", "sim",
+                     [Point(c, 1e-5 * math.exp(v)) for c, v in zip(commits, values)])
+              for name, values in rows.items()]
+    return History("sim", Path("/nonexistent-kvbench-test"), commits[-1], commits, commits,
+                   series, [])
+
+
+def _rows(rng, n, k=30, sigma=0.005):
+    return {f"s{i}": sigma * rng.standard_normal(n) for i in range(k)}
+
+
+def _learned(rng, names, sigma=0.005):
+    long = _history({name.split("'")[1]: sigma * rng.standard_normal(45) for name in names})
+    return analyze(long).model
+
+
+def test_a_step_at_the_newest_commit_is_reported_as_a_suspect():
+    rng = np.random.default_rng(1)
+    rows = _rows(rng, 12)
+    rows["s0"][-1] += math.log1p(0.10)  # 20 sigma, the newest commit only
+    report = analyze(_history(rows))
+    (f,) = [f for f in report.findings if f.series.params == ("'s0'",)]
+    assert f.kind == "suspect" and f.edge == "newest" and f.verdict == "regression"
+    assert f.commit == report.history.commits[-1] and f.points_after == 1
+    assert 7 < f.effect_pct < 13
+    assert report.regressions == [] and report.suspects == [f]
+    assert report.to_json()["summary"]["suspects"] == 1
+    assert report.culprits()[0].suspect
+
+
+def test_a_fresh_six_commit_span_finds_its_step_on_its_own_noise():
+    """The issue's span: six commits, a 20% step after the second, no other history. The
+    step's difference is left out of the noise, so each series is judged on its four other
+    differences and the step is found at its commit in every series."""
+    rng = np.random.default_rng(2)
+    rows = _rows(rng, 6)
+    for values in rows.values():
+        values[2:] += math.log1p(0.20)
+    report = analyze(_history(rows))
+    assert {(f.kind, f.commit) for f in report.findings} == {("step", report.history.commits[2])}
+    assert len(report.regressions) == len(rows)
+
+
+def test_a_span_without_a_noise_reference_is_not_judged_and_says_why():
+    """Four commits and no model: too few differences are left once the candidate steps are
+    out, so no series is judged, each says why, and the summary counts them."""
+    rng = np.random.default_rng(5)
+    rows = _rows(rng, 4)
+    for values in rows.values():
+        values[2:] += math.log1p(0.20)
+    report = analyze(_history(rows))
+    assert all(v.noise is None and "no noise model" in v.why_not for v in report.verdicts)
+    assert report.to_json()["summary"]["not_judged"] == len(rows)
+    assert report.findings == []
+
+
+def test_a_stored_noise_model_judges_the_same_short_span(tmp_path):
+    """The same span with the machine's model (learned from a long flat history, saved and
+    read back): every stepped series is found at the stepped commit, none is spared."""
+    rng = np.random.default_rng(3)
+    rows = _rows(rng, 6)
+    for values in rows.values():
+        values[2:] += math.log1p(0.20)
+    history = _history(rows)
+    model = _learned(rng, [s.name for s in history.series])
+    path = noise_model.save(model, tmp_path / "kvbench" / noise_model.FILENAME)
+    read = noise_model.load(path)
+    assert read.series.keys() == model.series.keys()
+    report = analyze(history, model=read)
+    found = {f.series.name for f in report.findings
+             if f.commit == history.commits[2] and f.verdict == "regression"}
+    assert found == {s.name for s in history.series}
+
+
+def test_a_flat_history_of_normal_noise_reports_nothing():
+    rng = np.random.default_rng(4)
+    for n in (8, 20, 45):
+        report = analyze(_history(_rows(rng, n, k=60)))
+        assert report.regressions == [] and report.findings == [], n
+
+
+def test_a_noise_model_file_that_is_not_one_is_named(tmp_path):
+    bad = tmp_path / "model.json"
+    bad.write_text(json.dumps({"schema": "other"}))
+    with pytest.raises(ValueError, match="not a kvbench noise model"):
+        noise_model.load(bad)
+    bad.write_text("{")
+    with pytest.raises(ValueError, match="unreadable noise model"):
+        noise_model.load(bad)
+    assert noise_model.load(tmp_path / "absent.json") is None
+    bad.write_text(json.dumps({"schema": noise_model.SCHEMA, "families": {},
+                               "series": {"s": {"within": -1, "runs": 0, "differences": 3}}}))
+    with pytest.raises(ValueError, match="malformed"):
+        noise_model.load(bad)
+
+
+def test_the_detection_table_runs_and_finds_large_newest_steps_with_a_model():
+    from kvbench.history.verdict import detection
+
+    result = detection.table(series=20, seed=7, lengths=(12,), effects=(0.10,))
+    rows = {(r["model"], r["noise"], r["position"]): r for r in result["rows"]}
+    newest = rows[(True, "gpu", "newest")]
+    assert newest["found"] >= 18  # 20 sigma at the newest commit
+    assert rows[(True, "gpu", "flat")]["flat_with_finding"] == 0
+    assert "stored | gpu | 12" in detection.format_table(result)
