@@ -141,7 +141,7 @@ class AsvMeasurer:
     given order, KVBENCH_ASV_SELECT naming the series; each result file is read and removed.
     """
 
-    def __init__(self, repo: Path, series: Series, machine: str, workdir: Path, *,
+    def __init__(self, repo: Path, series: Series | None, machine: str, workdir: Path, *,
                  conf_path: Path | None = None, log_path: Path | None = None,
                  timeout_s: float = 1800.0) -> None:
         from asv import util as asv_util
@@ -173,7 +173,8 @@ class AsvMeasurer:
         env.setdefault("PIP_NO_INDEX", "1")
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(self.plugin_root), os.environ.get("PYTHONPATH", "")) if p)
-        env[SELECT_VAR] = self.series.select
+        if self.series is not None:  # None: a subclass measures many series (gate/compare.py)
+            env[SELECT_VAR] = self.series.select
         env["PYTHONUNBUFFERED"] = "1"
         return env
 

@@ -1,0 +1,185 @@
+"""Two commits, every series, measured fresh: did HEAD change anything against BASE?
+
+What `asv continuous` should be. Each round is one `asv run` of both commits (order BASE, HEAD
+in even rounds and HEAD, BASE in odd ones, so a drift of the machine cancels), through
+bisect's AsvMeasurer with a private results directory: each commit's measuring process gives
+one value per series (the median of that process's samples). After the rounds, per series:
+
+- the effect and its interval, and "no change", come from kvbench bisect's A/B test
+  (abtest.decide: median ratio, bootstrap interval, no change only inside the MDE);
+- "different" is claimed across the series, not per series: one comparison tests hundreds of
+  series at once, so each series' Welch t-test on the log run values (parametric: five runs a
+  side can reach a small p, which the rank tests of a single-series A/B cannot) is corrected
+  by Benjamini-Hochberg at FDR_Q over every series compared; the raw p must also be at most
+  abtest.ALPHA (BH alone would pass a lone series at 5%), the effect interval exclude 0 and
+  the effect reach abtest.MDE_FLOOR;
+- everything else is inconclusive, with why.
+
+The direction comes from the unit (latency up, GB/s down is a regression).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kvbench.history.bisect import abtest
+from kvbench.history.bisect.measurer import HIGHER_IS_BETTER, OK, AsvMeasurer, Run
+
+#: False discovery rate over the compared series of a "different" claim.
+FDR_Q = 0.05
+
+
+class SuiteMeasurer(AsvMeasurer):
+    """AsvMeasurer for many series at once: `bench` (an asv --bench regex, default every
+    benchmark) and, when `select` names one class, the suite's one-class mode."""
+
+    def __init__(self, repo, machine: str, workdir, *, bench: str | None = None,
+                 select: str | None = None, **kwargs) -> None:
+        super().__init__(repo, None, machine, workdir, **kwargs)
+        self.bench, self.select = bench or ".", select
+
+    def _env(self) -> dict[str, str]:
+        env = super()._env()
+        if self.select:
+            env["KVBENCH_ASV_SELECT"] = self.select
+        else:
+            env.pop("KVBENCH_ASV_SELECT", None)
+        return env
+
+    def measure_all(self, commits: Sequence[str]) -> list[dict[str, Run]]:
+        """{series name: Run} per commit, in order, from one asv run."""
+        code, out = self._asv_run(commits, self.bench)
+        if code not in (0, 2):
+            raise RuntimeError(f"asv run exited {code} (log: {self.log_path}):\n{out[-3000:]}")
+        return [self._read_all(commit) for commit in commits]
+
+    def _read_all(self, commit: str) -> dict[str, Run]:
+        import glob
+
+        from asv.results import Results
+
+        found: dict[str, Run] = {}
+        paths = glob.glob(str(self.results_dir / self.machine / f"{commit[:8]}-*.json"))
+        for path in paths:
+            result = Results.load(path)
+            for name in result.get_all_result_keys():
+                params = result.get_result_params(name)
+                values = result.get_result_value(name, params)
+                samples = result.get_result_samples(name, params) or [None] * len(values)
+                for combo, value, sample in zip(itertools.product(*params), values, samples):
+                    key = f"{name}({', '.join(combo)})" if combo else name
+                    if value is None or math.isnan(value):
+                        continue
+                    found[key] = Run(commit, abtest.median(sample) if sample else float(value),
+                                     OK, samples=len(sample or []))
+            os.remove(path)
+        return found
+
+
+@dataclass(frozen=True)
+class SeriesComparison:
+    """One series' verdict: the A/B test's evidence and the run-wide claim."""
+
+    series: str
+    unit: str
+    outcome: str  # abtest.REGRESSION / IMPROVEMENT / NO_CHANGE / INCONCLUSIVE
+    reason: str
+    ab: abtest.ABResult
+    p_welch: float
+    p_adjusted: float
+
+    def to_json(self) -> dict:
+        return {"series": self.series, "unit": self.unit, "outcome": self.outcome,
+                "reason": self.reason, "p_welch": self.p_welch, "p_adjusted": self.p_adjusted,
+                "effect_pct": round(100 * self.ab.effect, 4),
+                "ci95_pct": [round(100 * self.ab.ci_low, 4), round(100 * self.ab.ci_high, 4)],
+                "mde_pct": round(100 * self.ab.mde, 4), "noise_pct": round(100 * self.ab.noise, 4),
+                "before": list(self.ab.before), "after": list(self.ab.after)}
+
+
+@dataclass
+class Comparison:
+    base: str
+    head: str
+    rounds: int
+    series: list[SeriesComparison] = field(default_factory=list)
+    #: series measured on one side only, or with fewer than 2 runs a side: name -> why
+    unmatched: dict[str, str] = field(default_factory=dict)
+
+    def of(self, outcome: str) -> list[SeriesComparison]:
+        return [s for s in self.series if s.outcome == outcome]
+
+    def to_json(self) -> dict:
+        return {"schema": "kvbench.compare/1", "base": self.base, "head": self.head,
+                "rounds": self.rounds, "fdr_q": FDR_Q,
+                "summary": {o: len(self.of(o)) for o in abtest.OUTCOMES},
+                "series": [s.to_json() for s in self.series], "unmatched": self.unmatched}
+
+
+def welch_p(before: Sequence[float], after: Sequence[float]) -> float:
+    """Two-sided Welch t-test of the log run values (1.0 where both sides are constant)."""
+    import numpy as np
+    from scipy import stats
+
+    a, b = np.log(np.asarray(before, float)), np.log(np.asarray(after, float))
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return 0.0 if a[0] != b[0] else 1.0
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def judge(base: str, head: str, runs: dict[str, tuple[list[float], list[float]]],
+          units: dict[str, str], rounds: int) -> Comparison:
+    """The Comparison of per-series run values {name: (base runs, head runs)}."""
+    from kvbench.history.verdict.regressions import benjamini_hochberg
+
+    out = Comparison(base, head, rounds)
+    tested = []
+    for name, (a, b) in sorted(runs.items()):
+        unit = units.get(name.split("(")[0])
+        if unit not in HIGHER_IS_BETTER:
+            out.unmatched[name] = f"unit {unit!r} has no direction"
+        elif min(len(a), len(b)) < 2:
+            out.unmatched[name] = f"{len(a)} base and {len(b)} head runs (2 a side needed)"
+        else:
+            tested.append((name, unit, a, b))
+    adjusted = benjamini_hochberg([welch_p(a, b) for _, _, a, b in tested], len(tested), FDR_Q)
+    for (name, unit, a, b), q in zip(tested, adjusted):
+        ab = abtest.decide(a, b, higher_is_better=HIGHER_IS_BETTER[unit])
+        p = welch_p(a, b)
+        if q <= FDR_Q and p <= abtest.ALPHA and (ab.ci_low > 0 or ab.ci_high < 0) \
+                and abs(ab.effect) >= abtest.MDE_FLOOR:
+            worse = (ab.effect < 0) if HIGHER_IS_BETTER[unit] else (ab.effect > 0)
+            outcome = abtest.REGRESSION if worse else abtest.IMPROVEMENT
+            reason = (f"Welch p {p:.3g} <= {abtest.ALPHA}, {q:.3g} after BH over {len(tested)} "
+                      f"series <= {FDR_Q}; the effect interval excludes 0")
+        elif ab.outcome == abtest.NO_CHANGE:
+            outcome, reason = abtest.NO_CHANGE, ab.reason
+        else:
+            outcome = abtest.INCONCLUSIVE
+            reason = f"Welch p {p:.3g}, BH-adjusted {q:.3g}"
+            if ab.outcome == abtest.INCONCLUSIVE:
+                reason += f"; {ab.reason}"
+        out.series.append(SeriesComparison(name, unit, outcome, reason, ab, p, q))
+    return out
+
+
+def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
+                units: dict[str, str], log=print) -> Comparison:
+    """`rounds` interleaved asv runs of base and head, then judge()."""
+    runs: dict[str, tuple[list[float], list[float]]] = {}
+    for i in range(rounds):
+        order = [base, head] if i % 2 == 0 else [head, base]
+        measured = dict(zip(order, measurer.measure_all(order)))
+        for name in set(measured[base]) | set(measured[head]):
+            a, b = runs.setdefault(name, ([], []))
+            if name in measured[base]:
+                a.append(measured[base][name].value)
+            if name in measured[head]:
+                b.append(measured[head][name].value)
+        log(f"round {i + 1}/{rounds}: {len(measured[base])} series at {base[:8]}, "
+            f"{len(measured[head])} at {head[:8]}")
+    return judge(base, head, runs, units, rounds)

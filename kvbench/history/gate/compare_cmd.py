@@ -1,0 +1,117 @@
+"""`kvbench compare BASE HEAD`: every series of two commits, measured fresh, A/B.
+
+    kvbench compare BASE HEAD [--bench REGEX] [--select CLASS] [--rounds N] [--machine M]
+                    [--json PATH] [--fail-on regression|never] [--config PATH]
+
+Runs `--rounds` interleaved asv runs of both commits in a private results directory (the
+user's results/ is never touched), then judges every series (kvbench.history.gate.compare):
+regression / improvement / no change / inconclusive, each with its effect, interval and p.
+Prints one line per changed series (worst first), then the counts. Exit status: 0; 1 with
+`--fail-on regression` when a regression is found; 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from kvbench.history import command
+
+NAME = "compare"
+HELP = "fresh A/B of every series between two commits (what asv continuous should be)"
+DESCRIPTION = ("Measure BASE and HEAD in interleaved process runs and say, per series, "
+               "regression / improvement / no change / inconclusive (docs/history.md).")
+#: Rounds by default: five runs a side is the fewest at which kvbench's A/B test can call a
+#: series unchanged (abtest.MIN_ROUNDS).
+DEFAULT_ROUNDS = 5
+MAX_ROUNDS = 100
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("base", help="the commit compared against (e.g. main)")
+    parser.add_argument("head", help="the commit under test (e.g. HEAD)")
+    parser.add_argument("--bench", default=None, metavar="REGEX",
+                        help="asv --bench regex of the benchmarks to compare (default: all)")
+    parser.add_argument("--select", default=None, metavar="CLASS",
+                        help="measure only this class in the suite's measuring process "
+                             "(KVBENCH_ASV_SELECT; e.g. KVAlloc), saving the others' cost")
+    parser.add_argument("--rounds", type=command.positive_int, default=DEFAULT_ROUNDS,
+                        help=f"process runs per commit (default: %(default)s, at most {MAX_ROUNDS})")
+    parser.add_argument("--machine", default=None,
+                        help="asv machine name (default: this host's `kvbench machine` name)")
+    parser.add_argument("--config", default=None, metavar="PATH",
+                        help="asv.conf.json (default: the repository's)")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the result")
+    parser.add_argument("--fail-on", default="never", choices=("regression", "never"),
+                        help="exit 1 when a regression is found (default: %(default)s)")
+
+
+def format_comparison(result) -> str:
+    from kvbench.history.bisect import abtest
+
+    lines = []
+    changed = [s for s in result.series if s.outcome in (abtest.REGRESSION, abtest.IMPROVEMENT)]
+    changed.sort(key=lambda s: (s.outcome != abtest.REGRESSION, -abs(s.ab.effect)))
+    for s in changed:
+        lines.append(f"{s.outcome:12s} {100 * s.ab.effect:+7.2f}% [{100 * s.ab.ci_low:+.2f}, "
+                     f"{100 * s.ab.ci_high:+.2f}]  p {s.p_welch:.2g} (BH {s.p_adjusted:.2g})  "
+                     f"{s.series}")
+    counts = ", ".join(f"{len(result.of(o))} {o}" for o in abtest.OUTCOMES)
+    lines.append(f"{result.base[:8]} -> {result.head[:8]}: {len(result.series)} series over "
+                 f"{result.rounds} runs a side: {counts}"
+                 + (f"; {len(result.unmatched)} not comparable" if result.unmatched else ""))
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from kvbench.core.jsonfile import check_writable, write_json_atomic
+    from kvbench.history.asv.machine import check_machine, default_machine
+    from kvbench.history.asv.repo import repository_of, resolve
+    from kvbench.history.bisect import abtest
+    from kvbench.history.gate.compare import SuiteMeasurer, run_compare
+
+    try:
+        if args.rounds > MAX_ROUNDS:
+            raise ValueError(f"--rounds {args.rounds}: at most {MAX_ROUNDS}")
+        root = repository_of(Path("."))
+        base, head = resolve(root, args.base), resolve(root, args.head)
+        if base == head:
+            raise ValueError(f"{args.base} and {args.head} are one commit ({base[:8]})")
+        json_path = check_writable(Path(args.json)) if args.json else None
+        machine = args.machine or default_machine()
+        check_machine(machine)
+        config = Path(args.config) if args.config else None
+        if config is not None and not config.is_file():
+            raise ValueError(f"--config {config}: no such file")
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    workdir = Path(tempfile.mkdtemp(prefix="kvbench-compare-"))
+    try:
+        measurer = SuiteMeasurer(root, machine, workdir, bench=args.bench, select=args.select,
+                                 conf_path=config)
+        print(f"asv discovery at {head[:8]} (private results in {workdir})", flush=True)
+        measurer.discover(head)
+        benchmarks = json.loads((measurer.results_dir / "benchmarks.json").read_text())
+        units = {k: v.get("unit") for k, v in benchmarks.items() if isinstance(v, dict)}
+        result = run_compare(measurer, base, head, rounds=args.rounds, units=units)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(format_comparison(result))
+    if json_path is not None:
+        write_json_atomic(json_path, result.to_json(), indent=1)
+        print(f"wrote {json_path}", file=sys.stderr)
+    if args.fail_on == "regression" and result.of(abtest.REGRESSION):
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command.main(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

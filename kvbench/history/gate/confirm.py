@@ -1,0 +1,65 @@
+"""`kvbench regressions --confirm`: a fresh A/B measurement of every suspect.
+
+A suspect is one point at an end of the history (regressions.py): a step or an outlier,
+which the history cannot tell apart. For each suspect commit the suite is measured again,
+parent against commit, in interleaved process runs (compare.run_compare, only the suspect
+series' benchmarks and, where they are one class, only that class), and each suspect series
+is judged by compare.judge: a regression (or improvement) in the fresh runs becomes a
+reported finding with the A/B evidence attached; no change dismisses it; anything else
+leaves it a suspect, with the evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+from kvbench.history.bisect import abtest
+from kvbench.history.gate.compare import Comparison
+
+
+def confirm(verdicts, measure: Callable[[str, str, list], Comparison]):
+    """Verdicts with every suspect confirmed, dismissed or left suspect.
+
+    measure(parent, commit, findings) runs the fresh A/B of those findings' series (the
+    command passes compare.run_compare over an asv measurer)."""
+    suspects: dict[tuple[str, str], list] = {}
+    for f in verdicts.suspects:
+        suspects.setdefault((f.parent, f.commit), []).append(f)
+    replaced: dict[int, object] = {}
+    dismissed = []
+    for (parent, commit), findings in suspects.items():
+        result = measure(parent, commit, findings)
+        by_name = {s.series: s for s in result.series}
+        for f in findings:
+            fresh = by_name.get(f.series.name)
+            if fresh is None:
+                continue
+            evidence = {"base": parent, "head": commit, "outcome": fresh.outcome,
+                        "reason": fresh.reason, **fresh.to_json()}
+            if fresh.outcome == f.verdict:
+                replaced[id(f)] = dataclasses.replace(f, kind="step", confirmation=evidence)
+            elif fresh.outcome in (abtest.NO_CHANGE, abtest.REGRESSION, abtest.IMPROVEMENT):
+                dismissed.append(dataclasses.replace(f, confirmation=evidence))
+                replaced[id(f)] = None
+            else:
+                replaced[id(f)] = dataclasses.replace(f, confirmation=evidence)
+    for v in verdicts.verdicts:
+        v.findings = [replaced.get(id(f), f) for f in v.findings if replaced.get(id(f), f)]
+    verdicts.dismissed = dismissed
+    return verdicts
+
+
+def bench_regex(findings) -> str:
+    """asv --bench regex matching exactly the findings' benchmarks (asv matches a
+    parameterized benchmark by its name with the params: `name(...)`)."""
+    names = sorted({f.series.benchmark for f in findings})
+    return "^(" + "|".join(re.escape(n) for n in names) + r")(\(|$)"
+
+
+def one_class(findings) -> str | None:
+    """The class every finding's benchmark belongs to, when it is one (else None)."""
+    classes = {f.series.benchmark.split(".")[-2] for f in findings
+               if f.series.benchmark.count(".") >= 2}
+    return classes.pop() if len(classes) == 1 else None

@@ -1,0 +1,85 @@
+"""`kvbench regressions`: the verdict engine's command (kvbench.history.verdict.regressions_cmd)
+plus `--confirm`, which re-measures every suspect fresh (kvbench.history.gate.confirm).
+
+    kvbench regressions [the verdict options] [--confirm [--rounds N] [--config PATH]]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from kvbench.history import command
+from kvbench.history.verdict import regressions_cmd as base
+
+NAME = base.NAME
+HELP = base.HELP
+DESCRIPTION = base.DESCRIPTION
+DEFAULT_ROUNDS = 5
+
+
+def add_arguments(parser) -> None:
+    base.add_arguments(parser)
+    parser.add_argument("--confirm", action="store_true",
+                        help="measure each suspect (one point at an end of the history) again, "
+                             "parent against commit, in fresh interleaved runs: confirmed, "
+                             "dismissed or still suspect")
+    parser.add_argument("--rounds", type=command.positive_int, default=DEFAULT_ROUNDS,
+                        help="process runs a side for --confirm (default: %(default)s)")
+    parser.add_argument("--config", default=None, metavar="PATH",
+                        help="asv.conf.json for --confirm (default: the repository's)")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    try:
+        base.check_outputs(args)
+        if args.rounds > 100:
+            raise ValueError(f"--rounds {args.rounds}: at most 100")
+        if args.config and not Path(args.config).is_file():
+            raise ValueError(f"--config {args.config}: no such file")
+        verdicts = base.judge(args)
+    except ValueError as exc:
+        args.parser.error(str(exc))
+    if args.confirm and verdicts.suspects:
+        verdicts = _confirm(args, verdicts)
+    return base.report(args, verdicts)
+
+
+def _confirm(args, verdicts):
+    import json
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from kvbench.history.asv.repo import repository_of
+    from kvbench.history.gate.compare import SuiteMeasurer, run_compare
+    from kvbench.history.gate.confirm import bench_regex, confirm, one_class
+
+    root = repository_of(Path(args.results))
+
+    def measure(parent: str, commit: str, findings: list):
+        workdir = Path(tempfile.mkdtemp(prefix="kvbench-confirm-"))
+        try:
+            measurer = SuiteMeasurer(root, verdicts.history.machine, workdir,
+                                     bench=bench_regex(findings), select=one_class(findings),
+                                     conf_path=Path(args.config) if args.config else None)
+            measurer.discover(commit)
+            benchmarks = json.loads((measurer.results_dir / "benchmarks.json").read_text())
+            units = {k: v.get("unit") for k, v in benchmarks.items() if isinstance(v, dict)}
+            print(f"confirming {len(findings)} suspect series at {commit[:8]} against "
+                  f"{parent[:8]} ({args.rounds} runs a side)", file=sys.stderr, flush=True)
+            return run_compare(measurer, parent, commit, rounds=args.rounds, units=units,
+                               log=lambda text: print(text, file=sys.stderr, flush=True))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    return confirm(verdicts, measure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command.main(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""End to end, the CI gate on a real git history with the real asv (CPU):
+
+    c0 base   b1 ... b7 harmless   c8 PLANT (host/freelist alloc busy-waits 400 µs)
+
+`asv run` of the allocator class over every commit, then, with HEAD at c4 (the step is the
+newest commit, a single point), `kvbench regressions --confirm --fail-on regression` must
+re-measure the suspect against its parent and exit 1 naming c8; with HEAD at b7 (its parent)
+the same command exits 0. `kvbench compare b7 c8` says regression for the planted row, and
+`kvbench compare b1 b2` (two harmless commits) no change. Eight commits before the plant:
+with fewer, a span without a stored noise model has too few differences left to judge.
+Marked e2e (CI runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_asv_e2e import MACHINE, ROOT, _git, harmless, make_history, plant
+
+ROW = "KVAlloc('host/freelist', 'fragmented', 64)"
+SERIES = "kv_alloc.KVAlloc.track_us('host/freelist', 'fragmented', 64)"
+
+
+def kvbench(hist, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    env = dict(hist.env, PYTHONPATH=str(ROOT))  # the kvbench under test drives asv
+    return subprocess.run([sys.executable, "-m", "kvbench.cli", *args], cwd=hist.repo, env=env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.e2e
+def test_the_gate_confirms_a_step_at_the_newest_commit_and_compare_agrees(tmp_path):
+    steps = [*((f"b{i}", harmless(i)) for i in range(1, 8)), ("c8", plant)]
+    hist = make_history(tmp_path, steps)
+    c = hist.commits
+    hist.asv("run", "--machine", MACHINE, "--launch-method", "forkserver", "--bench",
+             r"kv_alloc\.KVAlloc\.track_us", "ALL", timeout=1500)
+
+    gate = ("regressions", "--machine", MACHINE, "--confirm", "--rounds", "3",
+            "--fail-on", "regression", "--json", str(tmp_path / "gate.json"))
+    proc = kvbench(hist, *gate)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    assert c["c8"][:8] in proc.stdout, out[-4000:]
+    report = json.loads((tmp_path / "gate.json").read_text())
+    confirmed = [f for f in report["findings"] if f["series"] == SERIES]
+    assert confirmed and confirmed[0]["commit"] == c["c8"], report["findings"]
+    assert confirmed[0]["confirmation"]["outcome"] == "regression"
+    assert confirmed[0]["kind"] == "step"
+
+    _git(hist.repo, "checkout", "-q", c["b7"])  # results/ is untracked: it stays
+    proc = kvbench(hist, *gate)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+    _git(hist.repo, "checkout", "-q", c["c8"])
+    bench = r"^kv_alloc\.KVAlloc\.track_us\("
+    proc = kvbench(hist, "compare", c["b7"], c["c8"], "--machine", MACHINE, "--select", ROW,
+                   "--bench", bench, "--rounds", "3", "--fail-on", "regression",
+                   "--json", str(tmp_path / "cmp.json"))
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
+    outcome = {s["series"]: s["outcome"] for s in
+               json.loads((tmp_path / "cmp.json").read_text())["series"]}
+    assert outcome[SERIES] == "regression", outcome
+
+    proc = kvbench(hist, "compare", c["b1"], c["b2"], "--machine", MACHINE, "--select", ROW,
+                   "--bench", bench, "--rounds", "5", "--fail-on", "regression",
+                   "--json", str(tmp_path / "flat.json"))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    flat = json.loads((tmp_path / "flat.json").read_text())
+    outcome = {s["series"]: s["outcome"] for s in flat["series"]}
+    assert outcome[SERIES] == "no change", flat
+    assert flat["summary"]["regression"] == 0

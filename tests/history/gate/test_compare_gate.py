@@ -1,0 +1,106 @@
+"""kvbench compare's judgment and regressions --confirm, on given run values (no asv): the
+A/B verdict per series, the run-wide FDR, and what a fresh measurement does to a suspect."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from kvbench.history.bisect import abtest
+from kvbench.history.gate import compare
+from kvbench.history.gate.confirm import bench_regex, confirm, one_class
+from kvbench.history.verdict.regressions import analyze
+from kvbench.history.verdict.results import History, Point, Series
+
+UNITS = {"m.C.track_us": "seconds", "m.C.track_gbps": "GB/s"}
+
+
+def _runs(rng, level, n=5, noise=0.005):
+    return list(level * np.exp(noise * rng.standard_normal(n)))
+
+
+def test_a_slower_series_among_many_flat_ones_is_the_one_regression():
+    rng = np.random.default_rng(0)
+    runs = {f"m.C.track_us('s{i}')": (_runs(rng, 1e-5), _runs(rng, 1e-5)) for i in range(200)}
+    runs["m.C.track_us('slow')"] = (_runs(rng, 1e-5), _runs(rng, 1.2e-5))
+    runs["m.C.track_gbps('slow')"] = (_runs(rng, 100.0), _runs(rng, 100 / 1.2))
+    result = compare.judge("a" * 40, "b" * 40, runs, UNITS, 5)
+    regressed = {s.series for s in result.of(abtest.REGRESSION)}
+    assert regressed == {"m.C.track_us('slow')", "m.C.track_gbps('slow')"}
+    assert result.of(abtest.IMPROVEMENT) == []
+    assert len(result.of(abtest.NO_CHANGE)) > 150  # five runs a side can say "no change"
+    slow = next(s for s in result.series if s.series == "m.C.track_us('slow')")
+    assert 0.15 < slow.ab.effect < 0.25 and slow.ab.ci_low > 0 and slow.p_adjusted <= compare.FDR_Q
+    data = result.to_json()
+    assert data["summary"]["regression"] == 2 and data["schema"] == "kvbench.compare/1"
+
+
+def test_two_identical_commits_give_no_regression_and_few_rounds_stay_inconclusive():
+    rng = np.random.default_rng(1)
+    runs = {f"m.C.track_us('s{i}')": (_runs(rng, 1e-5), _runs(rng, 1e-5)) for i in range(300)}
+    result = compare.judge("a" * 40, "b" * 40, runs, UNITS, 5)
+    assert result.of(abtest.REGRESSION) == result.of(abtest.IMPROVEMENT) == []
+    short = {"m.C.track_us('x')": (_runs(rng, 1e-5, 3), _runs(rng, 1e-5, 3))}
+    (only,) = compare.judge("a" * 40, "b" * 40, short, UNITS, 3).series
+    assert only.outcome == abtest.INCONCLUSIVE  # no change needs five runs a side
+    one = compare.judge("a" * 40, "b" * 40, {"m.C.track_us('y')": ([1e-5], [1e-5, 1e-5])},
+                        UNITS, 1)
+    assert one.series == [] and "2 a side" in one.unmatched["m.C.track_us('y')"]
+
+
+def _history_with_newest_step(step: float) -> History:
+    rng = np.random.default_rng(3)
+    commits = [f"{i:040x}" for i in range(1, 13)]
+    series = []
+    for name in ("'a'", "'b'"):
+        x = 0.005 * rng.standard_normal(12)
+        if name == "'a'":
+            x[-1] += math.log1p(step)
+        series.append(Series("m.C.track_us", (name,), ("s",), "seconds", "e",
+                             [Point(c, 1e-5 * math.exp(v)) for c, v in zip(commits, x)]))
+    return History("m", Path("/nonexistent-kvbench-test"), commits[-1], commits, commits,
+                   series, [])
+
+
+def test_confirm_turns_a_suspect_into_a_regression_or_dismisses_it():
+    rng = np.random.default_rng(4)
+    for head_level, expected in ((1.2e-5, "confirmed"), (1.0e-5, "dismissed")):
+        verdicts = analyze(_history_with_newest_step(0.2))
+        (suspect,) = verdicts.suspects
+        calls = []
+
+        def measure(parent, commit, findings, head_level=head_level, calls=calls):
+            calls.append((parent, commit, [f.series.name for f in findings]))
+            runs = {f.series.name: (_runs(rng, 1e-5), _runs(rng, head_level)) for f in findings}
+            return compare.judge(parent, commit, runs, UNITS, 5)
+
+        out = confirm(verdicts, measure)
+        assert calls == [(suspect.parent, suspect.commit, [suspect.series.name])]
+        if expected == "confirmed":
+            (f,) = out.regressions
+            assert f.kind == "step" and f.confirmation["outcome"] == abtest.REGRESSION
+            assert out.suspects == [] and out.dismissed == []
+        else:
+            assert out.regressions == out.suspects == []
+            (d,) = out.dismissed
+            assert d.confirmation["outcome"] == abtest.NO_CHANGE
+
+
+def test_confirm_measures_only_the_suspects_benchmarks_and_class():
+    verdicts = analyze(_history_with_newest_step(0.2))
+    regex = bench_regex(verdicts.suspects)
+    assert re.search(regex, "m.C.track_us('a')") and re.search(regex, "m.C.track_us")
+    assert not re.search(regex, "m.C.track_gbps('a')")
+    assert one_class(verdicts.suspects) == "C"
+
+
+def test_the_exit_status_follows_fail_on():
+    from kvbench.history.verdict.regressions_cmd import exit_status
+
+    verdicts = analyze(_history_with_newest_step(0.2))
+    assert exit_status(verdicts, "regression") == 0  # a suspect is not a regression yet
+    assert exit_status(verdicts, "suspect") == 1
+    assert exit_status(verdicts, "never") == 0
