@@ -342,6 +342,34 @@ def set_default_machines(html_dir: Path, machines: list[str]) -> None:
     script.write_text(text.replace(_ALL_MACHINES_JS, _DEFAULT_MACHINES_JS), encoding="utf-8")
 
 
+#: asv 0.6.6's graphdisplay.js writes each git tag's name into the graph as HTML, so a tag
+#: named like an <img onerror=...> element runs script in the dashboard. kvbench's copy puts
+#: the name in as a text node instead (jQuery's .text()).
+_TAG_AS_HTML_JS = """                    graph_div.append(
+                        "<div style='position:absolute;" +
+                            "left:" + p.left + "px;" +
+                            "top: -2ex;" +
+                            "color:#666;background:white;padding-left:0.25em;font-size:smaller;'>" + tag + "</div>");"""
+_TAG_AS_TEXT_JS = """                    graph_div.append(
+                        $("<div style='position:absolute;" +
+                            "left:" + p.left + "px;" +
+                            "top: -2ex;" +
+                            "color:#666;background:white;padding-left:0.25em;font-size:smaller;'></div>").text(tag));"""
+
+
+def escape_tag_names(html_dir: Path) -> None:
+    """Make graphdisplay.js show git tag names as text, never as markup; raise if asv's
+    tag-drawing code changed (an unpatched copy would stay injectable)."""
+    script = Path(html_dir) / "graphdisplay.js"
+    text = script.read_text(encoding="utf-8")
+    if _TAG_AS_TEXT_JS in text and _TAG_AS_HTML_JS not in text:
+        return
+    if text.count(_TAG_AS_HTML_JS) != 1:
+        raise RuntimeError(f"{script}: asv's tag-drawing code changed; update "
+                           "kvbench.history.dashboard.publish._TAG_AS_HTML_JS")
+    script.write_text(text.replace(_TAG_AS_HTML_JS, _TAG_AS_TEXT_JS), encoding="utf-8")
+
+
 def lock_file_of(config: str | os.PathLike) -> Path:
     """The lock every publish of `config` holds: kvbench-publish.lock beside asv's env_dir
     (.asv/, ignored by git), so it never lands in the repository's tree."""
@@ -379,7 +407,8 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
     """Rewrite results/benchmarks.json from the suite (kvbench.history.asv.suite: asv publish
     shows only the series it lists), run `asv publish` for `config` on a staged copy of the
     results with host keys folded (one line per machine kind; stage_results), then open it
-    on the GPU machines and vendor the dashboard's assets; return html_dir.
+    on the GPU machines, show git tag names as text (escape_tag_names) and vendor the
+    dashboard's assets; return html_dir.
 
     The dashboard is built in a work folder and renamed over html_dir only when every step
     succeeded (kvbench.history.dashboard.swap), under the config's publish lock: a failed or
@@ -406,6 +435,7 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
                                    encoding="utf-8")
             run_asv_publish(staged_conf, conf_path.parent, asv_args)
             set_default_machines(build, default_machines)
+            escape_tag_names(build)
             vendor_dashboard(build)
             add_regressions_page(config, build)
     return html_dir
@@ -421,6 +451,7 @@ def vendor_only(config: str | os.PathLike = "asv.conf.json") -> Path:
         raise ValueError(f"html_dir must hold an asv-published index.html; {html_dir} does not")
     with swap.locked(lock_file_of(config)), swap.building(html_dir) as build:
         shutil.copytree(html_dir, build, symlinks=True)
+        escape_tag_names(build)
         vendor_dashboard(build)
         add_regressions_page(config, build)
     return html_dir

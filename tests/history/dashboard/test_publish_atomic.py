@@ -44,7 +44,8 @@ def _staged_html_dir(cmd: list[str]) -> Path:
     return Path(config["html_dir"])
 
 
-def fake_asv(fail: bool = False, hold_s: float = 0.0, log: list | None = None):
+def fake_asv(fail: bool = False, hold_s: float = 0.0, log: list | None = None,
+             tags: dict | None = None):
     """A stand-in for subprocess.run(asv publish ...): wipes and rewrites the staged
     html_dir like asv does (asv's template + an index.json), or raises half way."""
     import asv
@@ -58,7 +59,7 @@ def fake_asv(fail: bool = False, hold_s: float = 0.0, log: list | None = None):
         if fail:
             raise subprocess.CalledProcessError(1, cmd)
         (html / "index.json").write_text(json.dumps({"params": {"machine": ["h200"]},
-                                                     "tags": {}}))
+                                                     "tags": tags or {}}))
         time.sleep(hold_s)
         if log is not None:
             log.append(("end", time.monotonic()))
@@ -119,3 +120,28 @@ def test_a_killed_swap_is_undone_by_the_next_build(tmp_path):
         raise RuntimeError("this build fails too")
     assert (target / "index.html").read_text() == OLD_INDEX
     assert sorted(p.name for p in tmp_path.iterdir()) == ["html"]
+
+
+EVIL_TAG = "<img/src='x'/onerror=document.title='PWNED'>"  # a legal git tag name
+
+
+def test_a_git_tag_name_is_shown_as_text_never_as_markup(repo, monkeypatch):
+    """asv's graphdisplay.js appended `"<div ...>" + tag + "</div>"`; the published copy
+    puts the name in with .text(), and the name is nowhere in the pages or scripts."""
+    import re
+
+    monkeypatch.setattr(publish.subprocess, "run", fake_asv(tags={EVIL_TAG: 1}))
+    html = publish.publish(repo / "asv.conf.json")
+    script = (html / "graphdisplay.js").read_text()
+    assert ".text(tag)" in script
+    assert not re.search(r"\+\s*tag\s*\+", script), "a tag name concatenated into HTML"
+    for path in html.rglob("*"):
+        if path.suffix in (".html", ".js"):
+            assert "onerror=document.title" not in path.read_text(errors="replace"), path
+    assert EVIL_TAG in json.loads((html / "index.json").read_text())["tags"]  # data only
+
+
+def test_escape_tag_names_refuses_a_changed_asv_script(tmp_path):
+    (tmp_path / "graphdisplay.js").write_text("changed by a new asv")
+    with pytest.raises(RuntimeError, match="tag-drawing code changed"):
+        publish.escape_tag_names(tmp_path)
