@@ -217,7 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command.main(_history_command(argv[0]), argv[1:])
     args = build_parser().parse_args(argv)
     args.argv = argv[1:]  # what followed the command name: table/tune re-parse it themselves
-    return int(args.func(args) or 0)
+    from kvbench.core.paths import CacheRootError
+
+    try:
+        return int(args.func(args) or 0)
+    except CacheRootError as exc:  # an unusable KVBENCH_CACHE_DIR: say why in one line
+        print(f"kvbench {argv[0]}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

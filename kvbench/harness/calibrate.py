@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from kvbench.core.device import resolve_device
-from kvbench.core.jsonfile import move_aside, write_json_atomic
+from kvbench.core.jsonfile import check_writable, move_aside, write_json_atomic
 from kvbench.core.paths import CacheRootError, cache_root, ceilings_file
 from kvbench.harness.peaks import device_peaks
 from kvbench.harness.timers import bench
@@ -105,6 +105,16 @@ def _write_all(data: dict) -> Path:
     path = _cache_file()
     # Write-then-rename: two processes calibrating at once never leave a torn file.
     return write_json_atomic(path, data, indent=2, sort_keys=True)
+
+
+def _check_store() -> None:
+    """CacheRootError when the ceilings file could not be written (unusable cache root,
+    read-only folder)."""
+    path = _cache_file()
+    try:
+        check_writable(path)
+    except ValueError as exc:
+        raise CacheRootError(f"cannot store the measured ceilings: {exc}") from None
 
 
 def load_ceilings(device_name: str) -> Ceilings | None:
@@ -185,6 +195,8 @@ def calibrate(
         raise ValueError(
             f"size_bytes must be None or an int >= {MIN_SIZE_BYTES}, got {size_bytes!r}"
         )
+    if store:
+        _check_store()  # before the measurement, not after it
     dev = resolve_device(device)
     if size_bytes is None:
         size_bytes = CUDA_SIZE_BYTES if dev.type == "cuda" else CPU_SIZE_BYTES

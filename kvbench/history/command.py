@@ -39,7 +39,12 @@ def main(command: ModuleType, argv: Sequence[str] | None = None) -> int:
     else:
         args = parser.parse_args(argv)
     args.parser = parser
-    return int(command.run(args) or 0)
+    from kvbench.core.paths import CacheRootError
+
+    try:
+        return int(command.run(args) or 0)
+    except CacheRootError as exc:  # an unusable KVBENCH_CACHE_DIR (npm/): one line, exit 2
+        parser.exit(2, f"{parser.prog}: {exc}\n")
 
 
 def positive_int(text: str) -> int:
