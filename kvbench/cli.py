@@ -62,8 +62,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from kvbench.harness.calibrate import cache_dir, calibrate
 
     kwargs = {} if args.size_mib is None else {"size_bytes": args.size_mib * 2**20}
-    with progress.status("kvbench calibrate: measuring copy, read and write bandwidth"):
-        ceilings = calibrate(**kwargs)
+    try:
+        with progress.status("kvbench calibrate: measuring copy, read and write bandwidth"):
+            ceilings = calibrate(**kwargs)
+    except ValueError as exc:  # a size that cannot fit, an unusable cache: one line, exit 2
+        print(f"kvbench calibrate: {exc}", file=sys.stderr)
+        return 2
     print(
         f"{ceilings.device_name}: copy {ceilings.copy_gbps:.0f} GB/s (read+write), "
         f"read {ceilings.read_gbps:.0f} GB/s, write {ceilings.write_gbps:.0f} GB/s"

@@ -40,6 +40,7 @@ def run(args) -> int:
             tarballs = prefetch()
             print(f"dashboard assets cached: {len(tarballs)} npm tarballs in {cache_dir()}")
             return 0
+        command.check_config(args)
         if args.vendor_only:
             html_dir = vendor_only(args.config)
         else:

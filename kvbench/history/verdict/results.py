@@ -261,10 +261,13 @@ def load_history(results_dir: str | Path, machine: str, *, rev: str = "HEAD",
                  repo: str | Path | None = None) -> History:
     """Read results_dir/machine/*.json into series ordered by `rev`'s first-parent history.
 
-    ValueError when the machine folder does not exist (naming the machines that do) or holds
+    ValueError when `machine` is not one folder name (command.check_machine_name), when the
+    machine folder does not exist (naming the machines that do) or when it holds
     no result a commit of the history can place."""
+    from kvbench.history.command import check_machine_name
+
     results_dir = Path(results_dir)
-    machine_dir = results_dir / machine
+    machine_dir = results_dir / check_machine_name(machine)  # never a path out of results_dir
     if not machine_dir.is_dir():
         known = ", ".join(machines(results_dir)) or "none"
         raise ValueError(f"no results for machine {machine!r} in {results_dir} "
