@@ -174,7 +174,7 @@ def _started_at(data: dict) -> float | None:
     return float(min(times)) if times else None
 
 
-def _read_bounded(path: Path) -> bytes:
+def read_bounded(path: Path) -> bytes:
     """The bytes of `path` if it is a regular file (a symlink to one counts) of at most
     MAX_RESULT_BYTES; ValueError naming what it is otherwise. A FIFO, a device (/dev/zero), a
     directory or a dangling link is refused before it is opened for reading."""
@@ -199,7 +199,7 @@ def _read_result_file(path: Path) -> dict:
     ValueError saying what is wrong with it (a wrongly typed key is bad input, like any other
     defect of the file, and the reader skips every such file the same way)."""
     try:
-        data = json.loads(_read_bounded(path).decode("utf-8"))
+        data = json.loads(read_bounded(path).decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text ({exc.reason})") from None
     except RecursionError:
