@@ -62,8 +62,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from kvbench.harness.calibrate import cache_dir, calibrate
 
     kwargs = {} if args.size_mib is None else {"size_bytes": args.size_mib * 2**20}
-    with progress.status("kvbench calibrate: measuring copy, read and write bandwidth"):
-        ceilings = calibrate(**kwargs)
+    try:
+        with progress.status("kvbench calibrate: measuring copy, read and write bandwidth"):
+            ceilings = calibrate(**kwargs)
+    except ValueError as exc:  # a size that cannot fit, an unusable cache: one line, exit 2
+        print(f"kvbench calibrate: {exc}", file=sys.stderr)
+        return 2
     print(
         f"{ceilings.device_name}: copy {ceilings.copy_gbps:.0f} GB/s (read+write), "
         f"read {ceilings.read_gbps:.0f} GB/s, write {ceilings.write_gbps:.0f} GB/s"
@@ -218,7 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command.main(_history_command(argv[0]), argv[1:])
     args = build_parser().parse_args(argv)
     args.argv = argv[1:]  # what followed the command name: table/tune re-parse it themselves
-    return int(args.func(args) or 0)
+    from kvbench.core.paths import CacheRootError
+
+    try:
+        return int(args.func(args) or 0)
+    except CacheRootError as exc:  # an unusable KVBENCH_CACHE_DIR: say why in one line
+        print(f"kvbench {argv[0]}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

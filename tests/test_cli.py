@@ -141,3 +141,25 @@ def test_main_prints_the_environment_before_measuring(monkeypatch, capsys):
 
     monkeypatch.setattr(kvbench.measure.table, "run_all", tables)
     assert main(["main"]) == 0
+
+
+@pytest.mark.parametrize("table", [[1, 2], {"rows": "x"}, {"rows": [{"work": {"moved": 1}}]},
+                                   {"rows": [], "metadata": []}])
+def test_plot_of_a_wrong_shaped_json_is_one_line(table, tmp_path, capsys):
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    assert main(["plot", str(path), str(tmp_path / "out.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_calibrate_refuses_a_size_the_device_cannot_hold_before_allocating(monkeypatch,
+                                                                          tmp_path, capsys):
+    import importlib
+
+    calibrate = importlib.import_module("kvbench.harness.calibrate")
+    monkeypatch.setenv("KVBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(calibrate, "_measure", lambda *a: pytest.fail("allocated"))
+    assert main(["calibrate", "--size-mib", str(10**12)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "more than the" in err, err

@@ -15,7 +15,9 @@ run code as this user or steer dispatch. The root is created with mode 0700. An 
 owned by another user is refused; one writable by group or others is made 0700 with a
 warning when it is this user's own (refused when it is a shared sticky directory such as
 /tmp). Either refusal is a CacheRootError (a ValueError) naming the directory, what is wrong
-and what to do.
+and what to do. Every subfolder passes the same checks each time it is used (a private root
+does not make a subfolder private: one created before the root was fixed, or a symlink to a
+shared folder, would still let others write the library's hash record or the perf tables).
 """
 
 from __future__ import annotations
@@ -64,11 +66,13 @@ def cache_root(*, create: bool = True) -> Path:
     except OSError as exc:
         raise CacheRootError(f"{where}: cannot create {root} ({exc.strerror}); set "
                              f"{CACHE_DIR_VAR} to a directory of yours") from None
-    _check_private(root, where)
+    check_private(root, where)
     return root
 
 
-def _check_private(root: Path, where: str) -> None:
+def check_private(root: Path, where: str) -> None:
+    """CacheRootError unless `root` is a directory of this user's that no one else can write
+    (one of this user's that group or others can write is made 0700, with a warning)."""
     st = root.stat()  # follows a symlink: what matters is the directory written into
     if not stat.S_ISDIR(st.st_mode):
         raise CacheRootError(f"{where}: {root} is not a directory")
@@ -92,12 +96,20 @@ def _check_private(root: Path, where: str) -> None:
 
 
 def cache_subdir(name: str, *, create: bool = True) -> Path:
-    """``<cache root>/<name>``, created 0700 if missing (create=False: as cache_root)."""
+    """``<cache root>/<name>``, created 0700 if missing (create=False: as cache_root), and
+    checked like the root when it exists (CacheRootError: not a directory, another user's,
+    or a shared sticky one; made 0700 with a warning when only its mode was wrong)."""
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"a cache subfolder is one plain name, got {name!r}")
     path = cache_root(create=create) / name
     if create:
-        path.mkdir(mode=0o700, exist_ok=True)
+        try:
+            path.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:  # FileExistsError included: a file where the folder goes
+            raise CacheRootError(f"cache subfolder {path}: cannot create it ({exc.strerror}); "
+                                 "move it aside or remove it") from None
+    if path.exists():
+        check_private(path, f"cache subfolder {name}/")
     return path
 
 

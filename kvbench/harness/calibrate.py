@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from kvbench.core.device import resolve_device
-from kvbench.core.jsonfile import move_aside, write_json_atomic
+from kvbench.core.jsonfile import check_writable, move_aside, write_json_atomic
 from kvbench.core.paths import CacheRootError, cache_root, ceilings_file
 from kvbench.harness.peaks import device_peaks
 from kvbench.harness.timers import bench
@@ -105,6 +105,37 @@ def _write_all(data: dict) -> Path:
     path = _cache_file()
     # Write-then-rename: two processes calibrating at once never leave a torn file.
     return write_json_atomic(path, data, indent=2, sort_keys=True)
+
+
+def _device_memory(dev: torch.device) -> int | None:
+    """Bytes of memory on `dev` (the GPU's, or the host's physical RAM); None if unknown."""
+    import os
+
+    if dev.type == "cuda":
+        return int(torch.cuda.get_device_properties(dev).total_memory)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_fits(dev: torch.device, size_bytes: int) -> None:
+    """ValueError when the two buffers _measure allocates cannot fit in the device's memory:
+    said in one line before the allocation, not as the allocator's error after it."""
+    memory = _device_memory(dev)
+    if memory is not None and 2 * size_bytes > memory:
+        raise ValueError(f"size {size_bytes} bytes needs two buffers ({2 * size_bytes} bytes), "
+                         f"more than the {memory} bytes of memory on {dev}; pick a smaller size")
+
+
+def _check_store() -> None:
+    """CacheRootError when the ceilings file could not be written (unusable cache root,
+    read-only folder)."""
+    path = _cache_file()
+    try:
+        check_writable(path)
+    except ValueError as exc:
+        raise CacheRootError(f"cannot store the measured ceilings: {exc}") from None
 
 
 def load_ceilings(device_name: str) -> Ceilings | None:
@@ -185,10 +216,13 @@ def calibrate(
         raise ValueError(
             f"size_bytes must be None or an int >= {MIN_SIZE_BYTES}, got {size_bytes!r}"
         )
+    if store:
+        _check_store()  # before the measurement, not after it
     dev = resolve_device(device)
     if size_bytes is None:
         size_bytes = CUDA_SIZE_BYTES if dev.type == "cuda" else CPU_SIZE_BYTES
     size_bytes -= size_bytes % 4  # whole elements of the 2- and 4-byte dtypes used below
+    _check_fits(dev, size_bytes)
 
     copy_us, read_us, write_us = _measure(dev, size_bytes)
     if dev.type == "cuda":

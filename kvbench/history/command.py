@@ -39,7 +39,12 @@ def main(command: ModuleType, argv: Sequence[str] | None = None) -> int:
     else:
         args = parser.parse_args(argv)
     args.parser = parser
-    return int(command.run(args) or 0)
+    from kvbench.core.paths import CacheRootError
+
+    try:
+        return int(command.run(args) or 0)
+    except CacheRootError as exc:  # an unusable KVBENCH_CACHE_DIR (npm/): one line, exit 2
+        parser.exit(2, f"{parser.prog}: {exc}\n")
 
 
 def positive_int(text: str) -> int:
@@ -62,3 +67,40 @@ def percent(text: str) -> float:
     if not 0 < value < 1000:
         raise argparse.ArgumentTypeError(f"expected a percentage in (0, 1000), got {text!r}")
     return value / 100
+
+
+def check_machine_name(name: object) -> str:
+    """`name` if it can be one folder of results/ (results/<machine>/); ValueError otherwise.
+    Machine names come from the command line and from files: one with a path separator or a
+    `..` would make a reader look outside the results folder, and an empty one is not a
+    machine (it must not fall back to this host's silently)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a machine name must be a non-empty string, got {name!r}")
+    if "/" in name or "\\" in name or "\0" in name or name in (".", ".."):
+        raise ValueError(f"machine name {name!r} is not one folder name (no '/', '\\', NUL, "
+                         "'.' or '..')")
+    return name
+
+
+def machine_name(text: str) -> str:
+    """argparse type of --machine: check_machine_name's rules, as a usage error."""
+    try:
+        return check_machine_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_config(args: argparse.Namespace) -> None:
+    """Exit 2 (a usage error naming it) unless args.config is a regular file this process
+    can read: asv and kvbench would otherwise stop with a traceback on it."""
+    import os
+
+    path = args.config
+    if not os.path.isfile(path):
+        args.parser.error(f"--config {path}: no such file (name an asv.conf.json)")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        args.parser.error(f"--config {path}: cannot read it ({exc.strerror})")
+

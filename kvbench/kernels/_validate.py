@@ -330,24 +330,33 @@ def validate_index_range(
 
 
 
+#: The largest finite e4m3 value, and the largest scale that widens it to a finite float32:
+#: a larger scale turns the biggest codes into inf and the attention rows into NaN.
+E4M3_MAX = 448.0
+MAX_FP8_SCALE = float(torch.finfo(torch.float32).max) / E4M3_MAX
+
+
 def validate_scale_value(name: str, scale: object, validation: DeviceValidation | None) -> None:
-    """An fp8 scale must be finite and > 0 (0 turns every value into inf/NaN, a negative one
-    flips signs, NaN poisons the output). Python floats and CPU tensors are read here; a
+    """An fp8 scale must be finite, > 0 and at most MAX_FP8_SCALE (0 turns every value into
+    inf/NaN, a negative one flips signs, NaN poisons the output, a huge one overflows the
+    widened values to inf). Python floats and CPU tensors are read here; a
     CUDA tensor is validated on the device in safe mode (``validation``) and not at all otherwise
     (reading it would be a device sync)."""
     if isinstance(scale, torch.Tensor):
         if scale.device.type == "cpu":
             value = float(scale.reshape(-1)[0])
         elif validation is not None:
-            validation.flag(name, ~(torch.isfinite(scale) & (scale > 0)), scale,
-                            "must be a finite scale > 0")
+            validation.flag(name, ~(torch.isfinite(scale * E4M3_MAX) & (scale > 0)), scale,
+                            "must be a finite scale > 0 with scale * 448 finite")
             return
         else:
             return
     else:
         value = float(scale)  # type: ignore[arg-type]
-    if not (value > 0.0 and value != float("inf")):
-        raise ValueError(f"{name} must be a finite scale > 0, got {value!r}")
+    if not (0.0 < value <= MAX_FP8_SCALE):
+        raise ValueError(f"{name} must be a finite scale > 0 whose product with the largest "
+                         f"e4m3 value (448) is a finite float32 (<= {MAX_FP8_SCALE:.4g}), "
+                         f"got {value!r}")
 
 
 def _footprint(t: torch.Tensor) -> tuple[int, int, int]:
@@ -374,7 +383,8 @@ def validate_no_self_overlap(name: str, t: torch.Tensor) -> None:
         extent = stride * (n - 1) + extent
 
 
-def validate_no_overlap(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
+def validate_no_overlap(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor,
+                        remedy: str = "pass disjoint K and V views") -> None:
     """Raise when two paged views ``[pages, ...]`` share a byte (e.g. K and V caches shifted
     by a page). Views interleaved page by page in one buffer (the engine's combined K/V
     layout) do not overlap and pass.
@@ -403,7 +413,7 @@ def validate_no_overlap(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tens
         overlap = a0 < b_end and b0 < a_end
     if overlap:
         raise ValueError(f"{name_a} and {name_b} share memory (a write to one would change the "
-                         "other); pass disjoint K and V views")
+                         f"other); {remedy}")
 
 
 @contextlib.contextmanager

@@ -130,6 +130,9 @@ def validate_decode_inputs(
         for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
             V.validate_scale(name, sc, device)
             V.validate_scale_value(name, sc, validation)
+        if isinstance(k_scale, torch.Tensor) != isinstance(v_scale, torch.Tensor):
+            # One rule for every row: the Triton kernels take both as pointers or both as values.
+            raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
     else:
         for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
             if sc is not None:
@@ -173,9 +176,7 @@ def validate_decode_values(
         raise ValueError(
             f"seq_lens must lie in [0, block_table.shape[1] * page_size = {cap}], got [{lo}, {hi}]"
         )
-    used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] < (
-        (seq_lens[:, None] + page_size - 1) // page_size
-    )
+    used = used_entries(block_table, seq_lens, page_size)  # int64: no wrap near 2**31
     V.validate_index_range("block_table entries used by seq_lens", block_table[used], num_pages,
                            what="pages of the cache")
 

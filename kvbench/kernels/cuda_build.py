@@ -13,7 +13,9 @@ temporary file and rename it into place (no torn library). Beside each library a
 (``<library>.build.json``) holds the library's SHA-256 and what it was built from (source
 name and hash, nvcc version, flags); a cached library is used only when the record matches
 it and the build, otherwise it is rebuilt: a truncated, corrupt or replaced file is never
-loaded into the process.
+loaded into the process. The record is only as good as where it lives: the folder must pass
+the cache root's owner and mode checks (kvbench.core.paths.check_private, also for an explicit
+out_dir), and a record or library that another user owns or could write is rebuilt.
 """
 
 from __future__ import annotations
@@ -106,11 +108,33 @@ def _build_inputs(src: Path, nvcc_version: str, flags: tuple[str, ...]) -> dict:
     }
 
 
+def _writable_by_others(path: Path) -> str | None:
+    """Why `path` cannot vouch for a library (another user owns it, or group or others can
+    write it); None when only this user can have written it, or it does not exist."""
+    import stat
+
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}, not by this user"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 def _verified(lib: Path, inputs: dict) -> str | None:
     """None when `lib` exists and its record holds its SHA-256 and these build inputs; else
     why it cannot be used (the caller rebuilds)."""
     if not lib.is_file():
         return "not built yet"
+    for path in (lib, _record_path(lib)):
+        why = _writable_by_others(path)
+        if why:
+            return why
     try:
         record = json.loads(_record_path(lib).read_text())
     except (OSError, ValueError) as exc:
@@ -158,7 +182,11 @@ def compile_source(
     key = hashlib.sha256(
         src.read_bytes() + nvcc_version.encode() + " ".join(flags).encode()
     ).hexdigest()[:16]
-    out_dir = out_dir or paths.cuda_build_dir()
+    if out_dir is None:
+        out_dir = paths.cuda_build_dir()
+    else:
+        out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        paths.check_private(out_dir, "cuda build folder")
     lib = out_dir / f"{name}-{key}.so"
     log_path = lib.with_suffix(".log")
     inputs = _build_inputs(src, nvcc_version, flags)
@@ -172,6 +200,7 @@ def compile_source(
     os.close(fd)
     try:
         log = _run_nvcc(nvcc, flags, src, Path(tmp))
+        os.chmod(tmp, 0o700)  # nvcc's umask may leave it group-writable: _verified refuses that
         log_path.write_text(log)
         # The record names the bytes about to be renamed into place; a reader that sees the
         # new record before the new library finds a mismatch and rebuilds, never loads.

@@ -52,6 +52,7 @@ from kvbench.kernels._validate import (
     validate_dtype,
     validate_index_range,
     validate_ndim,
+    validate_no_overlap,
     validate_same_device,
     validate_shape,
     values_validated,
@@ -107,6 +108,8 @@ def _validate(kv_cache, page_table_flat, extra_rows, out):
         validate_dtype("out", out, (torch.float8_e4m3fn,))
         validate_shape("out", out, (total, OUT_DIM))
         validate_contiguous("out", out)
+        validate_no_overlap("out", out, "kv_cache", kv_cache,
+                            "pass an out buffer that is not part of the cache")
     return total, page_table_flat, poison
 
 

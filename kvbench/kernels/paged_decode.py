@@ -698,6 +698,10 @@ def paged_decode_gather_sdpa(
     def gather(cache: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
         pages = cache[idx]  # [B, max_pages, page, Hkv, D]
         if p.fp8:
+            # A 1-element fp32 tensor as a 0-dim one: it scales in fp32 without promoting the
+            # pages to fp32 (SDPA needs q, k and v in one dtype).
+            if isinstance(scale, torch.Tensor):
+                scale = scale.reshape(())
             pages = pages.view(torch.float8_e4m3fn).to(q.dtype) * scale
         return pages.reshape(p.batch, length, p.kv_heads, p.head_dim).transpose(1, 2)
 

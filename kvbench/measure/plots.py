@@ -15,6 +15,7 @@ matplotlib, never imports it unless asked to draw.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,39 @@ def _family(impl: str) -> str:
     return impl.rsplit("/", 1)[0]
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_table(table: object) -> None:
+    """ValueError naming the first part of `table` that is not shaped as `kvbench table --json`
+    writes it (the fields plot_roofline reads): a file from elsewhere is one error line, not
+    a traceback from deep inside the drawing."""
+    if not isinstance(table, dict):
+        raise ValueError(f"a table JSON object was expected, got {type(table).__name__}")  # noqa: TRY004
+    if not isinstance(table.get("op", "?"), str) or not isinstance(table.get("rows", []), list):
+        raise ValueError('"op" must be a string and "rows" a list')  # noqa: TRY004
+    meta = table.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise ValueError('"metadata" must be an object')  # noqa: TRY004
+    for key in ("peaks", "ceilings"):
+        part = meta.get(key) or {}
+        if not isinstance(part, dict) or not all(v is None or _number(v) or isinstance(v, str)
+                                                 for v in part.values()):
+            raise ValueError(f'"metadata.{key}" must be an object of numbers')
+    for i, row in enumerate(table.get("rows", [])):
+        work = row.get("work", {}) if isinstance(row, dict) else None
+        if not isinstance(work, dict) or not _number(work.get("moved", 0)):
+            raise ValueError(f"rows[{i}] must be an object whose work.moved is a number")
+        if work.get("moved", 0) <= 0:
+            continue
+        if not (isinstance(row.get("case"), str) and isinstance(row.get("impl"), str)
+                and _number(row.get("gbps")) and isinstance(row.get("note") or "", str)
+                and (row.get("iqr_rel") is None or _number(row.get("iqr_rel")))):
+            raise ValueError(f"rows[{i}] needs case and impl strings, gbps a number, note a "
+                             "string and iqr_rel a number or null")
+
+
 def plot_roofline(table: dict[str, Any], path: str | os.PathLike, *,
                   ceiling: str | None = None) -> Path:
     """Draw `table` (Table.as_json's dict) to `path` (format from its suffix: .png, .svg,
@@ -50,6 +84,7 @@ def plot_roofline(table: dict[str, Any], path: str | os.PathLike, *,
     import matplotlib.pyplot as plt
 
 
+    check_table(table)
     op = table.get("op", "?")
     rows = [r for r in table.get("rows", []) if r.get("work", {}).get("moved", 0) > 0]
     if not rows:

@@ -167,6 +167,7 @@ def tune(
         if not isinstance(c, TuneCase) or c.op != op:
             raise ValueError(f"cases must be TuneCase entries for {op}, got {c!r}")
     repair_stored_table(name, op)  # before minutes of measuring, not after
+    check_table_writable(name, op)
     entries = []
     skipped: list[dict] = []  # rows that failed their gate, proof or plausibility, with why
     picks = []  # what `auto` selects per case before this table exists, and after
@@ -323,6 +324,20 @@ def format_table(table: dict) -> str:
         lines.append(f"{e.get('dtype', '?'):<6} {tags_of(e):<{width}} {e['bucket']:<22} "
                      f"{e['spec']:<22} {e['us']:>12.2f}  {e.get('case', '')}")
     return "\n".join(lines)
+
+
+def check_table_writable(device_name: str, op: str) -> None:
+    """CacheRootError when the perf table of (device, op) could not be written (the cache
+    root or perf/ unusable, perf/ read-only): raised before the minutes of measuring, not
+    after them."""
+    from kvbench.core.jsonfile import check_writable
+    from kvbench.core.paths import CacheRootError
+
+    path = table_path(device_name, op)
+    try:
+        check_writable(path)
+    except ValueError as exc:
+        raise CacheRootError(f"cannot store the perf table: {exc}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -120,3 +120,31 @@ def test_with_the_real_nvcc_a_tampered_library_is_rebuilt_and_the_rebuilt_one_lo
         again, _ = cuda_build.compile_source("tiny")
     assert again == lib and hashlib.sha256(lib.read_bytes()).hexdigest() == json.loads(
         (lib.parent / (lib.name + ".build.json")).read_text())["sha256"]
+
+
+@pytest.mark.parametrize("which", ["library", "record"])
+def test_a_library_or_record_others_could_write_is_rebuilt(fake_nvcc, which):
+    """The record vouches for the library only where no one else could have written it."""
+    lib, _ = cuda_build.compile_source("k")
+    os.chmod(lib if which == "library" else lib.parent / (lib.name + ".build.json"), 0o666)
+    with pytest.warns(UserWarning, match="writable by group or others"):
+        again, _ = cuda_build.compile_source("k")
+    assert again == lib and len(fake_nvcc) == 2
+    assert stat.S_IMODE(lib.stat().st_mode) & 0o022 == 0
+
+
+def test_the_cuda_folder_is_checked_like_the_cache_root(fake_nvcc, tmp_path):
+    """cuda/ (where the hash records live) made group-writable is made private again;
+    an explicit out_dir that others can write into (a sticky shared folder) is refused."""
+    from kvbench.core import paths
+
+    lib, _ = cuda_build.compile_source("k")
+    os.chmod(lib.parent, 0o777)
+    with pytest.warns(UserWarning, match="made it private"):
+        cuda_build.compile_source("k")
+    assert stat.S_IMODE(lib.parent.stat().st_mode) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with pytest.raises(paths.CacheRootError, match="shared directory"):
+        cuda_build.compile_source("k", shared)

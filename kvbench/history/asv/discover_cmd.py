@@ -24,6 +24,7 @@ def run(args) -> int:
     """Write the file (exit 0), or with --check: exit 1 and name each difference."""
     from kvbench.history.asv import suite
 
+    command.check_config(args)
     if args.check:
         diffs = suite.differences(args.config)
         for line in diffs:

@@ -27,7 +27,7 @@ DESCRIPTION = ("Run asv over exactly the first-parent commits of RANGE that have
 def add_arguments(parser) -> None:
     parser.add_argument("range", nargs="?", default=None,
                         help="BASE..END, one commit, or nothing (since the newest recorded)")
-    parser.add_argument("--machine", default=None,
+    parser.add_argument("--machine", type=command.machine_name, default=None,
                         help="asv machine name (default: this hardware's, as `kvbench machine` "
                              "names it)")
     parser.add_argument("--config", default="asv.conf.json",

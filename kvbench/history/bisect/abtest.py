@@ -206,12 +206,20 @@ def decide(before: Sequence[float], after: Sequence[float], *, higher_is_better:
                     higher_is_better, effect, low, high, p_mw, p_ks, p, noise, mde)
 
 
+#: The most A/B rounds one decision may take: each is two asv processes, so a larger number
+#: is a typo, not a plan.
+MAX_ROUNDS = 1000
+
+
 def check_rounds(rounds: int, max_rounds: int) -> None:
-    """ValueError unless 1 <= rounds <= max_rounds."""
+    """ValueError unless 1 <= rounds <= max_rounds <= MAX_ROUNDS."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if max_rounds < rounds:
         raise ValueError(f"max_rounds ({max_rounds}) must be >= rounds ({rounds})")
+    if max_rounds > MAX_ROUNDS:
+        raise ValueError(f"rounds and max_rounds must be <= {MAX_ROUNDS} (each round is two "
+                         f"asv runs), got {max_rounds}")
 
 
 def run_sequential(measure_round: Callable[[int], tuple[float | None, float | None]], *,

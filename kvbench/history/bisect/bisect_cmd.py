@@ -26,7 +26,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("range", help="BASE..END, e.g. HEAD~32..HEAD (first-parent history)")
     parser.add_argument("series", help="asv's name of one param combination, e.g. "
                         "\"paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')\"")
-    parser.add_argument("--machine", default=None,
+    parser.add_argument("--machine", type=command.machine_name, default=None,
                         help="asv machine name (default: this hardware's, as `kvbench machine` names it)")
     parser.add_argument("--rounds", type=command.positive_int, default=5,
                         help="A/B rounds (one run per side each) for the end points and the "
@@ -77,6 +77,17 @@ def _log_with_status(measurer) -> object:
     return log
 
 
+def _log_path(log_dir: str) -> Path:
+    """log_dir/asv.log, its folder created; ValueError when it cannot be made or written."""
+    from kvbench.core.jsonfile import check_writable
+
+    try:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--log-dir {log_dir}: cannot create it ({exc.strerror})") from None
+    return check_writable(Path(log_dir) / "asv.log")
+
+
 def run_command(range_text: str, series_text: str, *, machine: str | None = None,
                 rounds: int | None = None, max_rounds: int | None = None,
                 search_runs: int | None = None, mde: float | None = None,
@@ -113,13 +124,13 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
     commits = resolve_range(root, range_text)
     if json_path:
         check_writable(Path(json_path))
+    if config is not None and not Path(config).is_file():
+        raise ValueError(f"--config {config}: no such file (name an asv.conf.json)")
+    log_path = _log_path(log_dir) if log_dir else None
     machine = machine or default_machine()
     check_machine(machine)
+    # Every check above runs before the folder exists; from here on, finally removes it.
     workdir = Path(tempfile.mkdtemp(prefix="kvbench-bisect-"))
-    log_path = None
-    if log_dir:
-        Path(log_dir).mkdir(parents=True, exist_ok=True)
-        log_path = Path(log_dir) / "asv.log"
     try:
         measurer = AsvMeasurer(root, series, machine, workdir, log_path=log_path,
                                conf_path=Path(config) if config else None)

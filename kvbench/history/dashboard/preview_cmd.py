@@ -23,6 +23,7 @@ def run(args) -> int:
     """Serve until Ctrl-C; exit 2 on a bad port or no published dashboard."""
     if not 0 <= args.port <= 65535:
         args.parser.error(f"--port must be 0-65535, got {args.port}")
+    command.check_config(args)
     from kvbench.history.dashboard.publish import html_dir_of, serve
 
     try:

@@ -243,11 +243,12 @@ def check_regressions_config(config: str | os.PathLike) -> None:
     check_asv_config(conf, benchmarks)
 
 
-def add_regressions_page(config: str | os.PathLike) -> Path:
-    """kvbench's regressions page into html_dir/kvbench/, linked from the index; its path."""
+def add_regressions_page(config: str | os.PathLike, html_dir: Path | None = None) -> Path:
+    """kvbench's regressions page into html_dir/kvbench/ (default: the config's html_dir),
+    linked from the index; its path."""
     from kvbench.history.verdict.page import link_from_index, write_page
 
-    html_dir = html_dir_of(config)
+    html_dir = html_dir_of(config) if html_dir is None else Path(html_dir)
     page = write_page(html_dir, results_dir_of(config))
     index = html_dir / "index.html"
     index.write_text(link_from_index(index.read_text(encoding="utf-8")), encoding="utf-8")
@@ -341,41 +342,118 @@ def set_default_machines(html_dir: Path, machines: list[str]) -> None:
     script.write_text(text.replace(_ALL_MACHINES_JS, _DEFAULT_MACHINES_JS), encoding="utf-8")
 
 
-def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | None = None) -> Path:
-    """Rewrite results/benchmarks.json from the suite (kvbench.history.asv.suite: asv publish
-    shows only the series it lists), run `asv publish` for `config` on a staged copy of the
-    results with host keys folded (one line per machine kind; stage_results), then open it
-    on the GPU machines and vendor the dashboard's assets; return html_dir."""
-    import json
+#: asv 0.6.6's graphdisplay.js writes each git tag's name into the graph as HTML, so a tag
+#: named like an <img onerror=...> element runs script in the dashboard. kvbench's copy puts
+#: the name in as a text node instead (jQuery's .text()).
+_TAG_AS_HTML_JS = """                    graph_div.append(
+                        "<div style='position:absolute;" +
+                            "left:" + p.left + "px;" +
+                            "top: -2ex;" +
+                            "color:#666;background:white;padding-left:0.25em;font-size:smaller;'>" + tag + "</div>");"""
+_TAG_AS_TEXT_JS = """                    graph_div.append(
+                        $("<div style='position:absolute;" +
+                            "left:" + p.left + "px;" +
+                            "top: -2ex;" +
+                            "color:#666;background:white;padding-left:0.25em;font-size:smaller;'></div>").text(tag));"""
 
+
+def escape_tag_names(html_dir: Path) -> None:
+    """Make graphdisplay.js show git tag names as text, never as markup; raise if asv's
+    tag-drawing code changed (an unpatched copy would stay injectable)."""
+    script = Path(html_dir) / "graphdisplay.js"
+    text = script.read_text(encoding="utf-8")
+    if _TAG_AS_TEXT_JS in text and _TAG_AS_HTML_JS not in text:
+        return
+    if text.count(_TAG_AS_HTML_JS) != 1:
+        raise RuntimeError(f"{script}: asv's tag-drawing code changed; update "
+                           "kvbench.history.dashboard.publish._TAG_AS_HTML_JS")
+    script.write_text(text.replace(_TAG_AS_HTML_JS, _TAG_AS_TEXT_JS), encoding="utf-8")
+
+
+def lock_file_of(config: str | os.PathLike) -> Path:
+    """The lock every publish of `config` holds: kvbench-publish.lock beside asv's env_dir
+    (.asv/, ignored by git), so it never lands in the repository's tree."""
+    from asv.config import Config
+
+    conf_path = Path(config).resolve()
+    env_dir = (conf_path.parent / Config.load(str(conf_path)).env_dir).resolve()
+    return env_dir.parent / "kvbench-publish.lock"
+
+
+def staged_config(config: str | os.PathLike, results_dir: Path, html_dir: Path) -> dict:
+    """asv.conf.json of `config` with its path keys absolute (asv reads them relative to its
+    working directory, and the staged copy lives in a temporary folder) and results_dir /
+    html_dir replaced by the staged results and the build folder."""
     from asv import util
 
-    from kvbench.history.asv import suite
-
-    check_regressions_config(config)
-    suite.write(config)
     conf_path = Path(config).resolve()
     raw = util.load_json(str(conf_path), js_comments=True)
     for key in _PATH_KEYS:
         if key in raw:
             raw[key] = str((conf_path.parent / raw[key]).resolve())
-    results_dir = Path(raw.get("results_dir", conf_path.parent / "results"))
-    staging = Path(raw.get("env_dir", conf_path.parent / ".asv" / "env")).parent / "publish-results"
-    default_machines = stage_results(results_dir, staging)
-    raw["results_dir"] = str(staging)
-    staged_conf = conf_path.parent / f".kvbench-publish-{os.getpid()}.conf.json"
-    staged_conf.write_text(json.dumps(raw), encoding="utf-8")
-    try:
-        cmd = [sys.executable, "-m", "asv", "publish", "--config", str(staged_conf),
-               *(asv_args or [])]
-        subprocess.run(cmd, check=True, cwd=conf_path.parent)
-    finally:
-        staged_conf.unlink(missing_ok=True)
-        shutil.rmtree(staging, ignore_errors=True)
+    raw["results_dir"] = str(results_dir)
+    raw["html_dir"] = str(html_dir)
+    return raw
+
+
+def run_asv_publish(staged_conf: Path, cwd: Path, asv_args: list[str] | None) -> None:
+    """`asv publish --config staged_conf`, run from the real config's folder (asv imports a
+    plugin named with a leading dot from its working directory)."""
+    cmd = [sys.executable, "-m", "asv", "publish", "--config", str(staged_conf), *(asv_args or [])]
+    subprocess.run(cmd, check=True, cwd=cwd)
+
+
+def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | None = None) -> Path:
+    """Rewrite results/benchmarks.json from the suite (kvbench.history.asv.suite: asv publish
+    shows only the series it lists), run `asv publish` for `config` on a staged copy of the
+    results with host keys folded (one line per machine kind; stage_results), then open it
+    on the GPU machines, show git tag names as text (escape_tag_names) and vendor the
+    dashboard's assets; return html_dir.
+
+    The dashboard is built in a work folder and renamed over html_dir only when every step
+    succeeded (kvbench.history.dashboard.swap), under the config's publish lock: a failed or
+    interrupted publish leaves the previous dashboard as it was, the staged config and
+    results live in a temporary folder outside the repository, and two publishes at once
+    run one after the other."""
+    import json
+    import tempfile
+
+    from kvbench.history.asv import suite
+    from kvbench.history.dashboard import swap
+
+    conf_path = Path(config).resolve()
     html_dir = html_dir_of(config)
-    set_default_machines(html_dir, default_machines)
-    vendor_dashboard(html_dir)
-    add_regressions_page(config)
+    with swap.locked(lock_file_of(config)):
+        check_regressions_config(config)
+        suite.write(config)
+        with tempfile.TemporaryDirectory(prefix="kvbench-publish-") as tmp, \
+                swap.building(html_dir) as build:
+            staging = Path(tmp) / "results"
+            default_machines = stage_results(results_dir_of(config), staging)
+            staged_conf = Path(tmp) / "asv.conf.json"
+            staged_conf.write_text(json.dumps(staged_config(config, staging, build)),
+                                   encoding="utf-8")
+            run_asv_publish(staged_conf, conf_path.parent, asv_args)
+            set_default_machines(build, default_machines)
+            escape_tag_names(build)
+            vendor_dashboard(build)
+            add_regressions_page(config, build)
+    return html_dir
+
+
+def vendor_only(config: str | os.PathLike = "asv.conf.json") -> Path:
+    """Vendor the assets of an already published html_dir and add kvbench's regressions page,
+    on a copy swapped in like publish()'s build; return html_dir."""
+    from kvbench.history.dashboard import swap
+
+    html_dir = html_dir_of(config)
+    if not (html_dir / "index.html").is_file():
+        raise ValueError(f"html_dir must hold an asv-published index.html; {html_dir} does not")
+    with swap.locked(lock_file_of(config)), swap.building(html_dir) as build:
+        shutil.copytree(html_dir, build, symlinks=True)
+        escape_tag_names(build)
+        vendor_dashboard(build)
+        add_regressions_page(config, build)
     return html_dir
 
 

@@ -29,12 +29,10 @@ def run(args) -> int:
     """Publish (or only vendor, or only prefetch); print where the dashboard is."""
     from kvbench.history.dashboard.publish import (
         VENDOR_DIR,
-        add_regressions_page,
         cache_dir,
-        html_dir_of,
         prefetch,
         publish,
-        vendor_dashboard,
+        vendor_only,
     )
 
     try:
@@ -42,10 +40,9 @@ def run(args) -> int:
             tarballs = prefetch()
             print(f"dashboard assets cached: {len(tarballs)} npm tarballs in {cache_dir()}")
             return 0
+        command.check_config(args)
         if args.vendor_only:
-            html_dir = html_dir_of(args.config)
-            vendor_dashboard(html_dir)
-            add_regressions_page(args.config)
+            html_dir = vendor_only(args.config)
         else:
             html_dir = publish(args.config, args.rest)
     except ValueError as exc:

@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
                              "(KVBENCH_ASV_SELECT; e.g. KVAlloc), saving the others' cost")
     parser.add_argument("--rounds", type=command.positive_int, default=DEFAULT_ROUNDS,
                         help=f"process runs per commit (default: %(default)s, at most {MAX_ROUNDS})")
-    parser.add_argument("--machine", default=None,
+    parser.add_argument("--machine", type=command.machine_name, default=None,
                         help="asv machine name (default: this host's `kvbench machine` name)")
     parser.add_argument("--config", default=None, metavar="PATH",
                         help="asv.conf.json (default: the repository's)")
@@ -84,9 +84,9 @@ def run(args) -> int:
         json_path = check_writable(Path(args.json)) if args.json else None
         machine = args.machine or default_machine()
         check_machine(machine)
+        if args.config:
+            command.check_config(args)
         config = Path(args.config) if args.config else None
-        if config is not None and not config.is_file():
-            raise ValueError(f"--config {config}: no such file")
     except ValueError as exc:
         args.parser.error(str(exc))
     workdir = Path(tempfile.mkdtemp(prefix="kvbench-compare-"))

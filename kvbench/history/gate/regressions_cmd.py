@@ -30,14 +30,12 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     try:
         base.check_outputs(args)
         if args.rounds > 100:
             raise ValueError(f"--rounds {args.rounds}: at most 100")
-        if args.config and not Path(args.config).is_file():
-            raise ValueError(f"--config {args.config}: no such file")
+        if args.config:
+            command.check_config(args)
         verdicts = base.judge(args)
     except ValueError as exc:
         args.parser.error(str(exc))

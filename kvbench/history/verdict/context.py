@@ -293,7 +293,8 @@ class SidecarCache:
                 if self._files is None:
                     self._files = index(self.results_dir, self.machine)
                 files = self._files.get(commit[:8], []) if isinstance(commit, str) else None
-                self._read[commit] = read_commit(self.results_dir, self.machine, commit, files)
+                self._read[commit] = read_commit(self.results_dir, self.machine, commit, files,
+                                                 problems=self.problems)
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 self._read[commit] = None
                 self.problems.append({"commit": commit, "reason": f"{type(exc).__name__}: {exc}"})

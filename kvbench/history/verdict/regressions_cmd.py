@@ -27,7 +27,7 @@ FAIL_ON = ("regression", "suspect", "never")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--machine", default=None,
+    parser.add_argument("--machine", type=command.machine_name, default=None,
                         help="results/<machine> to read (default: this host's `kvbench machine` name)")
     parser.add_argument("--results", default="results",
                         help="asv results directory (default: %(default)s)")
@@ -117,8 +117,8 @@ def check_outputs(args) -> None:
     from kvbench.core.jsonfile import check_writable
 
     args.json_path = check_writable(args.json) if args.json else None
-    if args.plot and Path(args.plot).exists() and not Path(args.plot).is_dir():
-        raise ValueError(f"--plot {args.plot}: exists and is not a directory")
+    if args.plot:
+        _check_plot_dir(Path(args.plot))
 
 
 def run(args) -> int:
@@ -129,6 +129,19 @@ def run(args) -> int:
     except ValueError as exc:
         args.parser.error(str(exc))
     return report(args, verdicts)
+
+
+def _check_plot_dir(path) -> None:
+    """ValueError unless --plot names a folder that exists or can be made, and takes files."""
+    from kvbench.core.jsonfile import check_writable
+
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--plot {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--plot {path}: cannot create it ({exc.strerror})") from None
+    check_writable(path / "plot.png")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -174,7 +174,7 @@ def _started_at(data: dict) -> float | None:
     return float(min(times)) if times else None
 
 
-def _read_bounded(path: Path) -> bytes:
+def read_bounded(path: Path) -> bytes:
     """The bytes of `path` if it is a regular file (a symlink to one counts) of at most
     MAX_RESULT_BYTES; ValueError naming what it is otherwise. A FIFO, a device (/dev/zero), a
     directory or a dangling link is refused before it is opened for reading."""
@@ -199,7 +199,7 @@ def _read_result_file(path: Path) -> dict:
     ValueError saying what is wrong with it (a wrongly typed key is bad input, like any other
     defect of the file, and the reader skips every such file the same way)."""
     try:
-        data = json.loads(_read_bounded(path).decode("utf-8"))
+        data = json.loads(read_bounded(path).decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text ({exc.reason})") from None
     except RecursionError:
@@ -261,10 +261,13 @@ def load_history(results_dir: str | Path, machine: str, *, rev: str = "HEAD",
                  repo: str | Path | None = None) -> History:
     """Read results_dir/machine/*.json into series ordered by `rev`'s first-parent history.
 
-    ValueError when the machine folder does not exist (naming the machines that do) or holds
+    ValueError when `machine` is not one folder name (command.check_machine_name), when the
+    machine folder does not exist (naming the machines that do) or when it holds
     no result a commit of the history can place."""
+    from kvbench.history.command import check_machine_name
+
     results_dir = Path(results_dir)
-    machine_dir = results_dir / machine
+    machine_dir = results_dir / check_machine_name(machine)  # never a path out of results_dir
     if not machine_dir.is_dir():
         known = ", ".join(machines(results_dir)) or "none"
         raise ValueError(f"no results for machine {machine!r} in {results_dir} "

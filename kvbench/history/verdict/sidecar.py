@@ -4,6 +4,11 @@ One file per (commit, env, measurement group) under ``<results>/<machine>/kvbenc
 merges a commit's groups into one view keyed like asv's params, for the regressions engine and
 reports ("auto switched rows", "registers 128 -> 168", "SM clock 1980 -> 1410 MHz"). Format:
 docs/harness.md, "The sidecar".
+
+Sidecars sit in results/, which anyone can write into, so a file is read like a result file
+(kvbench.history.verdict.results.read_bounded: regular files only, bounded) and checked
+against every shape this module and its readers rely on; a file that fails is skipped with
+its reason (`problems`), never raised, so any bytes in any sidecar cost only its context.
 """
 
 from __future__ import annotations
@@ -41,7 +46,10 @@ class CommitSidecar:
         record = self.cases.get(key)
         if not record or record.get("state") is None:
             return None
-        return self.states[self.groups_of[key]][record["state"]]
+        states = self.states.get(self.groups_of.get(key, ""), [])
+        index = record["state"]
+        # Two envs' files of one group: the later one's states replaced the earlier's.
+        return states[index] if 0 <= index < len(states) else None
 
     def case(self, cls: str, params: tuple) -> dict | None:
         return self.cases.get((cls, repr(tuple(params))))
@@ -64,25 +72,67 @@ def index(results_dir: str | os.PathLike, machine: str) -> dict[str, list[Path]]
     return out
 
 
+def _checked(data: object) -> dict:
+    """One parsed sidecar file as read_commit uses it; ValueError saying what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON object was expected, got {type(data).__name__}")  # noqa: TRY004
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"sidecar schema {data.get('schema')!r}, this kvbench reads schema "
+                         f"{SCHEMA}")
+    for key in ("commit", "machine", "env", "group"):
+        if not isinstance(data.get(key), str):
+            raise ValueError(f'"{key}" must be a string')  # noqa: TRY004
+    states = data.get("states", [])
+    if not isinstance(states, list) or not all(isinstance(x, dict) for x in states):
+        raise ValueError('"states" must be a list of objects')
+    classes = data.get("classes")
+    if not isinstance(classes, dict) or not all(isinstance(c, dict) for c in classes.values()):
+        raise ValueError('"classes" must be an object of objects')
+    for cases in classes.values():
+        for record in cases.values():
+            if not isinstance(record, dict):
+                raise ValueError("a case record must be an object")  # noqa: TRY004
+            state = record.get("state")
+            if state is not None and (isinstance(state, bool) or not isinstance(state, int)
+                                      or not 0 <= state < len(states)):
+                raise ValueError(f'a case\'s "state" must index "states", got {state!r}')
+    return data
+
+
+def _read_file(path: Path) -> dict:
+    """One sidecar file, bounded and checked; ValueError saying what is wrong."""
+    from kvbench.history.verdict.results import read_bounded
+
+    raw = read_bounded(path)
+    try:
+        return _checked(json.loads(raw.decode("utf-8")))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 ({exc.reason})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def read_commit(results_dir: str | os.PathLike, machine: str, commit: str,
-                files: list[Path] | None = None) -> CommitSidecar | None:
+                files: list[Path] | None = None,
+                problems: list[dict[str, str]] | None = None) -> CommitSidecar | None:
     """The merged sidecar of `commit` (a full hash or its first 8+ characters) on `machine`,
-    or None when the suite wrote none. Raises ValueError for a file of another schema.
+    or None when the suite wrote none that can be read. A file that cannot be read or is
+    not shaped as the suite writes it (another schema included) is left out, with
+    {"commit", "file", "reason"} appended to `problems` when given.
     `files`: the commit's sidecar files when the caller listed the folder (`index`)."""
     if not isinstance(commit, str) or len(commit) < 8:
         raise ValueError(f"commit must be a hash of at least 8 characters, got {commit!r}")
     if files is None:
         folder = sidecar_dir(results_dir, machine)
         files = list(folder.glob(f"{commit[:8]}-*{SUFFIX}")) if folder.is_dir() else []
-    files = sorted(files)
-    if not files:
-        return None
     merged: CommitSidecar | None = None
-    for path in files:
-        data = json.loads(path.read_text())
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"{path}: sidecar schema {data.get('schema')!r}, this kvbench "
-                             f"reads schema {SCHEMA}")
+    for path in sorted(files):
+        try:
+            data = _read_file(Path(path))
+        except ValueError as exc:  # json's errors are ValueErrors too
+            if problems is not None:
+                problems.append({"commit": commit, "file": Path(path).name, "reason": str(exc)})
+            continue
         if not data["commit"].startswith(commit):
             continue
         if merged is None:

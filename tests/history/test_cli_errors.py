@@ -1,0 +1,71 @@
+"""History commands: an unusable path or a wrong machine name is one usage error (exit 2)
+before any work, and bisect leaves no temporary folder behind."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from kvbench.history import command
+from kvbench.history.asv import discover_cmd
+from kvbench.history.bisect import bisect_cmd
+from kvbench.history.dashboard import preview_cmd, publish_cmd
+from kvbench.history.verdict import regressions_cmd
+from kvbench.history.verdict.results import load_history
+
+REPO = Path(__file__).resolve().parents[2]
+SERIES = "paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')"
+
+
+def _usage_error(module, argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        command.main(module, argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("name", ["../results/h200", "", "..", "a/b", "a\\b"])
+def test_a_machine_name_that_is_not_one_folder_is_refused(name, tmp_path, capsys):
+    line = _usage_error(regressions_cmd, ["--results", str(tmp_path), "--machine", name], capsys)
+    assert "--machine" in line
+    with pytest.raises(ValueError, match="machine name"):
+        load_history(tmp_path, name)
+
+
+@pytest.mark.parametrize("module", [publish_cmd, preview_cmd, discover_cmd])
+@pytest.mark.parametrize("where", ["missing", "directory"])
+def test_an_unusable_config_is_a_usage_error(module, where, tmp_path, capsys):
+    config = tmp_path / "nothing.json" if where == "missing" else tmp_path
+    assert "--config" in _usage_error(module, ["--config", str(config)], capsys)
+
+
+def test_an_unusable_plot_folder_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    line = _usage_error(regressions_cmd, ["--results", str(tmp_path), "--plot",
+                                          str(tmp_path / "file" / "plots")], capsys)
+    assert "--plot" in line
+
+
+def test_bisect_rounds_are_bounded_by_name():
+    with pytest.raises(ValueError, match="<= 1000"):
+        bisect_cmd.run_command("HEAD~1..HEAD", SERIES, rounds=10**30, max_rounds=10**30,
+                               repo=REPO)
+
+
+def test_an_unusable_log_dir_is_refused_and_no_temporary_folder_is_left(tmp_path,
+                                                                        monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="--log-dir"):
+        bisect_cmd.run_command("HEAD~1..HEAD", SERIES, log_dir=str(tmp_path / "file"),
+                               machine="any", repo=REPO)
+    with pytest.raises(ValueError, match="--config"):
+        bisect_cmd.run_command("HEAD~1..HEAD", SERIES, config=str(tmp_path / "none.json"),
+                               machine="any", repo=REPO)
+    assert list(scratch.iterdir()) == []
