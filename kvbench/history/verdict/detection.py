@@ -79,7 +79,7 @@ def learned_model(rng: np.random.Generator, noise: str, names: list[str]):
                            for c, v in zip(commits, noise_values(rng, noise, LEARN_COMMITS))])
             for name in names]
     return analyze(History("sim", Path("/nonexistent-kvbench-sim"), commits[-1], commits,
-                           commits, made, [])).model
+                           commits, made, [], runs=dict.fromkeys(commits, 0))).model
 
 
 def judge_cell(rng: np.random.Generator, *, noise: str, n: int, position: str | None,
@@ -101,7 +101,7 @@ def judge_cell(rng: np.random.Generator, *, noise: str, n: int, position: str | 
         made.append((Series(BENCHMARK[noise], (repr(f"s{k}"),), ("series",), "seconds", "sim",
                             points), stepped))
     history = History("sim", Path("/nonexistent-kvbench-sim"), commits[-1], commits, commits,
-                      [s for s, _ in made], [])
+                      [s for s, _ in made], [], runs=dict.fromkeys(commits, 0))
     names = [s.name for s, _ in made]
     report = analyze(history, model=learned_model(rng, noise, names) if model else None)
     by_name = {v.series.name: v for v in report.verdicts}

@@ -60,6 +60,10 @@ MIN_POINTS = 4
 #: A proposed boundary's difference this many sigmas (of the other differences) from their
 #: median is a candidate step: it is left out of the noise (_step_differences).
 EDGE_CANDIDATE_Z = 3.0
+#: A cross-run difference this many times the RMS of the other cross-run differences is a
+#: candidate step too: farther out than EDGE_CANDIDATE_Z, because a series has few run changes
+#: and the largest of a handful of honest run shifts is often 3 RMS from the rest.
+CROSS_RUN_CANDIDATE_Z = 8.0
 #: Rounds of (find the steps, re-estimate the noise without them).
 NOISE_PASSES = 3
 
@@ -360,7 +364,7 @@ def _step_differences(x: np.ndarray, runs: list[int], proposed: set[int], within
 
     - inside one run: more than EDGE_CANDIDATE_Z difference sigmas from the centre of the
       other same-run differences, the noise estimated without any proposed boundary;
-    - across a run change: more than EDGE_CANDIDATE_Z times the RMS of the other cross-run
+    - across a run change: more than CROSS_RUN_CANDIDATE_Z times the RMS of the other cross-run
       differences (largest first, each left out once it stands out), so that a kernel change
       recorded in a new run does not make every run look as far apart as it. An RMS, not a
       MAD: one machine name's runs are often bimodal (two hosts), and a robust scale would
@@ -368,8 +372,9 @@ def _step_differences(x: np.ndarray, runs: list[int], proposed: set[int], within
 
     Only the ones that stand out: a low-penalty search proposes boundaries at the noise's own
     bumps too, and leaving all of them out would take the largest honest differences away and
-    make the noise look smaller than it is. Without a reference to screen against (too few
-    other differences and no prior), every proposed same-run difference is left out."""
+    make the noise look smaller than it is. On a span too short for a reference without the
+    edge differences, they join it; without any reference (too few other differences and no
+    prior), every proposed same-run difference is left out."""
     d = np.diff(x)
     same = {i for i in proposed if runs[i] == runs[i - 1]}
     cross = {i: d[i - 1] for i in range(1, len(x)) if runs[i] != runs[i - 1]}
@@ -377,10 +382,13 @@ def _step_differences(x: np.ndarray, runs: list[int], proposed: set[int], within
     for i in sorted(proposed - same, key=lambda k: -abs(d[k - 1])):
         others = [v for k, v in cross.items() if k != i and k not in out]
         if len(others) < noise.MIN_DIFFERENCES or \
-                abs(d[i - 1]) <= EDGE_CANDIDATE_Z * math.sqrt(float(np.mean(np.square(others)))):
+                abs(d[i - 1]) <= CROSS_RUN_CANDIDATE_Z * math.sqrt(float(np.mean(np.square(others)))):
             break
         out.add(i)
     rest = noise.estimate(x, runs, exclude=proposed, within_process=within_process, prior=prior)
+    if rest is None:  # a short span: the edge differences join the reference they are held to
+        rest = noise.estimate(x, runs, exclude=proposed - {1, len(x) - 1},
+                              within_process=within_process, prior=prior)
     if rest is None:
         return out | same
     kept = [d[i - 1] for i in range(1, len(x)) if i not in proposed and runs[i] == runs[i - 1]]

@@ -62,7 +62,7 @@ def _history_with_newest_step(step: float) -> History:
         series.append(Series("m.C.track_us", (name,), ("s",), "seconds", "e",
                              [Point(c, 1e-5 * math.exp(v)) for c, v in zip(commits, x)]))
     return History("m", Path("/nonexistent-kvbench-test"), commits[-1], commits, commits,
-                   series, [])
+                   series, [], runs=dict.fromkeys(commits, 0))
 
 
 def test_confirm_turns_a_suspect_into_a_regression_or_dismisses_it():
