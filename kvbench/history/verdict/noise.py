@@ -94,7 +94,7 @@ HEAVY_TAIL_EVENTS = 3
 #: A series with this many differences reports its share of tail events (Noise.tail_share),
 #: which its family pools (noise_model.learn): a family of short series measures its tails
 #: together long before any one of them could.
-TAIL_MIN_DIFFERENCES = 8
+TAIL_MIN_DIFFERENCES = 5
 
 
 @dataclass(frozen=True)
@@ -153,9 +153,13 @@ def _within_sigma(d: np.ndarray) -> float:
 
 def tail_share(d: np.ndarray) -> float:
     """Share of the centred differences `d` more than TAIL_SIGMAS of their robust (MAD)
-    difference sigma from their median: ~6e-5 for normal noise."""
-    centred = np.abs(d - np.median(d))
-    scale = MAD_TO_SIGMA * float(np.median(centred))
+    difference sigma from their median: ~6e-5 for normal noise. In a short series (fewer
+    than PRIOR_SOURCE_DIFFERENCES) the largest is left out: one real step the screen let
+    through is one large difference and would read as a heavy tail there alone."""
+    centred = np.sort(np.abs(d - np.median(d)))
+    if len(centred) < PRIOR_SOURCE_DIFFERENCES:
+        centred = centred[:-1]
+    scale = MAD_TO_SIGMA * float(np.median(centred)) if len(centred) else 0.0
     if scale <= 0:
         return 0.0
     return float(np.mean(centred > TAIL_SIGMAS * scale))

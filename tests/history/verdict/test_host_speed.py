@@ -150,8 +150,8 @@ def test_a_lease_whose_host_sped_up_gives_no_false_finding_at_the_typical_speed(
     assert scaled["series"] == 27 and scaled["commits"] == 7
     assert scaled["false_on_recorded"] == []
     assert all(row["spurious"] == 0 for row in scaled["rates"].values())
-    # a planted step on this machine is placed one commit off in at most 1% of 540 copies
-    assert sum(row["misplaced"] for row in scaled["rates"].values()) <= 6
+    # a planted step on this machine is placed one commit off in at most 2% of 540 copies
+    assert sum(row["misplaced"] for row in scaled["rates"].values()) <= 12
 
 
 def test_a_replay_of_a_runs_file_without_host_records_says_what_it_expected(tmp_path, capsys):
