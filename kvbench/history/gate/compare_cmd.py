@@ -19,7 +19,7 @@ from kvbench.history import command
 NAME = "compare"
 HELP = "fresh A/B of every series between two commits (what asv continuous should be)"
 DESCRIPTION = ("Measure BASE and HEAD in interleaved process runs and say, per series, "
-               "regression / improvement / no change / inconclusive (docs/history.md).")
+               "regression / improvement / no change / inconclusive (docs/verdicts.md).")
 #: Rounds by default: five runs a side is the fewest at which kvbench's A/B test can call a
 #: series unchanged (abtest.MIN_ROUNDS).
 DEFAULT_ROUNDS = 5

@@ -1,6 +1,6 @@
 """Where a series changes level: PELT candidates over the whole history, kept only if significant.
 
-Method (docs/history.md says why this one):
+Method (docs/verdicts.md says why this one):
 1. Candidates: ruptures' PELT (Killick et al. 2012) with the least-squares cost on the series'
    log values divided by its noise, `jump=1` (every commit is a possible boundary) and
    `min_size=2` (a new level must hold for two measured commits: one point cannot be told from

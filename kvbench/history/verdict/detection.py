@@ -1,5 +1,5 @@
 """How often the verdict engine reports a step, by history length, step position and size:
-the detection table of docs/history.md, measured on synthetic series.
+the detection table of docs/verdicts.md, measured on synthetic series.
 
     python -m kvbench.history.verdict.detection [--series N] [--seed S] [--json PATH]
 

@@ -96,7 +96,7 @@ def render_page(by_machine: dict[str, Verdicts | str], plots: dict[str, dict[str
              "tr.reg td{background:#fde8e8}tr.imp td{background:#e8f6e8}")
     intro = ("Steps kvbench confirms in each machine's recorded history: latency (seconds) "
              "regresses up, throughput (GB/s) down; the noise of each series comes from its "
-             "own history and a step below its MDE is not reported (docs/history.md). "
+             "own history and a step below its MDE is not reported (docs/verdicts.md). "
              f'Raw data: <a href="regressions.json">regressions.json</a> ({SCHEMA} per '
              'machine). <a href="../index.html">Back to the graphs</a>.')
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",

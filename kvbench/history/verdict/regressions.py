@@ -10,7 +10,7 @@ series whose sidecars carry the machine's canary is judged at the host's typical
 (host_speed.py): a slow spell of the machine is not a step of the code.
 
 `Verdicts.to_json()` is the `--json` output; its schema (SCHEMA) is documented in
-docs/history.md and versioned: a change that renames or removes a key bumps the version.
+docs/verdicts.md and versioned: a change that renames or removes a key bumps the version.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ WORSE_SIGN = {"seconds": +1, "GB/s": -1}
 #: its p-value, corrected for the position the search chose (changepoints.Break.p_series),
 #: passes BH at this rate among every hypothesis the run tested (one interior search and two
 #: edges per judged series). With every series flat it bounds the chance of any false report
-#: in the run; docs/history.md gives the measured rates (kvbench.history.verdict.detection).
+#: in the run; docs/verdicts.md gives the measured rates (kvbench.history.verdict.detection).
 FDR_Q = 0.05
 #: And each reported step's own p-value, corrected for its position, at most this: BH alone
 #: lets a run with many real steps (a commit that moved fifty series) pass the others' noise

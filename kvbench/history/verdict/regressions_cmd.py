@@ -10,7 +10,9 @@ orders its commits by the repository's first-parent history, judges every series
 (results/<machine>/kvbench/noise-model.json, when there is one) and prints the findings, one
 line per culprit commit (or per series). Exit status: 0; 1 with `--fail-on regression` when a
 regression is reported (after --since), with `--fail-on suspect` when a regression or a
-suspected one is; 2 on bad input. `kvbench gate` adds --confirm (fresh A/B of suspects).
+suspected one is; 2 on bad input. The `kvbench regressions` the CLI runs is
+kvbench.history.gate.regressions_cmd: these arguments and parts plus --confirm (a fresh A/B
+of each suspect), which needs the measuring room above this one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from kvbench.history import command
 NAME = "regressions"
 HELP = "real steps in a machine's asv history, direction-aware (CI gate)"
 DESCRIPTION = ("Real steps in a machine's asv history: direction-aware, with the noise "
-               "estimated from the history itself (docs/history.md).")
+               "estimated from the history itself (docs/verdicts.md).")
 FAIL_ON = ("regression", "suspect", "never")
 
 

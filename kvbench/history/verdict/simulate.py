@@ -10,7 +10,7 @@ series it reports at all.
 Noise models (log scale, so multiplicative), per point:
 - gpu:  normal within a run (sigma_within) + a normal shift per run (sigma_runs): commits are
         measured in runs of 3-8, and whole runs of one machine name differ as a whole
-        (the shape of the recorded GPU histories; docs/history.md).
+        (the shape of the recorded GPU histories; docs/verdicts.md).
 - host: Student t with 3 degrees of freedom, scaled to a robust sigma of 0.31, plus a run
         shift: heavy-tailed, so a 2x value between identical commits is routine (host series
         measured without the suite's canary gate and processes: a worst case; the suite's
@@ -20,7 +20,7 @@ sqrt(sigma_within^2 + sigma_runs^2).
 
     python -m kvbench.history.verdict.simulate [--seed 20261201] [--series 200] [--json PATH]
 
-prints the rates (and writes them as JSON); docs/history.md quotes its output.
+prints the rates (and writes them as JSON); docs/verdicts.md quotes its output.
 
     python -m kvbench.history.verdict.simulate --replay RUNS.jsonl [--lease-ends 10]
         [--first N] [--processes K] [--no-canaries] [--json PATH]
