@@ -20,7 +20,9 @@ from pathlib import Path
 
 from kvbench.history.verdict.regressions import SCHEMA, WORSE_SIGN, Verdicts
 from kvbench.history.verdict.text import (
+    COMMIT_HEADERS,
     HEADERS,
+    commit_row,
     format_value,
     plot_findings,
     plot_name,
@@ -73,7 +75,7 @@ def check_asv_config(conf, benchmarks: dict) -> None:
 def _row(f, plot: str | None) -> str:
     lo, hi = f.ci95_pct
     cells = [
-        f.verdict + ("" if f.kind == "step" else " (drift)"),
+        f.verdict + ("" if f.kind == "step" else f" ({f.kind})"),
         f"<code>{html.escape(f.series.name)}</code>"
         + "".join(f'<br><small class="context">{html.escape(fact.text)}</small>'
                   for fact in f.context),
@@ -89,11 +91,21 @@ def _row(f, plot: str | None) -> str:
     return f'<tr class="{cls}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
+def _culprit_row(c) -> str:
+    """One culprit commit (text.commit_row's cells, escaped: subjects come from git)."""
+    cells = [html.escape(cell) for cell in commit_row(c)]
+    cells[1] = f"<code>{cells[1]}</code>"
+    cells[-1] = f"<code>{cells[-1]}</code>"
+    cls = "sus" if c.suspect else ("reg" if c.slower else "imp")
+    return f'<tr class="{cls}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
 def render_page(by_machine: dict[str, Verdicts | str], plots: dict[str, dict[str, str]]) -> str:
     """The HTML page: one section per machine (its Verdicts, or the error that stopped it)."""
     style = ("body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;"
              "font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
-             "tr.reg td{background:#fde8e8}tr.imp td{background:#e8f6e8}")
+             "tr.reg td{background:#fde8e8}tr.imp td{background:#e8f6e8}"
+             "tr.sus td{background:#fdf6e0}")
     intro = ("Steps kvbench confirms in each machine's recorded history: latency (seconds) "
              "regresses up, throughput (GB/s) down; the noise of each series comes from its "
              "own history and a step below its MDE is not reported (docs/verdicts.md). "
@@ -109,6 +121,10 @@ def render_page(by_machine: dict[str, Verdicts | str], plots: dict[str, dict[str
             continue
         parts.append(f"<p>{html.escape(summary_line(verdicts))}</p>")
         if verdicts.findings:
+            parts.append("<h3>By commit</h3><table><tr>" + "".join(
+                f"<th>{html.escape(h)}</th>" for h in COMMIT_HEADERS) + "</tr>")
+            parts += [_culprit_row(c) for c in verdicts.culprits()]
+            parts.append("</table><h3>By series</h3>")
             parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>"
                                                   for h in (*HEADERS, "")) + "</tr>")
             machine_plots = plots.get(machine, {})

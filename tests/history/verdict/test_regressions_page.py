@@ -108,6 +108,10 @@ def test_published_dashboard_calls_a_gbps_drop_a_regression(tmp_path):
     assert gain["verdict"] == "improvement"
     assert text.index("track_gbps(&#x27;drop&#x27;)") < text.index("track_gbps(&#x27;gain&#x27;)")
     assert '<tr class="reg">' in text and "plot</a>" in text
+    # one line per culprit commit above the per-series table, as the terminal table has it
+    assert text.index("By commit") < text.index(f"<code>{commits[12][:8]}</code>") \
+        < text.index("By series")
+    assert data[sim.MACHINE]["culprits"][0]["commit"] == commits[12]
     plot = next((page.parent / "plots" / sim.MACHINE).iterdir())
     assert plot.stat().st_size > 10_000
     assert regressions_page.REGRESSIONS_NAV in (html / "index.html").read_text(encoding="utf-8")
