@@ -342,11 +342,6 @@ class Verdicts:
         }
 
 
-def mde_pct(sigma: float) -> float:
-    """The effect floor of a series with log-noise sigma (MDE_SIGMAS x sigma), in %."""
-    return 100.0 * math.expm1(MDE_SIGMAS * sigma)
-
-
 @dataclass
 class _Fit:
     """One series' noise, its interior breaks and its edge tests (before the run-wide FDR)."""
