@@ -146,10 +146,10 @@ def judge(base: str, head: str, runs: dict[str, tuple[list[float], list[float]]]
             out.unmatched[name] = f"{len(a)} base and {len(b)} head runs (2 a side needed)"
         else:
             tested.append((name, unit, a, b))
-    adjusted = benjamini_hochberg([welch_p(a, b) for _, _, a, b in tested], len(tested), FDR_Q)
-    for (name, unit, a, b), q in zip(tested, adjusted):
+    p_values = [welch_p(a, b) for _, _, a, b in tested]
+    adjusted = benjamini_hochberg(p_values, len(tested), FDR_Q)
+    for (name, unit, a, b), p, q in zip(tested, p_values, adjusted):
         ab = abtest.decide(a, b, higher_is_better=HIGHER_IS_BETTER[unit])
-        p = welch_p(a, b)
         if q <= FDR_Q and p <= abtest.ALPHA and (ab.ci_low > 0 or ab.ci_high < 0) \
                 and abs(ab.effect) >= abtest.MDE_FLOOR:
             worse = (ab.effect < 0) if HIGHER_IS_BETTER[unit] else (ab.effect > 0)

@@ -17,9 +17,10 @@ Method (docs/verdicts.md says why this one):
    process-to-process noise; a step that coincides with a change of run is judged against the
    run-to-run shift too. Long sides are winsorized at WINSOR sigmas. A boundary must also
    pass the two-sample t-test of its sides against their own spread (_local_p, Otava's
-   test): a series that wanders more than its commit-to-commit noise is not a step. A series with measured
-   heavy tails (noise.heavy_tailed: host-side series whose process sometimes runs 2x slow)
-   has a side of at most SHORT_SIDE points tested at its weakest value (_observations):
+   test): a series that wanders more than its commit-to-commit noise is not a step. A
+   series with measured heavy tails (noise.heavy_tailed: host-side series whose process
+   sometimes runs 2x slow) has a side of at most SHORT_SIDE points tested at its weakest
+   value (_observations):
    there a pair of outliers is the usual false alarm; every other series is tested on its
    side means. The position is chosen by the search, so a boundary's p-value is corrected
    for it (Bonferroni over the `positions` the search could have chosen). The boundary whose
@@ -212,17 +213,16 @@ def positions(n: int) -> int:
 
 
 def find_breaks(x, runs, noise: Noise, *, alpha: float, mde_sigmas: float,
-                penalty: float, bounds: list[int] | None = None) -> list[Break]:
+                penalty: float) -> list[Break]:
     """Significant level changes of log series `x` at least min_effect() large: each
     boundary's p corrected for its position (Break.p_series) at most `alpha`.
 
-    `runs[i]` is point i's measurement run (results.run_ids); `bounds`: the candidates when
-    the caller already has them (else PELT's at the noise's scale)."""
+    `runs[i]` is point i's measurement run (results.run_ids)."""
     x = np.asarray(x, dtype=float)
     runs = list(runs)
     df = noise.df
     searched = positions(len(x))
-    bounds = list(candidates(x, noise.total, penalty=penalty) if bounds is None else bounds)
+    bounds = candidates(x, noise.total, penalty=penalty)
     while bounds:
         edges = [0, *bounds, len(x)]
         tested = [test_break(x, runs, edges[i], edges[i + 1], edges[i + 2], noise, df,

@@ -66,6 +66,8 @@ EDGE_CANDIDATE_Z = 3.0
 CROSS_RUN_CANDIDATE_Z = 8.0
 #: Rounds of (find the steps, re-estimate the noise without them).
 NOISE_PASSES = 3
+#: Rounds of (propose candidate steps, estimate the noise without those that stand out).
+CANDIDATE_PASSES = 3
 
 
 @dataclass(frozen=True)
@@ -399,14 +401,14 @@ def _fit(x: np.ndarray, runs: list[int], within_process: float | None,
     The noise never sees a difference at a candidate step: of PELT's candidates (at the
     current noise's scale) and the two edge differences, those that stand out from the rest
     (_step_differences) are left out, and the candidates are searched again at the cleaner
-    scale until they settle. A series too short to estimate
-    its own noise (fewer than PRIOR_DF differences) starts from its prior alone."""
+    scale until they settle. A series too short to estimate its own noise (fewer than
+    PRIOR_DF differences) starts from its prior alone."""
     est = noise.estimate(x, runs, within_process=within_process, prior=prior)
     if est is not None and prior.within is not None and est.differences < noise.PRIOR_DF:
         est = noise.estimate(x, runs, exclude=range(len(x)), within_process=within_process,
                              prior=prior)
     exclude: set[int] = set()
-    for _ in range(3):
+    for _ in range(CANDIDATE_PASSES):
         if est is None:
             break
         proposed = set(changepoints.candidates(x, est.total, penalty=PENALTY)) | {1, len(x) - 1}
@@ -586,6 +588,13 @@ def _critical_log(est: noise.Noise, se: float, alpha: float, within_run: bool) -
     return max(t_crit * se, changepoints.min_effect(est, within_run, MDE_SIGMAS))
 
 
+def _reportable(brk: changepoints.Break, q: float, est: noise.Noise) -> bool:
+    """A tested step the run reports: BH-adjusted p within FDR_Q, its own position-corrected
+    p within ALPHA_SERIES, and an effect at least the MDE floor."""
+    return (q <= FDR_Q and brk.p_series <= ALPHA_SERIES
+            and abs(brk.delta) >= changepoints.min_effect(est, brk.within_run, MDE_SIGMAS))
+
+
 def benjamini_hochberg(p_values: list[float], hypotheses: int, q: float) -> list[float]:
     """BH-adjusted p-values of `p_values` among `hypotheses` tests in all (the others count
     as p = 1: they were tested and found nothing); scipy.stats.false_discovery_control."""
@@ -638,8 +647,7 @@ def analyze(history: History, *, since: str | None = None,
     for (i, brk), q in zip(tested, adjusted):
         p, fit = fits[i]
         floor = _critical_log(fit.noise, brk.se, alpha_alone / brk.positions, brk.within_run)
-        if q <= FDR_Q and brk.p_series <= ALPHA_SERIES and abs(brk.delta) >= changepoints.min_effect(
-                fit.noise, brk.within_run, MDE_SIGMAS):
+        if _reportable(brk, q, fit.noise):
             kept.setdefault(i, []).append(_finding(p.series, history, p.x, fit.noise, brk, q,
                                                    floor))
     for i, (p, fit) in enumerate(fits):
