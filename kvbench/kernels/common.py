@@ -2,13 +2,17 @@
 
 The Triton kernels (paged_decode.py) and the CUDA cluster kernel (paged_decode_cluster.py)
 accept the same arguments and reject bad ones with the same messages; this module holds that
-contract so neither kernel module imports the other's private names. It imports no Triton:
+contract (its signature once, in `decode_row`) so neither kernel module imports the other's
+private names. It imports no Triton:
 the cluster module and the registry's shape gates stay light to import.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -162,6 +166,43 @@ def validate_decode_inputs(
         seq_lens=seq_lens,
         poison=poison,
     )
+
+
+def decode_row(*, triton_kernel: bool, interpreted: Callable[[], bool] = lambda: False) -> Callable:
+    """Decorator: a row body ``body(p, q, k_cache, v_cache, **options)`` becomes a public
+    decode row with the contract's signature ``(q, k_cache, v_cache, block_table, seq_lens, *,
+    sm_scale=None, k_scale=None, v_scale=None)`` plus the body's own keyword-only options
+    (e.g. ``num_splits``); ``p`` is the DecodeProblem validate_decode_inputs returned.
+
+    Why a decorator: every row takes the same arguments and validates them the same way, so
+    the signature and the validation call live here once and a new row cannot drift from them.
+    ``triton_kernel`` is validate_decode_inputs's; ``interpreted`` returns its other flag at
+    call time (the module's interpret mode as it is when the row runs).
+    """
+
+    def wrap(body: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        def row(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                block_table: torch.Tensor, seq_lens: torch.Tensor, *,
+                sm_scale: float | None = None, k_scale: torch.Tensor | float | None = None,
+                v_scale: torch.Tensor | float | None = None, **options) -> torch.Tensor:
+            p = validate_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, sm_scale,
+                                       k_scale, v_scale, triton_kernel=triton_kernel,
+                                       interpreted=interpreted())
+            return body(p, q, k_cache, v_cache, **options)
+
+        # name, module and docstring from the body; the signature stays the contract's
+        functools.update_wrapper(row, body, assigned=("__module__", "__name__", "__qualname__",
+                                                      "__doc__"))
+        del row.__wrapped__
+        contract = inspect.signature(row)
+        options = [prm for prm in inspect.signature(body).parameters.values()
+                   if prm.kind is inspect.Parameter.KEYWORD_ONLY]
+        fixed = [prm for prm in contract.parameters.values()
+                 if prm.kind is not inspect.Parameter.VAR_KEYWORD]
+        row.__signature__ = contract.replace(parameters=[*fixed, *options])
+        return row
+
+    return wrap
 
 
 def validate_decode_values(

@@ -49,7 +49,7 @@ import triton.language as tl
 from kvbench.kernels import _validate as V
 from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import bf16_bits_to_f32
-from kvbench.kernels.common import LOG2E, DecodeProblem, used_entries, validate_decode_inputs
+from kvbench.kernels.common import LOG2E, DecodeProblem, decode_row, used_entries
 
 # Launch configuration per kernel and cache kind, chosen by a sweep on the target GPU (why:
 # docs/decisions.md, "Launch config and split policy"). BLOCK_N is the KV tokens per loop
@@ -463,25 +463,6 @@ _INTERPRET = type(_decode_kernel).__name__ == "InterpretedFunction"
 # ----------------------------------------------------------------------------- host side
 
 
-def _validate(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    sm_scale: float | None,
-    k_scale: torch.Tensor | float | None,
-    v_scale: torch.Tensor | float | None,
-    *,
-    triton_kernel: bool,
-) -> DecodeProblem:
-    """common.validate_decode_inputs with this module's interpret mode."""
-    return validate_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, sm_scale,
-                                  k_scale, v_scale, triton_kernel=triton_kernel,
-                                  interpreted=_INTERPRET)
-
-
-
 def choose_num_splits(
     batch: int, kv_heads: int, max_seq_len: int, sm_count: int, page_size: int
 ) -> int:
@@ -618,35 +599,17 @@ def _launch(
     return out
 
 
+@decode_row(triton_kernel=True, interpreted=lambda: _INTERPRET)
 def paged_decode_single_pass(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    *,
-    sm_scale: float | None = None,
-    k_scale: torch.Tensor | float | None = None,
-    v_scale: torch.Tensor | float | None = None,
+    p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
 ) -> torch.Tensor:
     """Triton decode, one program per (sequence, kv head) over the whole context."""
-    p = _validate(
-        q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale, triton_kernel=True
-    )
     return p.finish(_launch(p, q, k_cache, v_cache, p.block_table, p.seq_lens, 1))
 
 
+@decode_row(triton_kernel=True, interpreted=lambda: _INTERPRET)
 def paged_decode_split_kv(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    *,
-    sm_scale: float | None = None,
-    k_scale: torch.Tensor | float | None = None,
-    v_scale: torch.Tensor | float | None = None,
-    num_splits: int | None = None,
+    p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *, num_splits: int | None = None
 ) -> torch.Tensor:
     """Triton flash-decode: KV split across programs, then a combine kernel.
 
@@ -654,9 +617,6 @@ def paged_decode_split_kv(
     width x page_size as the context bound (the host never reads seq_lens: no device sync).
     With one split this launches the single-pass kernel (no scratch, no reduce).
     """
-    p = _validate(
-        q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale, triton_kernel=True
-    )
     V.validate_optional_int_range("num_splits", num_splits, 1, 4096)
     if num_splits is None:
         if p.batch == 0 or p.max_pages == 0:
@@ -668,25 +628,15 @@ def paged_decode_split_kv(
     return p.finish(_launch(p, q, k_cache, v_cache, p.block_table, p.seq_lens, num_splits))
 
 
+@decode_row(triton_kernel=False)
 def paged_decode_gather_sdpa(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    *,
-    sm_scale: float | None = None,
-    k_scale: torch.Tensor | float | None = None,
-    v_scale: torch.Tensor | float | None = None,
+    p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
 ) -> torch.Tensor:
     """Torch production fallback: gather pages into padded ``[B, Hkv, L, D]``, masked SDPA.
 
     L is the block table's width x page_size (no host read of seq_lens); fp8 bytes are widened
     with ``view(float8_e4m3fn).to(q.dtype) * scale``. Runs on any device.
     """
-    p = _validate(
-        q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale, v_scale, triton_kernel=False
-    )
     if p.batch == 0 or p.max_pages == 0:
         return torch.zeros((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
     seq_lens = p.seq_lens

@@ -26,7 +26,7 @@ from kvbench.core.dtypes import FROM_TORCH
 from kvbench.kernels import cuda_build
 from kvbench.kernels._device import sm_count
 from kvbench.kernels._validate import validate_optional_int_range
-from kvbench.kernels.common import LOG2E, validate_decode_inputs
+from kvbench.kernels.common import LOG2E, DecodeProblem, decode_row
 
 LIBRARY = "cluster_decode"
 HEAD_DIM = 128
@@ -248,16 +248,9 @@ def _validate_cluster_inputs(q, k_cache, v_cache, p) -> None:
                              f"got strides {tuple(cache.stride())}")
 
 
+@decode_row(triton_kernel=False)
 def paged_decode_cluster(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    seq_lens: torch.Tensor,
-    *,
-    sm_scale: float | None = None,
-    k_scale: torch.Tensor | float | None = None,
-    v_scale: torch.Tensor | float | None = None,
+    p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
     num_splits: int | None = None,
 ) -> torch.Tensor:
     """CUDA flash-decode, one launch: the splits of a (sequence, kv head) are one cluster.
@@ -265,8 +258,6 @@ def paged_decode_cluster(
     ``num_splits=None`` picks ``choose_cluster_splits`` from the shape (the block table's width
     x page_size as the context bound: the host never reads seq_lens).
     """
-    p = validate_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, sm_scale, k_scale,
-                               v_scale, triton_kernel=False)
     _validate_cluster_inputs(q, k_cache, v_cache, p)
     validate_optional_int_range("num_splits", num_splits, 1, MAX_SPLITS)
     out = torch.empty((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
