@@ -65,13 +65,20 @@ VERSION = "1"
 #: of a percent, they keep >= 200 samples at batch 64 x 8k, enough for that spread. Set per
 #: measuring process by prepare_process, for every commit whose harness has the knob.
 SUITE_BENCH_BUDGET_S = 0.1
-#: Samples per bench() row in the suite (the harness clamps to (10, 1000)): a commit's run is
+#: Samples per bench() row in the suite, the most an adaptive row takes (the harness clamps
+#: to (10, 1000)): a commit's run is
 #: one point of a series whose noise is the spread BETWEEN processes, which more samples of
 #: one process do not shrink; the median of 100 samples has a 95% interval of about a quarter
 #: of one sample's spread (1.96 x 1.25 / sqrt(100)), at a tenth of the launches of the
 #: harness's cap (docs/history.md, "Cost per commit"). Set per measuring process by
 #: prepare_process, for every commit whose harness has the knob.
 SUITE_BENCH_REPEAT_RANGE = (10, 100)
+#: Adaptive stopping (harness BENCH_STOP_CI): a row stops sampling once its median's 95%
+#: interval is within +-0.5%, the scale of the between-process noise of the decode series
+#: (a few tenths of a percent, which no within-process count shrinks), so a quiet row takes
+#: ~20 samples and only a noisy one the cap above. Set per measuring process by prepare_process, for every commit whose harness
+#: has the knob (older commits take the fixed count).
+SUITE_BENCH_STOP_CI = 0.005
 #: Why a row of a class's cross product is not measured on purpose (a CPU reason aside).
 TRIMMED = "trimmed from the per-commit suite"
 #: The selector variables (docs/architecture.md). Hardcoded because asv needs static params
@@ -148,6 +155,8 @@ def prepare_process() -> str:
         timers.BENCH_BUDGET_S = SUITE_BENCH_BUDGET_S
     if timers is not None and hasattr(timers, "BENCH_REPEAT_RANGE"):
         timers.BENCH_REPEAT_RANGE = SUITE_BENCH_REPEAT_RANGE
+    if timers is not None and hasattr(timers, "BENCH_STOP_CI"):
+        timers.BENCH_STOP_CI = SUITE_BENCH_STOP_CI
     return dev
 
 

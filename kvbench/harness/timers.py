@@ -42,6 +42,17 @@ STATEFUL_BUDGET_S = 0.075
 STATEFUL_REPEAT_RANGE = (20, 2000)
 #: Warm calls used to estimate the cost of one call when repeat is not given.
 _ESTIMATE_CALLS = 3
+#: bench() with repeat=None: stop sampling once the 95% confidence interval of the median is
+#: within this fraction of the median (0.005: +-0.5%), never past the repeat the budget
+#: allows. None (the default): take that repeat, as a fixed count. Why adaptive: rows differ
+#: in spread by two orders of magnitude, so a fixed count is either too few for the noisy ones
+#: or many times more than a quiet row needs; a suite measuring hundreds of rows per commit
+#: sets it (NVBench stops a measurement on the same criterion).
+BENCH_STOP_CI: float | None = None
+#: Adaptive bench(): samples of the first batch, from whose spread the count is planned.
+BENCH_PILOT = 15
+#: Adaptive bench(): least samples of the second batch (the one whose last call is proven).
+BENCH_FINAL_MIN = 5
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,46 @@ def _choose_repeat(per_call_s: float, budget_s: float, bounds: tuple[int, int]) 
     if per_call_s <= 0:
         return hi
     return int(min(hi, max(lo, budget_s / per_call_s)))
+
+
+def median_ci_halfwidth(samples: list[float]) -> float:
+    """Half the width of a distribution-free 95% confidence interval of the median: the order
+    statistics at ranks n/2 -+ 0.98 sqrt(n) (the binomial's normal approximation; the spread of
+    a timer's samples is skewed and often bimodal, so no normal model of the samples)."""
+    xs = sorted(samples)
+    n = len(xs)
+    if n < 2:
+        return float("inf")
+    reach = 0.98 * n**0.5
+    lo = max(0, int(n / 2 - reach))
+    hi = min(n - 1, int(-(-(n / 2 + reach) // 1)))
+    return (xs[hi] - xs[lo]) / 2
+
+
+def planned_repeat(pilot_us: list[float], cap: int, target: float) -> int:
+    """Samples to take in all so that the median's 95% interval is within `target` x the
+    median, planned from a pilot batch (the interval narrows as 1/sqrt(n)); at least the pilot
+    plus BENCH_FINAL_MIN, at most `cap` (which wins when the two collide)."""
+    n0 = len(pilot_us)
+    median = statistics.median(pilot_us)
+    relative = median_ci_halfwidth(pilot_us) / median if median > 0 else float("inf")
+    wanted = n0 * (relative / target) ** 2 if relative != float("inf") else float(cap)
+    return int(min(cap, max(n0 + BENCH_FINAL_MIN, -(-wanted // 1))))
+
+
+def _sampled(take: Callable[[int, TimedProof | None], tuple[list[float], dict | None]],
+             repeat: int, adaptive: bool, proof: TimedProof | None,
+             ) -> tuple[list[float], dict | None]:
+    """Samples from `take(n, proof)` (one timed loop of n calls, proof on its last call):
+    one loop of `repeat`; or, with `adaptive` and BENCH_STOP_CI set, a pilot loop of
+    BENCH_PILOT then one more loop up to planned_repeat(), capped at `repeat`, the proof on
+    the last call of the second loop. Each loop synchronizes once, at its end."""
+    if not adaptive or BENCH_STOP_CI is None or repeat < BENCH_PILOT + BENCH_FINAL_MIN:
+        return take(repeat, proof)
+    pilot, _ = take(BENCH_PILOT, None)
+    total = planned_repeat(pilot, repeat, BENCH_STOP_CI)
+    rest, figures = take(total - len(pilot), proof)
+    return pilot + rest, figures
 
 
 def _result(
@@ -308,12 +359,15 @@ def bench(
     timing is returned. Its figures land in TimingResult.proof.
 
     CUDA: one event pair per call, all read after a single synchronize. repeat=None picks a
-    count whose timed work is ~BENCH_BUDGET_S (clamped to BENCH_REPEAT_RANGE). l2="warm" skips
+    count whose timed work is ~BENCH_BUDGET_S (clamped to BENCH_REPEAT_RANGE); with
+    BENCH_STOP_CI set, that count is the cap of an adaptive measurement (a pilot loop, then
+    one loop sized to the wanted precision: two synchronizes in all). l2="warm" skips
     the flush: the optimistic bound, and labelled so. CPU: perf_counter_ns around each call.
     """
     _check_callable("fn", fn)
     _check_proof(proof)
     repeat = _check_repeat(repeat)
+    adaptive = repeat is None  # an explicit repeat is a fixed count
     if l2 not in ("cold", "warm"):
         raise ValueError(f"l2 must be 'cold' (flush before each call) or 'warm', got {l2!r}")
     dev = resolve_device(device)
@@ -334,7 +388,8 @@ def bench(
                 torch.cuda.synchronize()
                 per_call_s = start.elapsed_time(end) * 1e-3 / _ESTIMATE_CALLS
                 repeat = _choose_repeat(per_call_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
-            samples, figures = _event_samples(fn, flush, repeat, dev, proof)
+            samples, figures = _sampled(
+                lambda n, pr: _event_samples(fn, flush, n, dev, pr), repeat, adaptive, proof)
         return _result(samples, "bench", l2, dev, host_us, syncs, figures)
 
     fn()  # untimed, as on CUDA
@@ -342,7 +397,8 @@ def bench(
         per_iter_s = _wall_per_iteration(lambda: (flush(), fn()), _noop)
         # Budget the wall time (flush included): a CPU flush of 2x LLC costs milliseconds.
         repeat = _choose_repeat(per_iter_s, BENCH_BUDGET_S, BENCH_REPEAT_RANGE)
-    samples, figures = _wall_samples(fn, flush, repeat, proof)
+    samples, figures = _sampled(lambda n, pr: _wall_samples(fn, flush, n, pr), repeat, adaptive,
+                                proof)
     return _result(samples, "bench", l2, dev, proof=figures)
 
 
