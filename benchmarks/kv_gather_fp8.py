@@ -48,8 +48,8 @@ def _measure(dev: str, prob: _Problem, keys: list, results: dict) -> None:
 def measure() -> dict:
     """Every (selector, case) of KVGatherFp8, measured in this one process.
 
-    Building a pool >= 8x L2 quantizes ~0.8M rows on the host (seconds), so cases that need
-    the same pool size share one pool; each case gets its own page table.
+    A pool >= 8x L2 is hundreds of MB, so cases that need the same pool size share one pool;
+    each case gets its own page table.
     """
     results: dict = {}
     dev = c.prepare_process()

@@ -180,6 +180,20 @@ def test_gather_pool_contents(pool_cpu):
                        pool_cpu.view(torch.uint8))
 
 
+def test_large_pool_repeats_its_generated_rows_deterministically(monkeypatch):
+    from kvbench.fixtures import gather_pool
+
+    monkeypatch.setattr(gather_pool, "UNIQUE_ROWS", 256)
+    small = build_gather_pool(256, device="cpu", seed=3).view(torch.uint8).reshape(256, ROW_BYTES)
+    big = build_gather_pool(1000, device="cpu", seed=3).view(torch.uint8).reshape(1000, ROW_BYTES)
+    assert torch.equal(big[:256], small)  # the generated rows are a smaller pool's rows
+    # every later row is one of them, and not all the same one
+    matches = (big[256:, None, :] == small[None, :, :]).all(-1)
+    assert bool(matches.any(-1).all()) and int(matches.float().argmax(-1).unique().numel()) > 100
+    again = build_gather_pool(1000, device="cpu", seed=3).view(torch.uint8).reshape(1000, ROW_BYTES)
+    assert torch.equal(big, again)
+
+
 def test_page_table_layout():
     pt = build_page_table_flat([130, 64, 5], 1024, seed=2, device="cpu")
     assert pt.dtype == torch.int32 and pt.shape == (199,)
