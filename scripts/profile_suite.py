@@ -14,9 +14,9 @@ nothing), with these phases timed by wrapping the functions the suite calls:
 - bench: the timer itself (pipeline.bench / bench_host), samples included;
 - other: the rest of the class (selection, plausibility, the sidecar's reads, freeing).
 
-Prints per class the seconds of each phase and the number of cases, then the top-N
-functions from kvbench/ and benchmarks/ by cumulative time under cProfile (its overhead is
-in the wall seconds; the phase split is what to compare). Used to decide what to trim when
+Prints the top-N functions from kvbench/ and benchmarks/ by cumulative time under cProfile
+(its overhead is in the wall seconds; `--top 0` runs without it, for walls to compare with a
+commit's asv run), then per class the seconds of each phase and the number of cases. Used to decide what to trim when
 a commit's run exceeds its budget (docs/history.md, "Cost per commit").
 """
 
@@ -84,7 +84,8 @@ def instrument(clock: PhaseClock) -> None:
     _common.run_group = run_group_timed
 
 
-def profile(classes: list[str]) -> tuple[PhaseClock, dict[str, float], cProfile.Profile]:
+def profile(classes: list[str], *, cprofile: bool = True,
+            ) -> tuple[PhaseClock, dict[str, float], cProfile.Profile | None]:
     clock = PhaseClock()
     t0 = time.perf_counter()
     clock.cls = "import"
@@ -94,40 +95,47 @@ def profile(classes: list[str]) -> tuple[PhaseClock, dict[str, float], cProfile.
     instrument(clock)
     clock.seconds["import"]["import"] = time.perf_counter() - t0
     walls: dict[str, float] = {"import": clock.seconds["import"]["import"]}
-    prof = cProfile.Profile()
+    prof = cProfile.Profile() if cprofile else None
     for cls in classes:
         os.environ[_common.SELECT_VAR] = cls
         clock.cls = cls
         start = time.perf_counter()
-        prof.enable()
+        if prof is not None:
+            prof.enable()
         _common.measure_group_here("suite")
-        prof.disable()
+        if prof is not None:
+            prof.disable()
         walls[cls] = time.perf_counter() - start
         clock.seconds[cls]["other"] = walls[cls] - sum(clock.seconds[cls].values())
     os.environ.pop(_common.SELECT_VAR, None)
     return clock, walls, prof
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("classes", nargs="*", default=CLASSES)
-    parser.add_argument("--top", type=int, default=15)
-    parser.add_argument("--json", type=Path, help="write the phase table here too")
-    args = parser.parse_args(argv)
-    unknown = [c for c in args.classes if c not in CLASSES]
-    if unknown:
-        parser.error(f"unknown class(es) {unknown}; accepted: {', '.join(CLASSES)}")
-    clock, walls, prof = profile(args.classes)
-
+def _print_top(prof: cProfile.Profile, top: int) -> None:
     stats = pstats.Stats(prof)
     rows = []
     for (path, line, name), (_, ncalls, _, cumulative, _) in stats.stats.items():
         if "kvbench/" in path or "benchmarks/" in path:
             rows.append((cumulative, ncalls, "/".join(Path(path).parts[-2:]), line, name))
     rows.sort(reverse=True)
-    print(f"top {args.top} functions by cumulative seconds (under cProfile):")
-    for cumulative, ncalls, path, line, name in rows[: args.top]:
+    print(f"top {top} functions by cumulative seconds (under cProfile):")
+    for cumulative, ncalls, path, line, name in rows[:top]:
         print(f"  {cumulative:8.2f} s {ncalls:7d} calls  {path}:{line} {name}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("classes", nargs="*", default=CLASSES)
+    parser.add_argument("--top", type=int, default=15,
+                        help="functions to list under cProfile; 0: no cProfile (honest walls)")
+    parser.add_argument("--json", type=Path, help="write the phase table here too")
+    args = parser.parse_args(argv)
+    unknown = [c for c in args.classes if c not in CLASSES]
+    if unknown:
+        parser.error(f"unknown class(es) {unknown}; accepted: {', '.join(CLASSES)}")
+    clock, walls, prof = profile(args.classes, cprofile=args.top > 0)
+    if prof is not None:
+        _print_top(prof, args.top)
 
     print(f"\n{'class':22s} {'wall s':>7s} {'cases':>5s} " + " ".join(f"{p:>7s}" for p in PHASES))
     for cls, wall in walls.items():

@@ -40,6 +40,9 @@ BENCH_REPEAT_RANGE = (10, 1000)
 #: The budget is wall time here because reset() and the synchronizes cost as much as fn.
 STATEFUL_BUDGET_S = 0.075
 STATEFUL_REPEAT_RANGE = (20, 2000)
+#: bench_host(): its own wall budget per measurement (seconds), the stateful one by default; a
+#: suite that measures every host case several times in one process sets it lower.
+HOST_BUDGET_S = STATEFUL_BUDGET_S
 #: Warm calls used to estimate the cost of one call when repeat is not given.
 _ESTIMATE_CALLS = 3
 #: bench() with repeat=None: stop sampling once the 95% confidence interval of the median is
@@ -465,7 +468,7 @@ def bench_host(
     then perf_counter_ns, fn(), a trailing synchronize, perf_counter_ns. The trailing
     synchronize is part of every sample, so compare rows with host_floor() (this timer around
     a no-op). CPU: the same without synchronizes and without a cache flush.
-    repeat=None picks a count by wall time (~STATEFUL_BUDGET_S, clamp STATEFUL_REPEAT_RANGE).
+    repeat=None picks a count by wall time (~HOST_BUDGET_S, clamp STATEFUL_REPEAT_RANGE).
     """
     _check_callable("fn", fn)
     if reset is not None:
@@ -499,7 +502,7 @@ def bench_host(
         sync()
         if repeat is None:
             per_iter_s = _wall_per_iteration(iteration, sync)
-            repeat = _choose_repeat(per_iter_s, STATEFUL_BUDGET_S, STATEFUL_REPEAT_RANGE)
+            repeat = _choose_repeat(per_iter_s, HOST_BUDGET_S, STATEFUL_REPEAT_RANGE)
         samples = [iteration() for _ in range(repeat)]
     # Labelled as measured: the GPU's L2 flushed, the CPU's caches deliberately not.
     return _result(samples, "bench_host", "cold" if is_cuda else "warm", dev)

@@ -175,3 +175,19 @@ def test_unknown_l2_state_is_a_value_error():
 def test_bad_device_is_a_value_error():
     with pytest.raises(ValueError, match="device"):
         bench(lambda: None, repeat=1, device="tpu")
+
+
+def test_host_timer_has_its_own_budget(monkeypatch):
+    s_lo, _ = timers_mod.STATEFUL_REPEAT_RANGE
+    monkeypatch.setattr(timers_mod, "HOST_BUDGET_S", 1e-9)
+    assert len(bench_host(lambda: None, device="cpu").samples_us) == s_lo
+    monkeypatch.setattr(timers_mod, "HOST_BUDGET_S", 0.05)
+    assert len(bench_host(lambda: None, device="cpu").samples_us) > s_lo
+    # bench_stateful keeps the stateful budget
+    budgets = []
+    real = timers_mod._choose_repeat
+    monkeypatch.setattr(timers_mod, "_choose_repeat",
+                        lambda per, budget, bounds: budgets.append(budget) or real(per, budget, bounds))
+    bench_stateful(lambda: None, lambda: None, device="cpu")
+    bench_host(lambda: None, device="cpu")
+    assert budgets == [timers_mod.STATEFUL_BUDGET_S, 0.05]
