@@ -24,7 +24,16 @@ from kvbench.kernels import _validate as V
 Q_DTYPES = (torch.float16, torch.bfloat16)
 #: fp8 e4m3 caches: bytes in a uint8 container, or the same bytes as float8_e4m3fn.
 FP8_CACHES = FP8_CONTAINERS
-HEAD_DIMS = "a power of two in [16, 256]"
+#: The head dims each decode row serves, inclusive bounds (``head_dim_unsupported``):
+#: the Triton rows pad a tile to the next power of two (tl.arange and tl.dot need one, tl.dot
+#: at least 16) and mask the padded lanes, up to 256 (a [16, 256] fp32 accumulator per program
+#: is already the register budget); the torch row takes any head dim SDPA takes, bounded at
+#: 1024 (MLA's 576 fits); the CUDA cluster row's templates are compiled for 128 only.
+HEAD_DIMS: dict[str, tuple[int, int]] = {
+    "triton": (16, 256),
+    "torch": (1, 1024),
+    "cuda/cluster_decode": (128, 128),
+}
 #: log2(e): the kernels' softmax runs in the exp2 domain.
 LOG2E = 1.4426950408889634
 
@@ -59,6 +68,17 @@ class DecodeProblem:
         return out
 
 
+def head_dim_unsupported(head_dim: int, kind: str) -> str | None:
+    """None when rows of ``kind`` (a HEAD_DIMS key) serve ``head_dim``, else what they accept
+    (the validation message and the registry's shape gates: one rule for both)."""
+    lo, hi = HEAD_DIMS[kind]
+    if lo <= head_dim <= hi:
+        return None
+    if lo == hi:
+        return f"the {kind} decode row serves head_dim {lo} only, got {head_dim}"
+    return f"head_dim must be in [{lo}, {hi}] for the {kind} decode rows, got {head_dim}"
+
+
 def validate_decode_inputs(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -71,6 +91,7 @@ def validate_decode_inputs(
     *,
     triton_kernel: bool,
     interpreted: bool = False,
+    head_dims: str = "triton",
 ) -> DecodeProblem:
     """The validated problem, or ValueError naming the argument and what is accepted (the
     contract in kvbench/kernels/paged_decode.py's docstring).
@@ -78,7 +99,8 @@ def validate_decode_inputs(
     ``triton_kernel``: the caller launches Triton kernels, which need CUDA tensors unless
     ``interpreted`` (its kernels were decorated under TRITON_INTERPRET). Value validation runs on
     the host for CPU tensors and, in safe mode on CUDA, on the device (returned in the
-    problem's block_table / seq_lens / poison).
+    problem's block_table / seq_lens / poison). ``head_dims``: the HEAD_DIMS entry of the
+    calling row.
     """
     V.validate_dtype("q", q, Q_DTYPES)
     V.validate_ndim("q", q, 3, "[batch, q_heads, head_dim]")
@@ -96,8 +118,9 @@ def validate_decode_inputs(
     num_pages, page_size, kv_heads, cache_dim = k_cache.shape
     if cache_dim != head_dim:
         raise ValueError(f"k_cache head_dim {cache_dim} must equal q head_dim {head_dim}")
-    if not (16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0):
-        raise ValueError(f"head_dim must be {HEAD_DIMS}, got {head_dim}")
+    reason = head_dim_unsupported(head_dim, head_dims)
+    if reason:
+        raise ValueError(reason)
     V.validate_power_of_two("page_size (k_cache.shape[1])", page_size)
     if num_pages < 1 or kv_heads < 1:
         raise ValueError(
@@ -168,7 +191,8 @@ def validate_decode_inputs(
     )
 
 
-def decode_row(*, triton_kernel: bool, interpreted: Callable[[], bool] = lambda: False) -> Callable:
+def decode_row(*, triton_kernel: bool, interpreted: Callable[[], bool] = lambda: False,
+               head_dims: str = "triton") -> Callable:
     """Decorator: a row body ``body(p, q, k_cache, v_cache, **options)`` becomes a public
     decode row with the contract's signature ``(q, k_cache, v_cache, block_table, seq_lens, *,
     sm_scale=None, k_scale=None, v_scale=None)`` plus the body's own keyword-only options
@@ -177,7 +201,8 @@ def decode_row(*, triton_kernel: bool, interpreted: Callable[[], bool] = lambda:
     Why a decorator: every row takes the same arguments and validates them the same way, so
     the signature and the validation call live here once and a new row cannot drift from them.
     ``triton_kernel`` is validate_decode_inputs's; ``interpreted`` returns its other flag at
-    call time (the module's interpret mode as it is when the row runs).
+    call time (the module's interpret mode as it is when the row runs); ``head_dims`` names
+    the row's HEAD_DIMS entry.
     """
 
     def wrap(body: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
@@ -187,7 +212,7 @@ def decode_row(*, triton_kernel: bool, interpreted: Callable[[], bool] = lambda:
                 v_scale: torch.Tensor | float | None = None, **options) -> torch.Tensor:
             p = validate_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, sm_scale,
                                        k_scale, v_scale, triton_kernel=triton_kernel,
-                                       interpreted=interpreted())
+                                       interpreted=interpreted(), head_dims=head_dims)
             return body(p, q, k_cache, v_cache, **options)
 
         # name, module and docstring from the body; the signature stays the contract's

@@ -31,7 +31,9 @@ path on CUDA reads no value: a host read in the launcher would stall the launch 
 every timed region. Accepted inputs:
 q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or fp8
 e4m3 bytes (uint8 or float8_e4m3fn) with ``k_scale``/``v_scale``, K token-major (D contiguous), V token-major or dim-major
-(page_size contiguous: ``_validate.v_cache_dim_major``); D a power of two in [16, 256];
+(page_size contiguous: ``_validate.v_cache_dim_major``); D in [16, 256] for the Triton rows
+(tiles padded to a power of two, see _attend_tile), in [1, 1024] for the torch row
+(common.HEAD_DIMS);
 page_size a power of two; block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
 values >= 0 (a length-0 sequence gets a zero output, as padded batch slots do in an engine).
 """
@@ -133,6 +135,7 @@ def _attend_tile(
     stride_vs,
     stride_vd,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
@@ -149,9 +152,16 @@ def _attend_tile(
     pages shorter than a tile, stored [HEAD_DIM][PAGE_SIZE] per (page, head): an unmasked
     tile loads each page as one contiguous row. ``page_in``: the tile's page per token (0 past
     ``hi``), loaded one tile ahead by ``_attend_range``; None: load it here.
+
+    BLOCK_D: the tile's d extent, HEAD_DIM rounded up to a power of two (tl.arange and tl.dot
+    need one). When it exceeds HEAD_DIM every K/V load is masked along d (other=0: padded
+    lanes add 0 to the scores and give 0 output columns); when it equals HEAD_DIM no d mask is
+    emitted (``PAD_D`` is a compile-time constant), so a power-of-two head dim compiles to the
+    same kernel as before padding existed.
     """
+    PAD_D: tl.constexpr = BLOCK_D != HEAD_DIM
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     tok = start + offs_n
     slot = tok % PAGE_SIZE
     if MASKED:
@@ -162,14 +172,15 @@ def _attend_tile(
         page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
     else:
         page = tl.load(bt_row + tok // PAGE_SIZE).to(tl.int64)
-    if MASKED:
-        k = tl.load(
-            k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
-            mask=mask_n[:, None],
-            other=0,
-        )
+    k_ptrs = k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :]
+    if MASKED and PAD_D:
+        k = tl.load(k_ptrs, mask=mask_n[:, None] & (offs_d < HEAD_DIM)[None, :], other=0)
+    elif MASKED:
+        k = tl.load(k_ptrs, mask=mask_n[:, None], other=0)
+    elif PAD_D:
+        k = tl.load(k_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0)
     else:
-        k = tl.load(k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :])
+        k = tl.load(k_ptrs)
     if FP8:
         k = _widen_e4m3(k, q)
     if DOT_F32:
@@ -189,13 +200,18 @@ def _attend_tile(
         # pieces of BLOCK_N / PAGE_SIZE pages; the reorder to [tokens, d] is a register
         # relabelling (sm_90 TTGIR: the shared-memory tile is read straight into the dot
         # operand's layout). Page-sized pieces cost one L2 tag lookup each and held fp8 at
-        # the L2's tag rate (docs/decisions.md).
+        # the L2's tag rate (docs/decisions.md). Padded d rows (PAD_D) lie past the page's
+        # HEAD_DIM * PAGE_SIZE elements: masked off, zero.
         PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE
         page_p = tl.max(tl.reshape(page, (PAGES, PAGE_SIZE)), 1)  # equal over a page's slots
-        offs_f = tl.arange(0, HEAD_DIM * PAGE_SIZE)
-        v = tl.load(v_head + (page_p * stride_vp)[:, None] + offs_f[None, :])
-        v = tl.reshape(v, (PAGES, HEAD_DIM, PAGE_SIZE))
-        v = tl.reshape(tl.permute(v, (0, 2, 1)), (BLOCK_N, HEAD_DIM))
+        offs_f = tl.arange(0, BLOCK_D * PAGE_SIZE)
+        v_ptrs = v_head + (page_p * stride_vp)[:, None] + offs_f[None, :]
+        if PAD_D:
+            v = tl.load(v_ptrs, mask=(offs_f < HEAD_DIM * PAGE_SIZE)[None, :], other=0)
+        else:
+            v = tl.load(v_ptrs)
+        v = tl.reshape(v, (PAGES, BLOCK_D, PAGE_SIZE))
+        v = tl.reshape(tl.permute(v, (0, 2, 1)), (BLOCK_N, BLOCK_D))
     else:
         if V_DMAJOR:
             # Slots of one page are adjacent: tell the compiler (it cannot see through the
@@ -210,9 +226,17 @@ def _attend_tile(
             # Past ``hi`` the page loaded above is page 0 (the masked table load's ``other``):
             # a valid page, so the whole tile loads as vectors; the rows past ``hi`` are then
             # zeroed (a stale NaN there would survive p = 0).
-            v = tl.where(mask_n[:, None], tl.load(v_ptrs), 0)
+            if PAD_D:
+                v = tl.load(v_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0)
+            else:
+                v = tl.load(v_ptrs)
+            v = tl.where(mask_n[:, None], v, 0)
+        elif MASKED and PAD_D:
+            v = tl.load(v_ptrs, mask=mask_n[:, None] & (offs_d < HEAD_DIM)[None, :], other=0)
         elif MASKED:
             v = tl.load(v_ptrs, mask=mask_n[:, None], other=0)
+        elif PAD_D:
+            v = tl.load(v_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0)
         else:
             v = tl.load(v_ptrs)
     if FP8:
@@ -244,6 +268,7 @@ def _attend_range(
     stride_vs,
     stride_vd,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
@@ -272,7 +297,7 @@ def _attend_range(
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
+                HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
                 V_PAGE_ROWS, page,
             )
     else:
@@ -280,7 +305,7 @@ def _attend_range(
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
+                HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
                 V_PAGE_ROWS,
             )
     return m_i, l_i, acc
@@ -315,6 +340,7 @@ def _decode_kernel(
     GROUP: tl.constexpr,
     GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
@@ -344,12 +370,18 @@ def _decode_kernel(
         hi = seq_len
 
     offs_g = tl.arange(0, GROUP_PAD)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     mask_g = offs_g < GROUP
+    # [GROUP_PAD, BLOCK_D]: the group's real heads, and their real d lanes when the tile is
+    # padded (BLOCK_D > HEAD_DIM; a compile-time choice, see _attend_tile).
+    if BLOCK_D != HEAD_DIM:
+        mask_gd = mask_g[:, None] & (offs_d < HEAD_DIM)[None, :]
+    else:
+        mask_gd = mask_g[:, None]
     heads = h * GROUP + offs_g
     q = tl.load(
         q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-        mask=mask_g[:, None],
+        mask=mask_gd,
         other=0.0,
     )
     scale = qk_scale
@@ -364,7 +396,7 @@ def _decode_kernel(
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    acc = tl.zeros([GROUP_PAD, BLOCK_D], tl.float32)
     bt_row = bt_ptr + b.to(tl.int64) * stride_btb
     k_head = k_ptr + h * stride_kh
     v_head = v_ptr + h * stride_vh
@@ -376,14 +408,14 @@ def _decode_kernel(
         m_i, l_i, acc = _attend_range(
             q, m_i, l_i, acc, lo, full_end, hi, bt_row, k_head, v_head, scale,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, False, BT_AHEAD,
+            HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, False, BT_AHEAD,
             V_PAGE_ROWS,
         )
         if full_end < hi:
             m_i, l_i, acc = _attend_tile(
                 q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, True,
+                HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, True,
                 V_PAGE_ROWS,
             )
     else:
@@ -392,7 +424,7 @@ def _decode_kernel(
         m_i, l_i, acc = _attend_range(
             q, m_i, l_i, acc, lo, hi, hi, bt_row, k_head, v_head, scale,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, False, True, BT_AHEAD,
+            HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, False, True, BT_AHEAD,
             False,
         )
 
@@ -403,14 +435,14 @@ def _decode_kernel(
     row = b * num_heads_q + heads
     if SPLIT:
         part = row * num_splits + s
-        tl.store(part_o_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=mask_g[:, None])
+        tl.store(part_o_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=mask_gd)
         lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
         tl.store(part_lse_ptr + part, lse, mask=mask_g)
     else:
         tl.store(
             out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :],
             o.to(out_ptr.dtype.element_ty),
-            mask=mask_g[:, None],
+            mask=mask_gd,
         )
 
 
@@ -421,6 +453,7 @@ def _reduce_kernel(
     out_ptr,
     num_splits,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -428,12 +461,12 @@ def _reduce_kernel(
     if PDL:
         tl.extra.cuda.gdc_wait()  # the split kernel's partials are complete and visible
     row = tl.program_id(0)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, SPLIT_BLOCK)
     base = row * num_splits
     m = tl.full([1], float("-inf"), tl.float32)
     den = tl.zeros([1], tl.float32)
-    acc = tl.zeros([HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_D], tl.float32)
     for s0 in range(0, num_splits, SPLIT_BLOCK):
         sp = s0 + offs_s
         mask_s = sp < num_splits
@@ -443,16 +476,21 @@ def _reduce_kernel(
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_safe)
         w = tl.exp2(lse - m_safe)
-        o = tl.load(
-            part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
-            mask=mask_s[:, None],
-            other=0.0,
-        )
+        if BLOCK_D != HEAD_DIM:  # padded lanes (compile-time, as in _attend_tile)
+            mask_o = mask_s[:, None] & (offs_d < HEAD_DIM)[None, :]
+        else:
+            mask_o = mask_s[:, None]
+        o = tl.load(part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :], mask=mask_o,
+                    other=0.0)
         acc = acc * alpha + tl.sum(w[:, None] * o, 0)
         den = den * alpha + tl.sum(w, 0)
         m = m_new
     res = acc / tl.where(den > 0.0, den, 1.0)
-    tl.store(out_ptr + row * HEAD_DIM + offs_d, res.to(out_ptr.dtype.element_ty))
+    if BLOCK_D != HEAD_DIM:
+        tl.store(out_ptr + row * HEAD_DIM + offs_d, res.to(out_ptr.dtype.element_ty),
+                 mask=offs_d < HEAD_DIM)
+    else:
+        tl.store(out_ptr + row * HEAD_DIM + offs_d, res.to(out_ptr.dtype.element_ty))
 
 
 # Triton fixes compiled-vs-interpreted when a kernel is decorated (TRITON_INTERPRET at import
@@ -568,6 +606,7 @@ def _launch(
         GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=p.head_dim,
+        BLOCK_D=triton.next_power_of_2(p.head_dim),
         PAGE_SIZE=p.page_size,
         BLOCK_N=cfg["BLOCK_N"],
         FP8=p.fp8,
@@ -591,6 +630,7 @@ def _launch(
             out,
             num_splits,
             HEAD_DIM=p.head_dim,
+            BLOCK_D=triton.next_power_of_2(p.head_dim),
             SPLIT_BLOCK=rcfg["SPLIT_BLOCK"],
             PDL=pdl,
             num_warps=rcfg["num_warps"],
@@ -628,7 +668,7 @@ def paged_decode_split_kv(
     return p.finish(_launch(p, q, k_cache, v_cache, p.block_table, p.seq_lens, num_splits))
 
 
-@decode_row(triton_kernel=False)
+@decode_row(triton_kernel=False, head_dims="torch")
 def paged_decode_gather_sdpa(
     p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
 ) -> torch.Tensor:
