@@ -129,6 +129,8 @@ def _attend_tile(
     k_head,
     v_head,
     scale,
+    win_lo,
+    cap_out,
     stride_kp,
     stride_ks,
     stride_vp,
@@ -143,6 +145,8 @@ def _attend_tile(
     V_DMAJOR: tl.constexpr,
     MASKED: tl.constexpr,
     V_PAGE_ROWS: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFTCAP: tl.constexpr,
     page_in=None,
 ):
     """Online-softmax update of (m_i, l_i, acc) by tokens [start, start + BLOCK_N).
@@ -164,7 +168,9 @@ def _attend_tile(
     offs_d = tl.arange(0, BLOCK_D)
     tok = start + offs_n
     slot = tok % PAGE_SIZE
-    if MASKED:
+    if MASKED and WINDOW:
+        mask_n = (tok < hi) & (tok >= win_lo)
+    elif MASKED:
         mask_n = tok < hi
     if page_in is not None:
         page = page_in
@@ -187,6 +193,11 @@ def _attend_tile(
         scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
     else:
         scores = tl.dot(q, tl.trans(k)) * scale
+    if SOFTCAP:
+        # cap * tanh(x / cap) in the log2 domain: ``scale`` carries 2 * log2(e) / cap, so
+        # exp2(scores) = e^(2x / cap) and tanh = 1 - 2 / (e^(2x / cap) + 1), which saturates to
+        # +-1 (no inf / inf); ``cap_out`` = cap * log2(e).
+        scores = (1.0 - 2.0 / (tl.exp2(scores) + 1.0)) * cap_out
     if MASKED:
         scores = tl.where(mask_n[None, :], scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, 1))
@@ -262,6 +273,8 @@ def _attend_range(
     k_head,
     v_head,
     scale,
+    win_lo,
+    cap_out,
     stride_kp,
     stride_ks,
     stride_vp,
@@ -277,6 +290,8 @@ def _attend_range(
     MASKED: tl.constexpr,
     BT_AHEAD: tl.constexpr,
     V_PAGE_ROWS: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     """``_attend_tile`` over the tiles starting at lo, lo + BLOCK_N, ... below ``end``.
 
@@ -295,18 +310,18 @@ def _attend_range(
             tok = start + BLOCK_N + offs_n
             page_next = tl.load(bt_row + tok // PAGE_SIZE, mask=tok < hi, other=0).to(tl.int64)
             m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
+                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
                 HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
-                V_PAGE_ROWS, page,
+                V_PAGE_ROWS, WINDOW, SOFTCAP, page,
             )
     else:
         for start in range(lo, end, BLOCK_N):
             m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
+                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
                 HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
-                V_PAGE_ROWS,
+                V_PAGE_ROWS, WINDOW, SOFTCAP,
             )
     return m_i, l_i, acc
 
@@ -323,7 +338,10 @@ def _decode_kernel(
     part_lse_ptr,
     k_scale,
     v_scale,
+    scale_stride,
     qk_scale,
+    window,
+    cap_out,
     stride_qb,
     stride_qh,
     stride_kp,
@@ -351,8 +369,16 @@ def _decode_kernel(
     V_DMAJOR: tl.constexpr,
     BT_AHEAD: tl.constexpr,
     V_PAGE_ROWS: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
-    """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
+    """One program: sequence b, kv head h, split s (s == 0 when not SPLIT).
+
+    WINDOW: attend to the last ``window`` tokens only. The walk starts at the window's first
+    token rounded down to a BLOCK_N multiple (tile starts stay aligned, which the dim-major
+    V path's contiguity hint needs) and every tile is masked below the window, so a token
+    before it is never weighed, and its V row is zeroed (stale NaN there would survive p = 0).
+    SOFTCAP: scores become cap * tanh(score / cap) before the softmax (Gemma-2)."""
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()  # the reduce may become resident now
     b = tl.program_id(0)
@@ -361,12 +387,18 @@ def _decode_kernel(
     # Table capacity bounds the walk: a seq_len beyond it (invalid input, validated on the host
     # where the values are visible) must not read past the block-table row.
     seq_len = tl.minimum(tl.load(seq_lens_ptr + b), max_pages * PAGE_SIZE)
+    if WINDOW:
+        win_lo = tl.maximum(seq_len - window, 0)
+        first = win_lo // BLOCK_N * BLOCK_N
+    else:
+        win_lo = 0
+        first = 0
     if SPLIT:
-        chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-        lo = s * chunk
+        chunk = tl.cdiv(tl.cdiv(seq_len - first, num_splits), BLOCK_N) * BLOCK_N
+        lo = first + s * chunk
         hi = tl.minimum(lo + chunk, seq_len)
     else:
-        lo = 0
+        lo = first
         hi = seq_len
 
     offs_g = tl.arange(0, GROUP_PAD)
@@ -387,8 +419,9 @@ def _decode_kernel(
     scale = qk_scale
     if FP8:
         if SCALE_PTR:
-            ks = tl.load(k_scale)
-            vs = tl.load(v_scale)
+            # scale_stride: 0 for one scale per tensor, 1 for one per kv head ([Hkv])
+            ks = tl.load(k_scale + h * scale_stride)
+            vs = tl.load(v_scale + h * scale_stride)
         else:
             ks = k_scale
             vs = v_scale
@@ -400,32 +433,33 @@ def _decode_kernel(
     bt_row = bt_ptr + b.to(tl.int64) * stride_btb
     k_head = k_ptr + h * stride_kh
     v_head = v_ptr + h * stride_vh
-    if V_DMAJOR:
+    if V_DMAJOR and not WINDOW:
         # Whole tiles without masks, then the partial tail tile (if any) with them: a
         # dim-major V tile is contiguous along tokens, and a per-token mask would cut its loads
         # to single elements (no vectors, no cp.async) in every iteration instead of one.
         full_end = lo + (hi - lo) // BLOCK_N * BLOCK_N
         m_i, l_i, acc = _attend_range(
-            q, m_i, l_i, acc, lo, full_end, hi, bt_row, k_head, v_head, scale,
+            q, m_i, l_i, acc, lo, full_end, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
             HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, False, BT_AHEAD,
-            V_PAGE_ROWS,
+            V_PAGE_ROWS, False, SOFTCAP,
         )
         if full_end < hi:
             m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale,
+                q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
                 HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, True,
-                V_PAGE_ROWS,
+                V_PAGE_ROWS, False, SOFTCAP,
             )
     else:
         # Token-major V: every tile masked (one loop: the peeled form costs the fp8 kernel
         # registers and spills under its cap, and masks along d-contiguous rows cost nothing).
+        # With a window, dim-major V takes this loop too (tiles masked below the window).
         m_i, l_i, acc = _attend_range(
-            q, m_i, l_i, acc, lo, hi, hi, bt_row, k_head, v_head, scale,
+            q, m_i, l_i, acc, lo, hi, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-            HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, False, True, BT_AHEAD,
-            False,
+            HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, True, BT_AHEAD,
+            False, WINDOW, SOFTCAP,
         )
 
     has = l_i > 0.0
@@ -567,6 +601,10 @@ def _launch(
     scale_ptr = isinstance(p.k_scale, torch.Tensor)
     pdl = split and _pdl_supported(q.device)
     qk_scale = p.sm_scale * LOG2E
+    cap_out = 0.0
+    if p.softcap is not None:  # see _attend_tile: exp2 of the scaled score is e^(2x / cap)
+        qk_scale = p.sm_scale * 2.0 * LOG2E / p.softcap
+        cap_out = p.softcap * LOG2E
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
         raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
     if split:
@@ -589,7 +627,10 @@ def _launch(
         part_lse,
         p.k_scale,
         p.v_scale,
+        1 if scale_ptr and p.k_scale.numel() > 1 else 0,
         qk_scale,
+        p.window or 0,
+        cap_out,
         q.stride(0),
         q.stride(1),
         k_cache.stride(0),
@@ -618,6 +659,8 @@ def _launch(
         BT_AHEAD=cfg["bt_ahead"],
         V_PAGE_ROWS=p.v_dim_major and v_cache.stride(3) == p.page_size
         and p.page_size < cfg["BLOCK_N"],
+        WINDOW=p.window is not None,
+        SOFTCAP=p.softcap is not None,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
@@ -689,23 +732,44 @@ def paged_decode_gather_sdpa(
         pages = cache[idx]  # [B, max_pages, page, Hkv, D]
         if p.fp8:
             # A 1-element fp32 tensor as a 0-dim one: it scales in fp32 without promoting the
-            # pages to fp32 (SDPA needs q, k and v in one dtype).
-            if isinstance(scale, torch.Tensor):
-                scale = scale.reshape(())
-            pages = pages.view(torch.float8_e4m3fn).to(q.dtype) * scale
+            # pages to fp32 (SDPA needs q, k and v in one dtype). Per kv head scales ([Hkv]):
+            # each head's bytes widened and scaled in fp32, rounded once to q's dtype.
+            if isinstance(scale, torch.Tensor) and scale.numel() > 1:
+                pages = (pages.view(torch.float8_e4m3fn).float() * scale[:, None]).to(q.dtype)
+            else:
+                if isinstance(scale, torch.Tensor):
+                    scale = scale.reshape(())
+                pages = pages.view(torch.float8_e4m3fn).to(q.dtype) * scale
         return pages.reshape(p.batch, length, p.kv_heads, p.head_dim).transpose(1, 2)
 
     k = gather(k_cache, p.k_scale)
     v = gather(v_cache, p.v_scale)
-    keep = torch.arange(length, device=q.device)[None, :] < seq_lens[:, None].long()
-    out = F.scaled_dot_product_attention(
-        q.unsqueeze(2),
-        k,
-        v,
-        attn_mask=keep[:, None, None, :],
-        scale=p.sm_scale,
-        enable_gqa=p.q_heads != p.kv_heads,
-    ).squeeze(2)
+    pos = torch.arange(length, device=q.device)[None, :]
+    keep = pos < seq_lens[:, None].long()
+    if p.window is not None:
+        keep &= pos >= seq_lens[:, None].long() - p.window
+        # Tokens before the window may hold anything (NaN included): zeroed, not only masked
+        # (a masked NaN V row still makes 0 x NaN = NaN).
+        k = torch.where(keep[:, None, :, None], k, torch.zeros((), dtype=k.dtype, device=k.device))
+        v = torch.where(keep[:, None, :, None], v, torch.zeros((), dtype=v.dtype, device=v.device))
+    if p.softcap is None:
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(2),
+            k,
+            v,
+            attn_mask=keep[:, None, None, :],
+            scale=p.sm_scale,
+            enable_gqa=p.q_heads != p.kv_heads,
+        ).squeeze(2)
+    else:
+        # SDPA has no soft-cap: the scores in fp32, capped, masked, softmax, then P @ V.
+        group = p.q_heads // p.kv_heads
+        qg = q.float().reshape(p.batch, p.kv_heads, group, p.head_dim)
+        scores = torch.matmul(qg, k.float().transpose(-1, -2)) * p.sm_scale  # [B, Hkv, G, L]
+        scores = p.softcap * torch.tanh(scores / p.softcap)
+        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # all masked: 0, zeroed below
+        out = torch.matmul(probs, v.float()).reshape(p.batch, p.q_heads, p.head_dim).to(q.dtype)
     # A fully masked row (seq_len 0) is NaN in SDPA; the op's contract is a zero output.
     return p.finish(torch.where(
         (seq_lens > 0)[:, None, None], out, torch.zeros((), dtype=out.dtype, device=out.device)

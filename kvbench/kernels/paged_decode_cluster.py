@@ -249,7 +249,9 @@ def _validate_cluster_inputs(q, k_cache, v_cache, p) -> None:
                              f"got strides {tuple(cache.stride())}")
 
 
-@decode_row(triton_kernel=False, head_dims="cuda/cluster_decode")
+# The contract's head-dim rule is the Triton rows' (the order of its messages stays the
+# contract's); shape_unsupported then refuses every head dim but HEAD_DIM.
+@decode_row(triton_kernel=False, options=())
 def paged_decode_cluster(
     p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
     num_splits: int | None = None,
