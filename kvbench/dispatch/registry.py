@@ -207,6 +207,25 @@ def _cluster_geometry(shape: Mapping[str, Any]) -> str | None:
                              fp8=shape.get("dtype") == "fp8", page_size=shape.get("page_size"))
 
 
+def _head_dims(kind: str):
+    """The shape gate of the decode rows of ``kind`` (a kernels.common.HEAD_DIMS key): the
+    head dims the row's validation accepts, so auto routes around a row that would refuse."""
+
+    def gate(shape: Mapping[str, Any]) -> str | None:
+        # Imported at call time, as the cluster gate does: kernel modules stay out of
+        # `import kvbench.dispatch` (kernels.common itself imports no Triton).
+        from kvbench.kernels.common import head_dim_unsupported
+
+        return head_dim_unsupported(shape["head_dim"], kind) if "head_dim" in shape else None
+
+    gate.__name__ = gate.__qualname__ = f"head_dims_{kind}"
+    return gate
+
+
+_triton_decode_geometry = _head_dims("triton")
+_torch_decode_geometry = _head_dims("torch")
+
+
 _PD = "kvbench.kernels.paged_decode"
 _KW = "kvbench.kernels.kv_write"
 _KG = "kvbench.kernels.kv_gather_fp8"
@@ -223,6 +242,7 @@ ROWS: tuple[KernelSpec, ...] = (
         available=triton_device,
         priority=20,
         preferences=(PREFER_SINGLE,),
+        shape_gate=_triton_decode_geometry,
         doc="one program per (sequence, kv head), GQA heads share each K/V tile",
     ),
     KernelSpec(
@@ -235,6 +255,7 @@ ROWS: tuple[KernelSpec, ...] = (
         available=triton_device,
         priority=20,
         preferences=(PREFER_SPLIT,),
+        shape_gate=_triton_decode_geometry,
         doc="flash-decode: the context split across programs, then a reduce",
     ),
     KernelSpec(
@@ -264,6 +285,7 @@ ROWS: tuple[KernelSpec, ...] = (
         layout=LayoutRequirement(required=(PAGED,)),
         available=any_device,
         priority=10,
+        shape_gate=_torch_decode_geometry,
         doc="production fallback on any device: gather pages, then SDPA",
     ),
     KernelSpec(

@@ -181,8 +181,10 @@ def validate_one_of(name: str, value: object, accepted: Iterable[object]) -> Non
         )
 
 
-def validate_scale(name: str, scale: object, device: torch.device | None = None) -> None:
-    """Raise unless ``scale`` is a python float/int or a 1-element fp32 tensor (on ``device``).
+def validate_scale(name: str, scale: object, device: torch.device | None = None, *,
+                   per_head: int | None = None) -> None:
+    """Raise unless ``scale`` is a python float/int or a 1-element fp32 tensor (on ``device``),
+    or, with ``per_head`` (the kv head count), a contiguous ``[per_head]`` fp32 tensor.
 
     fp8 e4m3 KV uses caller-side per-tensor scales; a missing or wrong-typed scale would silently
     produce wrong attention, so it is validated like any tensor argument.
@@ -197,10 +199,14 @@ def validate_scale(name: str, scale: object, device: torch.device | None = None)
         raise ValueError(  # noqa: TRY004 (one exception type for bad input, see validate_tensor)
             f"{name} must be a python float or a 1-element float32 tensor, got {type(scale).__name__}"
         )
-    if scale.dtype != torch.float32 or scale.numel() != 1:
+    heads_ok = (per_head is not None and scale.dim() == 1 and scale.numel() == per_head
+                and scale.is_contiguous())
+    if scale.dtype != torch.float32 or not (scale.numel() == 1 or heads_ok):
+        what = "a 1-element float32 tensor"
+        if per_head is not None:
+            what += f" or a contiguous [kv_heads={per_head}] float32 tensor"
         raise ValueError(
-            f"{name} must be a 1-element float32 tensor, got dtype {scale.dtype} with "
-            f"{scale.numel()} elements"
+            f"{name} must be {what}, got dtype {scale.dtype} with shape {tuple(scale.shape)}"
         )
     if device is not None:
         validate_device(name, scale, device)
@@ -343,8 +349,10 @@ def validate_scale_value(name: str, scale: object, validation: DeviceValidation 
     CUDA tensor is validated on the device in safe mode (``validation``) and not at all otherwise
     (reading it would be a device sync)."""
     if isinstance(scale, torch.Tensor):
-        if scale.device.type == "cpu":
-            value = float(scale.reshape(-1)[0])
+        if scale.device.type == "cpu":  # every entry (per kv head scales): the worst one
+            flat = scale.reshape(-1).double()
+            bad = ~((flat > 0) & (flat <= MAX_FP8_SCALE))
+            value = float(flat[bad][0]) if bool(bad.any()) else float(flat[0])
         elif validation is not None:
             validation.flag(name, ~(torch.isfinite(scale * E4M3_MAX) & (scale > 0)), scale,
                             "must be a finite scale > 0 with scale * 448 finite")

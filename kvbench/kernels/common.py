@@ -24,7 +24,16 @@ from kvbench.kernels import _validate as V
 Q_DTYPES = (torch.float16, torch.bfloat16)
 #: fp8 e4m3 caches: bytes in a uint8 container, or the same bytes as float8_e4m3fn.
 FP8_CACHES = FP8_CONTAINERS
-HEAD_DIMS = "a power of two in [16, 256]"
+#: The head dims each decode row serves, inclusive bounds (``head_dim_unsupported``):
+#: the Triton rows pad a tile to the next power of two (tl.arange and tl.dot need one, tl.dot
+#: at least 16) and mask the padded lanes, up to 256 (a [16, 256] fp32 accumulator per program
+#: is already the register budget); the torch row takes any head dim SDPA takes, bounded at
+#: 1024 (MLA's 576 fits); the CUDA cluster row's templates are compiled for 128 only.
+HEAD_DIMS: dict[str, tuple[int, int]] = {
+    "triton": (16, 256),
+    "torch": (1, 1024),
+    "cuda/cluster_decode": (128, 128),
+}
 #: log2(e): the kernels' softmax runs in the exp2 domain.
 LOG2E = 1.4426950408889634
 
@@ -51,12 +60,52 @@ class DecodeProblem:
     seq_lens: torch.Tensor
     #: Safe mode: [B] bool, the sequences whose output must be poisoned (NaN), else None.
     poison: torch.Tensor | None
+    #: Sliding window: attend to the last ``window`` tokens of each sequence (None: all).
+    window: int | None = None
+    #: Logit soft-cap: scores become softcap * tanh(score / softcap) (None: no cap).
+    softcap: float | None = None
 
     def finish(self, out: torch.Tensor) -> torch.Tensor:
         """The output as returned: NaN rows for the sequences safe-mode validation caught."""
         if self.poison is not None:
             out.masked_fill_(self.poison[:, None, None], float("nan"))
         return out
+
+
+def head_dim_unsupported(head_dim: int, kind: str) -> str | None:
+    """None when rows of ``kind`` (a HEAD_DIMS key) serve ``head_dim``, else what they accept
+    (the validation message and the registry's shape gates: one rule for both)."""
+    lo, hi = HEAD_DIMS[kind]
+    if lo <= head_dim <= hi:
+        return None
+    if lo == hi:
+        return f"the {kind} decode row serves head_dim {lo} only, got {head_dim}"
+    return f"head_dim must be in [{lo}, {hi}] for the {kind} decode rows, got {head_dim}"
+
+
+#: The decode options (keyword arguments beyond the contract's) and what each row implements:
+#: "window" (sliding window), "softcap" (logit soft-cap), "per_head_scale" (fp8 scales as
+#: [kv_heads] tensors). A row refuses an option it does not implement (ValueError), and its
+#: registry shape gate refuses the problem, so auto routes around it.
+DECODE_OPTIONS = ("window", "softcap", "per_head_scale")
+
+
+def validate_decode_options(window: object, softcap: object) -> None:
+    """window: None or an int >= 1; softcap: None or a finite float > 0."""
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                               or window < 1):
+        raise ValueError(f"window must be None or an int >= 1 (tokens attended), got {window!r}")
+    if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
+                                or not math.isfinite(softcap) or softcap <= 0):
+        raise ValueError(f"softcap must be None or a finite float > 0, got {softcap!r}")
+
+
+def options_used(window: object, softcap: object, k_scale: object) -> tuple[str, ...]:
+    """The DECODE_OPTIONS a call asks for (its dispatch problem's "options" key)."""
+    per_head = isinstance(k_scale, torch.Tensor) and k_scale.dim() == 1 and k_scale.numel() > 1
+    return tuple(name for name, on in (("window", window is not None),
+                                       ("softcap", softcap is not None),
+                                       ("per_head_scale", per_head)) if on)
 
 
 def validate_decode_inputs(
@@ -71,6 +120,9 @@ def validate_decode_inputs(
     *,
     triton_kernel: bool,
     interpreted: bool = False,
+    head_dims: str = "triton",
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> DecodeProblem:
     """The validated problem, or ValueError naming the argument and what is accepted (the
     contract in kvbench/kernels/paged_decode.py's docstring).
@@ -78,7 +130,8 @@ def validate_decode_inputs(
     ``triton_kernel``: the caller launches Triton kernels, which need CUDA tensors unless
     ``interpreted`` (its kernels were decorated under TRITON_INTERPRET). Value validation runs on
     the host for CPU tensors and, in safe mode on CUDA, on the device (returned in the
-    problem's block_table / seq_lens / poison).
+    problem's block_table / seq_lens / poison). ``head_dims``: the HEAD_DIMS entry of the
+    calling row.
     """
     V.validate_dtype("q", q, Q_DTYPES)
     V.validate_ndim("q", q, 3, "[batch, q_heads, head_dim]")
@@ -96,8 +149,9 @@ def validate_decode_inputs(
     num_pages, page_size, kv_heads, cache_dim = k_cache.shape
     if cache_dim != head_dim:
         raise ValueError(f"k_cache head_dim {cache_dim} must equal q head_dim {head_dim}")
-    if not (16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0):
-        raise ValueError(f"head_dim must be {HEAD_DIMS}, got {head_dim}")
+    reason = head_dim_unsupported(head_dim, head_dims)
+    if reason:
+        raise ValueError(reason)
     V.validate_power_of_two("page_size (k_cache.shape[1])", page_size)
     if num_pages < 1 or kv_heads < 1:
         raise ValueError(
@@ -119,6 +173,7 @@ def validate_decode_inputs(
             f"inputs are on {device}; the Triton kernels need a CUDA device "
             "(or TRITON_INTERPRET=1 set before kvbench.kernels is imported)"
         )
+    validate_decode_options(window, softcap)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     elif (
@@ -132,7 +187,7 @@ def validate_decode_inputs(
     validation = V.device_validation(device)
     if fp8:
         for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
-            V.validate_scale(name, sc, device)
+            V.validate_scale(name, sc, device, per_head=kv_heads)
             V.validate_scale_value(name, sc, validation)
         if isinstance(k_scale, torch.Tensor) != isinstance(v_scale, torch.Tensor):
             # One rule for every row: the Triton kernels take both as pointers or both as values.
@@ -165,10 +220,13 @@ def validate_decode_inputs(
         block_table=block_table,
         seq_lens=seq_lens,
         poison=poison,
+        window=window,
+        softcap=None if softcap is None else float(softcap),
     )
 
 
-def decode_row(*, triton_kernel: bool, interpreted: Callable[[], bool] = lambda: False) -> Callable:
+def decode_row(*, triton_kernel: bool, interpreted: Callable[[], bool] = lambda: False,
+               head_dims: str = "triton", options: tuple[str, ...] = DECODE_OPTIONS) -> Callable:
     """Decorator: a row body ``body(p, q, k_cache, v_cache, **options)`` becomes a public
     decode row with the contract's signature ``(q, k_cache, v_cache, block_table, seq_lens, *,
     sm_scale=None, k_scale=None, v_scale=None)`` plus the body's own keyword-only options
@@ -177,29 +235,37 @@ def decode_row(*, triton_kernel: bool, interpreted: Callable[[], bool] = lambda:
     Why a decorator: every row takes the same arguments and validates them the same way, so
     the signature and the validation call live here once and a new row cannot drift from them.
     ``triton_kernel`` is validate_decode_inputs's; ``interpreted`` returns its other flag at
-    call time (the module's interpret mode as it is when the row runs).
+    call time (the module's interpret mode as it is when the row runs); ``head_dims`` names
+    the row's HEAD_DIMS entry; ``options`` the DECODE_OPTIONS it implements (the others are
+    refused by name).
     """
 
     def wrap(body: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         def row(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 block_table: torch.Tensor, seq_lens: torch.Tensor, *,
                 sm_scale: float | None = None, k_scale: torch.Tensor | float | None = None,
-                v_scale: torch.Tensor | float | None = None, **options) -> torch.Tensor:
+                v_scale: torch.Tensor | float | None = None, window: int | None = None,
+                softcap: float | None = None, **kwargs) -> torch.Tensor:
+            for name in options_used(window, softcap, k_scale):
+                if name not in options:
+                    raise ValueError(f"{body.__name__} does not implement {name}; it implements "
+                                     f"{', '.join(options) or 'no decode option'}")
             p = validate_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, sm_scale,
                                        k_scale, v_scale, triton_kernel=triton_kernel,
-                                       interpreted=interpreted())
-            return body(p, q, k_cache, v_cache, **options)
+                                       interpreted=interpreted(), head_dims=head_dims,
+                                       window=window, softcap=softcap)
+            return body(p, q, k_cache, v_cache, **kwargs)
 
         # name, module and docstring from the body; the signature stays the contract's
         functools.update_wrapper(row, body, assigned=("__module__", "__name__", "__qualname__",
                                                       "__doc__"))
         del row.__wrapped__
         contract = inspect.signature(row)
-        options = [prm for prm in inspect.signature(body).parameters.values()
-                   if prm.kind is inspect.Parameter.KEYWORD_ONLY]
+        own = [prm for prm in inspect.signature(body).parameters.values()
+               if prm.kind is inspect.Parameter.KEYWORD_ONLY]
         fixed = [prm for prm in contract.parameters.values()
                  if prm.kind is not inspect.Parameter.VAR_KEYWORD]
-        row.__signature__ = contract.replace(parameters=[*fixed, *options])
+        row.__signature__ = contract.replace(parameters=[*fixed, *own])
         return row
 
     return wrap

@@ -31,7 +31,9 @@ path on CUDA reads no value: a host read in the launcher would stall the launch 
 every timed region. Accepted inputs:
 q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or fp8
 e4m3 bytes (uint8 or float8_e4m3fn) with ``k_scale``/``v_scale``, K token-major (D contiguous), V token-major or dim-major
-(page_size contiguous: ``_validate.v_cache_dim_major``); D a power of two in [16, 256];
+(page_size contiguous: ``_validate.v_cache_dim_major``); D in [16, 256] for the Triton rows
+(tiles padded to a power of two, see _attend_tile), in [1, 1024] for the torch row
+(common.HEAD_DIMS);
 page_size a power of two; block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
 values >= 0 (a length-0 sequence gets a zero output, as padded batch slots do in an engine).
 """
@@ -127,12 +129,15 @@ def _attend_tile(
     k_head,
     v_head,
     scale,
+    win_lo,
+    cap_out,
     stride_kp,
     stride_ks,
     stride_vp,
     stride_vs,
     stride_vd,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
@@ -140,6 +145,8 @@ def _attend_tile(
     V_DMAJOR: tl.constexpr,
     MASKED: tl.constexpr,
     V_PAGE_ROWS: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFTCAP: tl.constexpr,
     page_in=None,
 ):
     """Online-softmax update of (m_i, l_i, acc) by tokens [start, start + BLOCK_N).
@@ -149,12 +156,21 @@ def _attend_tile(
     pages shorter than a tile, stored [HEAD_DIM][PAGE_SIZE] per (page, head): an unmasked
     tile loads each page as one contiguous row. ``page_in``: the tile's page per token (0 past
     ``hi``), loaded one tile ahead by ``_attend_range``; None: load it here.
+
+    BLOCK_D: the tile's d extent, HEAD_DIM rounded up to a power of two (tl.arange and tl.dot
+    need one). When it exceeds HEAD_DIM every K/V load is masked along d (other=0: padded
+    lanes add 0 to the scores and give 0 output columns); when it equals HEAD_DIM no d mask is
+    emitted (``PAD_D`` is a compile-time constant), so a power-of-two head dim compiles to the
+    same kernel as before padding existed.
     """
+    PAD_D: tl.constexpr = BLOCK_D != HEAD_DIM
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     tok = start + offs_n
     slot = tok % PAGE_SIZE
-    if MASKED:
+    if MASKED and WINDOW:
+        mask_n = (tok < hi) & (tok >= win_lo)
+    elif MASKED:
         mask_n = tok < hi
     if page_in is not None:
         page = page_in
@@ -162,20 +178,26 @@ def _attend_tile(
         page = tl.load(bt_row + tok // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
     else:
         page = tl.load(bt_row + tok // PAGE_SIZE).to(tl.int64)
-    if MASKED:
-        k = tl.load(
-            k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :],
-            mask=mask_n[:, None],
-            other=0,
-        )
+    k_ptrs = k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :]
+    if MASKED and PAD_D:
+        k = tl.load(k_ptrs, mask=mask_n[:, None] & (offs_d < HEAD_DIM)[None, :], other=0)
+    elif MASKED:
+        k = tl.load(k_ptrs, mask=mask_n[:, None], other=0)
+    elif PAD_D:
+        k = tl.load(k_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0)
     else:
-        k = tl.load(k_head + (page * stride_kp + slot * stride_ks)[:, None] + offs_d[None, :])
+        k = tl.load(k_ptrs)
     if FP8:
         k = _widen_e4m3(k, q)
     if DOT_F32:
         scores = tl.dot(q.to(tl.float32), tl.trans(_to_f32(k))) * scale
     else:
         scores = tl.dot(q, tl.trans(k)) * scale
+    if SOFTCAP:
+        # cap * tanh(x / cap) in the log2 domain: ``scale`` carries 2 * log2(e) / cap, so
+        # exp2(scores) = e^(2x / cap) and tanh = 1 - 2 / (e^(2x / cap) + 1), which saturates to
+        # +-1 (no inf / inf); ``cap_out`` = cap * log2(e).
+        scores = (1.0 - 2.0 / (tl.exp2(scores) + 1.0)) * cap_out
     if MASKED:
         scores = tl.where(mask_n[None, :], scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, 1))
@@ -189,13 +211,18 @@ def _attend_tile(
         # pieces of BLOCK_N / PAGE_SIZE pages; the reorder to [tokens, d] is a register
         # relabelling (sm_90 TTGIR: the shared-memory tile is read straight into the dot
         # operand's layout). Page-sized pieces cost one L2 tag lookup each and held fp8 at
-        # the L2's tag rate (docs/decisions.md).
+        # the L2's tag rate (docs/decisions.md). Padded d rows (PAD_D) lie past the page's
+        # HEAD_DIM * PAGE_SIZE elements: masked off, zero.
         PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE
         page_p = tl.max(tl.reshape(page, (PAGES, PAGE_SIZE)), 1)  # equal over a page's slots
-        offs_f = tl.arange(0, HEAD_DIM * PAGE_SIZE)
-        v = tl.load(v_head + (page_p * stride_vp)[:, None] + offs_f[None, :])
-        v = tl.reshape(v, (PAGES, HEAD_DIM, PAGE_SIZE))
-        v = tl.reshape(tl.permute(v, (0, 2, 1)), (BLOCK_N, HEAD_DIM))
+        offs_f = tl.arange(0, BLOCK_D * PAGE_SIZE)
+        v_ptrs = v_head + (page_p * stride_vp)[:, None] + offs_f[None, :]
+        if PAD_D:
+            v = tl.load(v_ptrs, mask=(offs_f < HEAD_DIM * PAGE_SIZE)[None, :], other=0)
+        else:
+            v = tl.load(v_ptrs)
+        v = tl.reshape(v, (PAGES, BLOCK_D, PAGE_SIZE))
+        v = tl.reshape(tl.permute(v, (0, 2, 1)), (BLOCK_N, BLOCK_D))
     else:
         if V_DMAJOR:
             # Slots of one page are adjacent: tell the compiler (it cannot see through the
@@ -210,9 +237,17 @@ def _attend_tile(
             # Past ``hi`` the page loaded above is page 0 (the masked table load's ``other``):
             # a valid page, so the whole tile loads as vectors; the rows past ``hi`` are then
             # zeroed (a stale NaN there would survive p = 0).
-            v = tl.where(mask_n[:, None], tl.load(v_ptrs), 0)
+            if PAD_D:
+                v = tl.load(v_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0)
+            else:
+                v = tl.load(v_ptrs)
+            v = tl.where(mask_n[:, None], v, 0)
+        elif MASKED and PAD_D:
+            v = tl.load(v_ptrs, mask=mask_n[:, None] & (offs_d < HEAD_DIM)[None, :], other=0)
         elif MASKED:
             v = tl.load(v_ptrs, mask=mask_n[:, None], other=0)
+        elif PAD_D:
+            v = tl.load(v_ptrs, mask=(offs_d < HEAD_DIM)[None, :], other=0)
         else:
             v = tl.load(v_ptrs)
     if FP8:
@@ -238,12 +273,15 @@ def _attend_range(
     k_head,
     v_head,
     scale,
+    win_lo,
+    cap_out,
     stride_kp,
     stride_ks,
     stride_vp,
     stride_vs,
     stride_vd,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
@@ -252,6 +290,8 @@ def _attend_range(
     MASKED: tl.constexpr,
     BT_AHEAD: tl.constexpr,
     V_PAGE_ROWS: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     """``_attend_tile`` over the tiles starting at lo, lo + BLOCK_N, ... below ``end``.
 
@@ -270,18 +310,18 @@ def _attend_range(
             tok = start + BLOCK_N + offs_n
             page_next = tl.load(bt_row + tok // PAGE_SIZE, mask=tok < hi, other=0).to(tl.int64)
             m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
+                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
-                V_PAGE_ROWS, page,
+                HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
+                V_PAGE_ROWS, WINDOW, SOFTCAP, page,
             )
     else:
         for start in range(lo, end, BLOCK_N):
             m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale,
+                q, m_i, l_i, acc, start, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
-                V_PAGE_ROWS,
+                HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, MASKED,
+                V_PAGE_ROWS, WINDOW, SOFTCAP,
             )
     return m_i, l_i, acc
 
@@ -298,7 +338,10 @@ def _decode_kernel(
     part_lse_ptr,
     k_scale,
     v_scale,
+    scale_stride,
     qk_scale,
+    window,
+    cap_out,
     stride_qb,
     stride_qh,
     stride_kp,
@@ -315,6 +358,7 @@ def _decode_kernel(
     GROUP: tl.constexpr,
     GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     FP8: tl.constexpr,
@@ -325,8 +369,16 @@ def _decode_kernel(
     V_DMAJOR: tl.constexpr,
     BT_AHEAD: tl.constexpr,
     V_PAGE_ROWS: tl.constexpr,
+    WINDOW: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
-    """One program: sequence b, kv head h, split s (s == 0 when not SPLIT)."""
+    """One program: sequence b, kv head h, split s (s == 0 when not SPLIT).
+
+    WINDOW: attend to the last ``window`` tokens only. The walk starts at the window's first
+    token rounded down to a BLOCK_N multiple (tile starts stay aligned, which the dim-major
+    V path's contiguity hint needs) and every tile is masked below the window, so a token
+    before it is never weighed, and its V row is zeroed (stale NaN there would survive p = 0).
+    SOFTCAP: scores become cap * tanh(score / cap) before the softmax (Gemma-2)."""
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()  # the reduce may become resident now
     b = tl.program_id(0)
@@ -335,28 +387,41 @@ def _decode_kernel(
     # Table capacity bounds the walk: a seq_len beyond it (invalid input, validated on the host
     # where the values are visible) must not read past the block-table row.
     seq_len = tl.minimum(tl.load(seq_lens_ptr + b), max_pages * PAGE_SIZE)
+    if WINDOW:
+        win_lo = tl.maximum(seq_len - window, 0)
+        first = win_lo // BLOCK_N * BLOCK_N
+    else:
+        win_lo = 0
+        first = 0
     if SPLIT:
-        chunk = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
-        lo = s * chunk
+        chunk = tl.cdiv(tl.cdiv(seq_len - first, num_splits), BLOCK_N) * BLOCK_N
+        lo = first + s * chunk
         hi = tl.minimum(lo + chunk, seq_len)
     else:
-        lo = 0
+        lo = first
         hi = seq_len
 
     offs_g = tl.arange(0, GROUP_PAD)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     mask_g = offs_g < GROUP
+    # [GROUP_PAD, BLOCK_D]: the group's real heads, and their real d lanes when the tile is
+    # padded (BLOCK_D > HEAD_DIM; a compile-time choice, see _attend_tile).
+    if BLOCK_D != HEAD_DIM:
+        mask_gd = mask_g[:, None] & (offs_d < HEAD_DIM)[None, :]
+    else:
+        mask_gd = mask_g[:, None]
     heads = h * GROUP + offs_g
     q = tl.load(
         q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
-        mask=mask_g[:, None],
+        mask=mask_gd,
         other=0.0,
     )
     scale = qk_scale
     if FP8:
         if SCALE_PTR:
-            ks = tl.load(k_scale)
-            vs = tl.load(v_scale)
+            # scale_stride: 0 for one scale per tensor, 1 for one per kv head ([Hkv])
+            ks = tl.load(k_scale + h * scale_stride)
+            vs = tl.load(v_scale + h * scale_stride)
         else:
             ks = k_scale
             vs = v_scale
@@ -364,36 +429,37 @@ def _decode_kernel(
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
+    acc = tl.zeros([GROUP_PAD, BLOCK_D], tl.float32)
     bt_row = bt_ptr + b.to(tl.int64) * stride_btb
     k_head = k_ptr + h * stride_kh
     v_head = v_ptr + h * stride_vh
-    if V_DMAJOR:
+    if V_DMAJOR and not WINDOW:
         # Whole tiles without masks, then the partial tail tile (if any) with them: a
         # dim-major V tile is contiguous along tokens, and a per-token mask would cut its loads
         # to single elements (no vectors, no cp.async) in every iteration instead of one.
         full_end = lo + (hi - lo) // BLOCK_N * BLOCK_N
         m_i, l_i, acc = _attend_range(
-            q, m_i, l_i, acc, lo, full_end, hi, bt_row, k_head, v_head, scale,
+            q, m_i, l_i, acc, lo, full_end, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, False, BT_AHEAD,
-            V_PAGE_ROWS,
+            HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, False, BT_AHEAD,
+            V_PAGE_ROWS, False, SOFTCAP,
         )
         if full_end < hi:
             m_i, l_i, acc = _attend_tile(
-                q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale,
+                q, m_i, l_i, acc, full_end, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
                 stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-                HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, True,
-                V_PAGE_ROWS,
+                HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, True, True,
+                V_PAGE_ROWS, False, SOFTCAP,
             )
     else:
         # Token-major V: every tile masked (one loop: the peeled form costs the fp8 kernel
         # registers and spills under its cap, and masks along d-contiguous rows cost nothing).
+        # With a window, dim-major V takes this loop too (tiles masked below the window).
         m_i, l_i, acc = _attend_range(
-            q, m_i, l_i, acc, lo, hi, hi, bt_row, k_head, v_head, scale,
+            q, m_i, l_i, acc, lo, hi, hi, bt_row, k_head, v_head, scale, win_lo, cap_out,
             stride_kp, stride_ks, stride_vp, stride_vs, stride_vd,
-            HEAD_DIM, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, False, True, BT_AHEAD,
-            False,
+            HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, FP8, DOT_F32, V_DMAJOR, True, BT_AHEAD,
+            False, WINDOW, SOFTCAP,
         )
 
     has = l_i > 0.0
@@ -403,14 +469,14 @@ def _decode_kernel(
     row = b * num_heads_q + heads
     if SPLIT:
         part = row * num_splits + s
-        tl.store(part_o_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=mask_g[:, None])
+        tl.store(part_o_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], o, mask=mask_gd)
         lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
         tl.store(part_lse_ptr + part, lse, mask=mask_g)
     else:
         tl.store(
             out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :],
             o.to(out_ptr.dtype.element_ty),
-            mask=mask_g[:, None],
+            mask=mask_gd,
         )
 
 
@@ -421,6 +487,7 @@ def _reduce_kernel(
     out_ptr,
     num_splits,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -428,12 +495,12 @@ def _reduce_kernel(
     if PDL:
         tl.extra.cuda.gdc_wait()  # the split kernel's partials are complete and visible
     row = tl.program_id(0)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     offs_s = tl.arange(0, SPLIT_BLOCK)
     base = row * num_splits
     m = tl.full([1], float("-inf"), tl.float32)
     den = tl.zeros([1], tl.float32)
-    acc = tl.zeros([HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_D], tl.float32)
     for s0 in range(0, num_splits, SPLIT_BLOCK):
         sp = s0 + offs_s
         mask_s = sp < num_splits
@@ -443,16 +510,21 @@ def _reduce_kernel(
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_safe)
         w = tl.exp2(lse - m_safe)
-        o = tl.load(
-            part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :],
-            mask=mask_s[:, None],
-            other=0.0,
-        )
+        if BLOCK_D != HEAD_DIM:  # padded lanes (compile-time, as in _attend_tile)
+            mask_o = mask_s[:, None] & (offs_d < HEAD_DIM)[None, :]
+        else:
+            mask_o = mask_s[:, None]
+        o = tl.load(part_o_ptr + (base + sp)[:, None] * HEAD_DIM + offs_d[None, :], mask=mask_o,
+                    other=0.0)
         acc = acc * alpha + tl.sum(w[:, None] * o, 0)
         den = den * alpha + tl.sum(w, 0)
         m = m_new
     res = acc / tl.where(den > 0.0, den, 1.0)
-    tl.store(out_ptr + row * HEAD_DIM + offs_d, res.to(out_ptr.dtype.element_ty))
+    if BLOCK_D != HEAD_DIM:
+        tl.store(out_ptr + row * HEAD_DIM + offs_d, res.to(out_ptr.dtype.element_ty),
+                 mask=offs_d < HEAD_DIM)
+    else:
+        tl.store(out_ptr + row * HEAD_DIM + offs_d, res.to(out_ptr.dtype.element_ty))
 
 
 # Triton fixes compiled-vs-interpreted when a kernel is decorated (TRITON_INTERPRET at import
@@ -529,6 +601,10 @@ def _launch(
     scale_ptr = isinstance(p.k_scale, torch.Tensor)
     pdl = split and _pdl_supported(q.device)
     qk_scale = p.sm_scale * LOG2E
+    cap_out = 0.0
+    if p.softcap is not None:  # see _attend_tile: exp2 of the scaled score is e^(2x / cap)
+        qk_scale = p.sm_scale * 2.0 * LOG2E / p.softcap
+        cap_out = p.softcap * LOG2E
     if scale_ptr != isinstance(p.v_scale, torch.Tensor):
         raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
     if split:
@@ -551,7 +627,10 @@ def _launch(
         part_lse,
         p.k_scale,
         p.v_scale,
+        1 if scale_ptr and p.k_scale.numel() > 1 else 0,
         qk_scale,
+        p.window or 0,
+        cap_out,
         q.stride(0),
         q.stride(1),
         k_cache.stride(0),
@@ -568,6 +647,7 @@ def _launch(
         GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=p.head_dim,
+        BLOCK_D=triton.next_power_of_2(p.head_dim),
         PAGE_SIZE=p.page_size,
         BLOCK_N=cfg["BLOCK_N"],
         FP8=p.fp8,
@@ -579,6 +659,8 @@ def _launch(
         BT_AHEAD=cfg["bt_ahead"],
         V_PAGE_ROWS=p.v_dim_major and v_cache.stride(3) == p.page_size
         and p.page_size < cfg["BLOCK_N"],
+        WINDOW=p.window is not None,
+        SOFTCAP=p.softcap is not None,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **_register_cap(cfg),
@@ -591,6 +673,7 @@ def _launch(
             out,
             num_splits,
             HEAD_DIM=p.head_dim,
+            BLOCK_D=triton.next_power_of_2(p.head_dim),
             SPLIT_BLOCK=rcfg["SPLIT_BLOCK"],
             PDL=pdl,
             num_warps=rcfg["num_warps"],
@@ -628,7 +711,7 @@ def paged_decode_split_kv(
     return p.finish(_launch(p, q, k_cache, v_cache, p.block_table, p.seq_lens, num_splits))
 
 
-@decode_row(triton_kernel=False)
+@decode_row(triton_kernel=False, head_dims="torch")
 def paged_decode_gather_sdpa(
     p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
 ) -> torch.Tensor:
@@ -649,23 +732,44 @@ def paged_decode_gather_sdpa(
         pages = cache[idx]  # [B, max_pages, page, Hkv, D]
         if p.fp8:
             # A 1-element fp32 tensor as a 0-dim one: it scales in fp32 without promoting the
-            # pages to fp32 (SDPA needs q, k and v in one dtype).
-            if isinstance(scale, torch.Tensor):
-                scale = scale.reshape(())
-            pages = pages.view(torch.float8_e4m3fn).to(q.dtype) * scale
+            # pages to fp32 (SDPA needs q, k and v in one dtype). Per kv head scales ([Hkv]):
+            # each head's bytes widened and scaled in fp32, rounded once to q's dtype.
+            if isinstance(scale, torch.Tensor) and scale.numel() > 1:
+                pages = (pages.view(torch.float8_e4m3fn).float() * scale[:, None]).to(q.dtype)
+            else:
+                if isinstance(scale, torch.Tensor):
+                    scale = scale.reshape(())
+                pages = pages.view(torch.float8_e4m3fn).to(q.dtype) * scale
         return pages.reshape(p.batch, length, p.kv_heads, p.head_dim).transpose(1, 2)
 
     k = gather(k_cache, p.k_scale)
     v = gather(v_cache, p.v_scale)
-    keep = torch.arange(length, device=q.device)[None, :] < seq_lens[:, None].long()
-    out = F.scaled_dot_product_attention(
-        q.unsqueeze(2),
-        k,
-        v,
-        attn_mask=keep[:, None, None, :],
-        scale=p.sm_scale,
-        enable_gqa=p.q_heads != p.kv_heads,
-    ).squeeze(2)
+    pos = torch.arange(length, device=q.device)[None, :]
+    keep = pos < seq_lens[:, None].long()
+    if p.window is not None:
+        keep &= pos >= seq_lens[:, None].long() - p.window
+        # Tokens before the window may hold anything (NaN included): zeroed, not only masked
+        # (a masked NaN V row still makes 0 x NaN = NaN).
+        k = torch.where(keep[:, None, :, None], k, torch.zeros((), dtype=k.dtype, device=k.device))
+        v = torch.where(keep[:, None, :, None], v, torch.zeros((), dtype=v.dtype, device=v.device))
+    if p.softcap is None:
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(2),
+            k,
+            v,
+            attn_mask=keep[:, None, None, :],
+            scale=p.sm_scale,
+            enable_gqa=p.q_heads != p.kv_heads,
+        ).squeeze(2)
+    else:
+        # SDPA has no soft-cap: the scores in fp32, capped, masked, softmax, then P @ V.
+        group = p.q_heads // p.kv_heads
+        qg = q.float().reshape(p.batch, p.kv_heads, group, p.head_dim)
+        scores = torch.matmul(qg, k.float().transpose(-1, -2)) * p.sm_scale  # [B, Hkv, G, L]
+        scores = p.softcap * torch.tanh(scores / p.softcap)
+        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # all masked: 0, zeroed below
+        out = torch.matmul(probs, v.float()).reshape(p.batch, p.q_heads, p.head_dim).to(q.dtype)
     # A fully masked row (seq_len 0) is NaN in SDPA; the op's contract is a zero output.
     return p.finish(torch.where(
         (seq_lens > 0)[:, None, None], out, torch.zeros((), dtype=out.dtype, device=out.device)

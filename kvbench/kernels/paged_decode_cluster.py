@@ -26,10 +26,11 @@ from kvbench.core.dtypes import FROM_TORCH
 from kvbench.kernels import cuda_build
 from kvbench.kernels._device import sm_count
 from kvbench.kernels._validate import validate_optional_int_range
-from kvbench.kernels.common import LOG2E, DecodeProblem, decode_row
+from kvbench.kernels.common import HEAD_DIMS, LOG2E, DecodeProblem, decode_row
 
 LIBRARY = "cluster_decode"
-HEAD_DIM = 128
+#: The only head dim its templates are compiled for (common.HEAD_DIMS holds the rule).
+HEAD_DIM = HEAD_DIMS["cuda/cluster_decode"][0]
 GROUPS = (1, 2, 4, 8)
 #: sm_90's non-portable cluster limit (the kernel allows it on itself).
 MAX_SPLITS = 16
@@ -248,7 +249,9 @@ def _validate_cluster_inputs(q, k_cache, v_cache, p) -> None:
                              f"got strides {tuple(cache.stride())}")
 
 
-@decode_row(triton_kernel=False)
+# The contract's head-dim rule is the Triton rows' (the order of its messages stays the
+# contract's); shape_unsupported then refuses every head dim but HEAD_DIM.
+@decode_row(triton_kernel=False, options=())
 def paged_decode_cluster(
     p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
     num_splits: int | None = None,

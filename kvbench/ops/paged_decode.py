@@ -134,8 +134,17 @@ def make_decode_query(
     return torch.randn(shape, generator=gen, device=pool.device, dtype=torch.float32).to(dtype)
 
 
-def check_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = None) -> float:
+def _option_kwargs(window: int | None, softcap: float | None) -> dict[str, Any]:
+    """The decode options to pass: only those set, so a row without options is called as
+    before."""
+    return {k: v for k, v in (("window", window), ("softcap", softcap)) if v is not None}
+
+
+def check_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = None,
+                       window: int | None = None, softcap: float | None = None) -> float:
     """Run ``fn`` on the pool and compare with ``paged_decode_ref``; return max |out - ref|.
+
+    ``window`` / ``softcap``: the decode options, passed to ``fn`` and the reference.
 
     Tolerances are the kernel module's for the pool's KV dtype, loosened to q's dtype's entry
     when that is looser (the kernel's arithmetic runs in q's dtype). NaN anywhere in the
@@ -148,7 +157,8 @@ def check_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = No
         raise ValueError(f"q has dtype {q.dtype}; accepted: torch.float16, torch.bfloat16")
     kv_name = pool.kv_dtype_name
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    kwargs = {"sm_scale": sm_scale, "k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    kwargs = {"sm_scale": sm_scale, "k_scale": pool.k_scale, "v_scale": pool.v_scale,
+              **_option_kwargs(window, softcap)}
     ref = paged_decode_ref(*args, **kwargs)
     poison_next_alloc(tuple(q.shape), q.dtype, q.device)
     with validated_calls():
@@ -194,7 +204,8 @@ def _verify_decode_output(fn, out, ref: torch.Tensor, q: torch.Tensor, kv_name: 
                            tol=decode_systematic_tolerance(kv_name, q_name, q.device))
 
 
-def proof_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = None) -> TimedProof:
+def proof_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = None,
+                       window: int | None = None, softcap: float | None = None) -> TimedProof:
     """The TimedProof of a decode row timed on ``(q, pool)`` (harness/proof.py).
 
     Before the last timed call: the previous call's output is poisoned and q is negated in
@@ -205,7 +216,8 @@ def proof_paged_decode(fn, pool, q: torch.Tensor, *, sm_scale: float | None = No
     if q.dtype not in _Q_DTYPE_NAMES:
         raise ValueError(f"q has dtype {q.dtype}; accepted: torch.float16, torch.bfloat16")
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    kwargs = {"sm_scale": sm_scale, "k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    kwargs = {"sm_scale": sm_scale, "k_scale": pool.k_scale, "v_scale": pool.v_scale,
+              **_option_kwargs(window, softcap)}
     refs = RefCache(lambda: paged_decode_ref(*args, **kwargs))
 
     def prepare(previous: object) -> None:
@@ -332,8 +344,14 @@ def paged_decode_ref(
     sm_scale: float | None = None,
     k_scale: torch.Tensor | float | None = None,
     v_scale: torch.Tensor | float | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Decode attention in fp64, one sequence at a time, with plain matmul + softmax.
+
+    Options: ``window`` attends to the last ``window`` tokens of each sequence only;
+    ``softcap`` replaces each score s (sm_scale included) by softcap * tanh(s / softcap);
+    fp8 scales may be per kv head (``[Hkv]`` tensors).
 
     fp64 rather than fp32 so that a process-wide TF32 setting
     (``torch.backends.cuda.matmul.allow_tf32``) can never loosen the reference.
@@ -352,7 +370,9 @@ def paged_decode_ref(
         if rows.dtype == torch.uint8:
             if s is None:
                 raise ValueError("uint8 (fp8) caches need k_scale and v_scale")
-            s = s.double().to(rows.device) if isinstance(s, torch.Tensor) else float(s)
+            # a tensor: one scale, or one per kv head ([Hkv] against rows [n, Hkv, D])
+            s = s.double().to(rows.device).reshape(-1, 1) if isinstance(s, torch.Tensor) \
+                else float(s)
             return rows.view(torch.float8_e4m3fn).to(torch.float64) * s
         return rows.to(torch.float64)
 
@@ -367,8 +387,12 @@ def paged_decode_ref(
         v = widen(v_cache[pages].reshape(-1, kv_heads, head_dim)[:n], v_scale)
         qb = q[b].to(torch.float64).reshape(kv_heads, group, head_dim)  # [Hkv, G, D]
         scores = torch.matmul(qb, k.permute(1, 2, 0)) * scale  # [Hkv, G, n]
-        probs = torch.softmax(scores, dim=-1)
-        out[b] = torch.matmul(probs, v.permute(1, 0, 2)).reshape(q_heads, head_dim)
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
+        # A window drops the tokens before it (never read: they may hold anything).
+        first = 0 if window is None else max(0, n - window)
+        probs = torch.softmax(scores[..., first:], dim=-1)
+        out[b] = torch.matmul(probs, v[first:].permute(1, 0, 2)).reshape(q_heads, head_dim)
     return out.to(q.dtype)
 
 

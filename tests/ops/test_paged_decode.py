@@ -503,9 +503,9 @@ def test_bad_input_raises(device, fn, mutate, match):
 
 
 def test_bad_head_dim_and_fp8_scales(device):
-    pool = _pool(device, 1, 8, head_dim=48)
+    pool = _pool(device, 1, 8, head_dim=272)
     q = make_decode_query(pool, 2)
-    with pytest.raises(ValueError, match=r"head_dim must be a power of two in \[16, 256\]"):
+    with pytest.raises(ValueError, match=r"head_dim must be in \[16, 256\] for the triton"):
         SINGLE(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     pool, q = _inputs(device, "fp8")
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
@@ -550,7 +550,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
     aligned = {"stride_qb", "stride_qh", "stride_kp", "stride_ks", "stride_kh",
                "stride_vp", "stride_vs", "stride_vh", "stride_vd"}
 
-    def compile_one(qdt, kvdt, split, v_dim_major=False):
+    def compile_one(qdt, kvdt, split, v_dim_major=False, head_dim=128):
         fp8 = kvdt == "u8"
         cfg = pd.CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")]
         part = "*fp32" if split else f"*{qdt}"
@@ -559,7 +559,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
                     "bt_ptr": "*i32", "seq_lens_ptr": "*i32", "out_ptr": f"*{qdt}",
                     "part_o_ptr": part, "part_lse_ptr": part, "k_scale": "*fp32",
                     "v_scale": "*fp32", "qk_scale": "fp32", "stride_kp": "i64"})
-        const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": 128, "PAGE_SIZE": 16,
+        const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": head_dim,
+                 "BLOCK_D": triton.next_power_of_2(head_dim), "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
                  "DOT_F32": False, "PDL": split, "V_DMAJOR": v_dim_major,
                  "BT_AHEAD": cfg["bt_ahead"], "V_PAGE_ROWS": v_dim_major}  # page 16 < BLOCK_N
@@ -579,12 +580,14 @@ _COMPILE_SCRIPT = textwrap.dedent(
     # fp16 single pass; fp8 bytes with fp16 q (single pass) and bf16 q (split epilogue).
     # Float-convert counts: PTX cvt with a float type (not the integer/address cvts) and SASS
     # F2F / F2FP (conversion-unit instructions). Then V dim-major pages (storage
-    # "v_dim_major"): fp16, and fp8 with fp16 and bf16 q.
-    cases = [("fp16", "fp16", False, False), ("fp16", "u8", False, False),
-             ("bf16", "u8", True, False), ("fp16", "fp16", False, True),
-             ("fp16", "u8", False, True), ("bf16", "u8", True, True)]
-    for qdt, kvdt, split, vdm in cases:
-        k, cap = compile_one(qdt, kvdt, split, vdm)
+    # "v_dim_major"): fp16, and fp8 with fp16 and bf16 q. Last, padded tiles (head_dim 96 in
+    # a 128-lane tile): fp16 split, fp8 dim-major single pass.
+    cases = [("fp16", "fp16", False, False, 128), ("fp16", "u8", False, False, 128),
+             ("bf16", "u8", True, False, 128), ("fp16", "fp16", False, True, 128),
+             ("fp16", "u8", False, True, 128), ("bf16", "u8", True, True, 128),
+             ("fp16", "fp16", True, False, 96), ("fp16", "u8", False, True, 96)]
+    for qdt, kvdt, split, vdm, head_dim in cases:
+        k, cap = compile_one(qdt, kvdt, split, vdm, head_dim)
         ptx = k.asm["ptx"]
         assert "cp.async" in ptx or "cp.async.bulk" in ptx, "KV loads not async"
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -597,7 +600,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
         fcvt = collections.Counter(re.findall(r"\\bcvt\\.[\\w.]*(?:e4m3|f16|bf16|f32)[\\w.]*", ptx))
         ops = collections.Counter(re.findall(r"^\\s+/\\*[0-9a-f]{4}\\*/\\s+(?:@!?U?P\\w+\\s+)?([A-Z0-9]+)",
                                              sass, re.M))
-        print(f"{qdt} kv={kvdt} split={split} v_dim_major={vdm} {line.strip()}")
+        print(f"{qdt} kv={kvdt} split={split} v_dim_major={vdm} d={head_dim} {line.strip()}")
         print(f"  ptx float cvt: {dict(fcvt)}")
         # How dot operands leave shared memory: ldmatrix (16-bit tiles, .trans for V) versus
         # scalar byte loads (ld.shared.b8: fp8 V gathered into the mma B-operand layout).
@@ -617,12 +620,13 @@ _COMPILE_SCRIPT = textwrap.dedent(
             # fp8 bytes are widened by float converts (else this count measures nothing).
             assert widen > 0, dict(fcvt)
     rsig = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": "*fp16",
-            "num_splits": "i32", "HEAD_DIM": "constexpr", "SPLIT_BLOCK": "constexpr",
-            "PDL": "constexpr"}
-    triton.compile(ASTSource(fn=pd._reduce_kernel, signature=rsig,
-                             constexprs={"HEAD_DIM": 128, "SPLIT_BLOCK": pd.CONFIG["reduce"]["SPLIT_BLOCK"],
-                                         "PDL": True}),
-                   target=target, options={"num_warps": pd.CONFIG["reduce"]["num_warps"]})
+            "num_splits": "i32", "HEAD_DIM": "constexpr", "BLOCK_D": "constexpr",
+            "SPLIT_BLOCK": "constexpr", "PDL": "constexpr"}
+    for head_dim in (128, 96):
+        rconst = {"HEAD_DIM": head_dim, "BLOCK_D": triton.next_power_of_2(head_dim),
+                  "SPLIT_BLOCK": pd.CONFIG["reduce"]["SPLIT_BLOCK"], "PDL": True}
+        triton.compile(ASTSource(fn=pd._reduce_kernel, signature=rsig, constexprs=rconst),
+                       target=target, options={"num_warps": pd.CONFIG["reduce"]["num_warps"]})
     print("ok")
     """
 )

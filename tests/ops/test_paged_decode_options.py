@@ -1,0 +1,127 @@
+"""Decode options: sliding window, logit soft-cap, fp8 scales per kv head, in the Triton rows,
+the torch row and the fp64 reference; bad values refused by name; a row without an option
+refuses it instead of ignoring it. CPU through the interpreter at small shapes."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from kvbench.fixtures.pool import paged_pool
+from kvbench.kernels import paged_decode as pd
+from kvbench.kernels import paged_decode_cluster as pdc
+from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
+
+SPLIT3 = functools.partial(pd.paged_decode_split_kv, num_splits=3)
+SPLIT3.__name__ = "paged_decode_split_kv[3 splits]"
+ROWS = (pd.paged_decode_single_pass, SPLIT3, pd.paged_decode_gather_sdpa)
+
+
+@pytest.fixture
+def short_tiles(monkeypatch):
+    """BLOCK_N 32: several tiles per sequence at interpreter-sized lengths."""
+    for key in ("single_pass", "single_pass_fp8", "split_kv", "split_kv_fp8"):
+        monkeypatch.setitem(pd.CONFIG, key, {**pd.CONFIG[key], "BLOCK_N": 32})
+
+
+def _pool(device, dtype, storage, lens=(75, 9)):
+    return paged_pool(len(lens), list(lens), kv_heads=2, head_dim=32, page_size=8, dtype=dtype,
+                      storage=storage, min_l2_multiple=0, device=device, seed=0)
+
+
+@pytest.mark.parametrize(("dtype", "storage", "options"), [
+    ("fp16", "combined", {"window": 40}),  # window start inside a tile, past a page start
+    ("fp8", "v_dim_major", {"window": 1}),
+    ("bf16", "v_dim_major", {"window": 100}),  # longer than every sequence: all tokens
+    ("fp16", "v_dim_major", {"softcap": 2.0}),  # a cap the scores reach: tanh far from linear
+    ("fp8", "combined", {"softcap": 30.0, "window": 33}),
+])
+def test_options_every_row(device, short_tiles, dtype, storage, options):
+    pool = _pool(device, dtype, storage)
+    q = make_decode_query(pool, 4, seed=1)
+    if "softcap" in options:
+        q = q * 4  # larger scores, so the cap bends them
+    for fn in ROWS:
+        assert check_paged_decode(fn, pool, q, **options) >= 0.0
+
+
+def test_window_never_weighs_tokens_before_it(device, short_tiles):
+    """Every K/V slot before each sequence's window holds NaN: a token weighed, or a V row not
+    zeroed, makes the output NaN."""
+    pool = _pool(device, "fp16", "v_dim_major")
+    window = 20
+    for b, n in enumerate(pool.seq_lens_list):
+        for t in range(max(0, n - window)):
+            page, slot = int(pool.block_table[b, t // 8]), t % 8
+            for cache in (pool.k_cache, pool.v_cache):
+                cache[page, slot] = float("nan")
+    q = make_decode_query(pool, 4, seed=1)
+    for fn in ROWS:
+        assert check_paged_decode(fn, pool, q, window=window) >= 0.0
+
+
+def test_options_change_the_output(device):
+    """The checks compare against a reference that applies the options: a row ignoring one
+    would fail them (the outputs differ well beyond the tolerances)."""
+    pool = _pool(device, "fp16", "combined")
+    q = make_decode_query(pool, 4, seed=1) * 4
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
+    plain = pd.paged_decode_gather_sdpa(*args).float()
+    for kw in ({"window": 10}, {"softcap": 1.0}):
+        assert (pd.paged_decode_gather_sdpa(*args, **kw).float() - plain).abs().max() > 0.05
+
+
+def test_fp8_scales_per_kv_head(device, short_tiles):
+    pool = _pool(device, "fp8", "v_dim_major")
+    pool.k_scale = torch.tensor([0.5, 2.0], device=device) * pool.k_scale
+    pool.v_scale = torch.tensor([3.0, 0.25], device=device) * pool.v_scale
+    q = make_decode_query(pool, 4, seed=1)
+    for fn in ROWS:
+        assert check_paged_decode(fn, pool, q) >= 0.0
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"window": 0}, r"window must be None or an int >= 1"),
+    ({"window": 2.5}, r"window must be None or an int >= 1"),
+    ({"softcap": 0.0}, r"softcap must be None or a finite float > 0"),
+    ({"softcap": float("nan")}, r"softcap must be None or a finite float > 0"),
+    ({"k_scale": torch.ones(3), "v_scale": torch.ones(3)},
+     r"k_scale must be a 1-element float32 tensor or a contiguous \[kv_heads=2\]"),
+])
+def test_bad_option_values_are_refused_by_name(kw, match):
+    pool = _pool("cpu", "fp8" if "k_scale" in kw else "fp16", "combined")
+    q = make_decode_query(pool, 4)
+    kw = {"k_scale": pool.k_scale, "v_scale": pool.v_scale, **kw} if pool.k_scale is not None \
+        else kw
+    for fn in ROWS:
+        with pytest.raises(ValueError, match=match):
+            fn(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens, **kw)
+
+
+@pytest.mark.parametrize("kw", [{"window": 8}, {"softcap": 5.0}])
+def test_cluster_row_refuses_options_it_does_not_implement(kw):
+    pool = paged_pool(1, 20, kv_heads=1, head_dim=128, page_size=16, min_l2_multiple=0,
+                      device="cpu", seed=0)
+    q = make_decode_query(pool, 2)
+    with pytest.raises(ValueError, match=f"does not implement {next(iter(kw))}"):
+        pdc.paged_decode_cluster(q, pool.k_cache, pool.v_cache, pool.block_table,
+                                 pool.seq_lens, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
+@pytest.mark.parametrize("options", [{"window": 4096}, {"softcap": 50.0},
+                                     {"softcap": 30.0, "window": 1000}])
+def test_gpu_options_full_size(dtype, options):
+    """Gemma-2-like geometry (head_dim 256, 16 q / 8 kv heads), ragged contexts to 8k."""
+    pool = paged_pool(8, [8192, 4097, 1, 300, 2048, 777, 16, 5000], kv_heads=8, head_dim=256,
+                      page_size=16, dtype=dtype, storage="combined", device="cuda", seed=0)
+    try:
+        q = make_decode_query(pool, 16, seed=1)
+        for fn in (pd.paged_decode_single_pass, pd.paged_decode_split_kv,
+                   pd.paged_decode_gather_sdpa):
+            check_paged_decode(fn, pool, q, **options)
+    finally:
+        pool.free()
