@@ -558,12 +558,14 @@ _COMPILE_SCRIPT = textwrap.dedent(
         sig.update({"q_ptr": f"*{qdt}", "k_ptr": f"*{kvdt}", "v_ptr": f"*{kvdt}",
                     "bt_ptr": "*i32", "seq_lens_ptr": "*i32", "out_ptr": f"*{qdt}",
                     "part_o_ptr": part, "part_lse_ptr": part, "k_scale": "*fp32",
-                    "v_scale": "*fp32", "qk_scale": "fp32", "stride_kp": "i64"})
+                    "v_scale": "*fp32", "qk_scale": "fp32", "cap_out": "fp32",
+                    "stride_kp": "i64"})
         const = {"GROUP": 4, "GROUP_PAD": 16, "HEAD_DIM": head_dim,
                  "BLOCK_D": triton.next_power_of_2(head_dim), "PAGE_SIZE": 16,
                  "BLOCK_N": cfg["BLOCK_N"], "FP8": fp8, "SCALE_PTR": True, "SPLIT": split,
                  "DOT_F32": False, "PDL": split, "V_DMAJOR": v_dim_major,
-                 "BT_AHEAD": cfg["bt_ahead"], "V_PAGE_ROWS": v_dim_major}  # page 16 < BLOCK_N
+                 "BT_AHEAD": cfg["bt_ahead"], "V_PAGE_ROWS": v_dim_major,  # page 16 < BLOCK_N
+                 "WINDOW": False, "SOFTCAP": False}  # the options off: the kernels engines run
         # A launch specializes a stride of 1 as a constant: V's last dim, or its slots.
         const["stride_vs" if v_dim_major else "stride_vd"] = 1
         for k in const:
