@@ -334,7 +334,7 @@ def _swap(staging: Path, target: Path) -> None:
     os.replace(target, old)
     try:
         os.replace(staging, target)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - re-raised, naming where both folders are
         raise OSError(f"the merge stopped between two renames: the old {target} is at "
                       f"{old} and the merged one at {staging}; rename one of them back") \
             from None
