@@ -128,6 +128,34 @@ def gpu_state() -> dict | str:
             pynvml.nvmlShutdown()
 
 
+def device_identity() -> dict:
+    """Which device measured this process's cases: a CUDA device's UUID and PCI bus id where
+    torch reports them, else this host. `id` is what the verdict engine groups points by
+    (kvbench/history/verdict/devices.py): `GPU-<uuid>`, `pci:<bus id>@<host>` or
+    `host:<host>`. CUDA_VISIBLE_DEVICES is kept as the worker saw it. Never raises."""
+    import platform
+
+    host = platform.node()
+    out: dict[str, Any] = {"kind": "cpu", "id": f"host:{host}", "host": host,
+                           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            uuid = str(getattr(props, "uuid", "") or "")
+            pci = None
+            if hasattr(props, "pci_bus_id"):
+                pci = (f"{getattr(props, 'pci_domain_id', 0):04x}:{props.pci_bus_id:02x}:"
+                       f"{getattr(props, 'pci_device_id', 0):02x}.0")
+            out.update(kind="cuda", name=props.name, uuid=uuid or None, pci_bus_id=pci,
+                       id=f"GPU-{uuid}" if uuid else f"pci:{pci}@{host}" if pci
+                       else f"cuda:{torch.cuda.current_device()}@{host}")
+    except Exception as exc:  # noqa: BLE001 - recorded, never fatal to a measurement
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
 # ---- compiled kernels' resources ----------------------------------------------------------------
 
 
@@ -303,6 +331,7 @@ def write_sidecar(group: str, classes: dict[str, dict]) -> str | None:
         "machine": os.environ["ASV_KVBENCH_MACHINE"],
         "group": group,
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": device_identity(),
         "states": STATES,
         "classes": {
             cls: {repr(tuple(key)): _case_record(entry) for key, entry in results.items()

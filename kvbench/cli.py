@@ -90,6 +90,7 @@ HISTORY_COMMANDS = {
     "bisect": "kvbench.history.bisect.bisect_cmd",
     "discover": "kvbench.history.asv.discover_cmd",
     "record": "kvbench.history.asv.record_cmd",
+    "merge": "kvbench.history.asv.merge_cmd",
 }
 
 

@@ -113,4 +113,17 @@ if command -v npm >/dev/null 2>&1; then
     "$PY" -m kvbench.history.dashboard.publish_cmd --prefetch || say "prefetching the dashboard assets failed"
 fi
 
+# The fleet test runs a one-node Slurm cluster (tests/e2e/test_fleet_e2e.py: munged, slurmctld
+# and slurmd on localhost). slurmd starts jobs as their users, so it runs as root: the
+# packages are installed only where this script runs as root with apt-get (CI); elsewhere
+# that test skips and says why.
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmd >/dev/null 2>&1; then
+        apt_install slurm-wlm "the fleet test's one-node Slurm cluster"
+    fi
+    if ! command -v munged >/dev/null 2>&1; then
+        apt_install munge "Slurm's authentication daemon, for the fleet test"
+    fi
+fi
+
 "$PY" -c "import torch, triton, kvbench; print(f'kvbench {kvbench.__version__}: torch {torch.__version__}, triton {triton.__version__}, cuda={torch.cuda.is_available()}')"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,3 +76,23 @@ def move_aside(path: str | os.PathLike[str]) -> Path:
     aside = source.with_name(f"{source.name}.corrupt-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}")
     source.rename(aside)
     return aside
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of `path` if it is a regular file (a symlink to one counts) of at most
+    `limit` bytes; ValueError naming what it is otherwise. A FIFO, a device (/dev/zero), a
+    directory or a dangling link is refused before it is opened for reading."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise ValueError(f"cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file")
+    if info.st_size > limit:
+        raise ValueError(f"{info.st_size} bytes, more than a file of its kind holds "
+                         f"({limit} at most)")
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"grew past {limit} bytes while read")
+    return data

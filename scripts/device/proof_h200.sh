@@ -35,8 +35,8 @@ else
     echo "nvidia-smi -lgc refused: see the normal run's recorded clocks/reasons" >>"$OUT/lgc.log"
 fi
 
-# A real asv run of HEAD on a clone (the device copy has no .git: use the bundle like
-# scripts/gpu_asv.sh when present), then the sidecar and the result file's size.
+# A real asv run of HEAD on a clone (the device copy has no .git: a git bundle of the
+# history, .device/repo.bundle, when present), then the sidecar and the result file's size.
 if [ -f .device/repo.bundle ]; then
     REPO=$(mktemp -d -t kvbench-proof.XXXXXX)/repo && git clone -q --branch main .device/repo.bundle "$REPO"
     (cd $REPO && python3 -m kvbench.cli machine >/dev/null 2>&1

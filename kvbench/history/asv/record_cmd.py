@@ -1,5 +1,6 @@
-"""`kvbench record [RANGE] [--machine M]`: bring a machine's recorded history up to date
-(kvbench.history.asv.record).
+"""`kvbench record [RANGE] [--machine M] [--shard I/N] [--gpus all|LIST]`: bring a machine's
+recorded history up to date (kvbench.history.asv.record), as one shard of a fleet or with one
+worker per GPU (kvbench.history.asv.fleet).
 
 Exit status: 0 every commit of the range has a result; 1 asv failed or a commit was left
 unrecorded (run the same command again to resume); 2 bad input; 130 interrupted.
@@ -20,8 +21,13 @@ DESCRIPTION = ("Run asv over exactly the first-parent commits of RANGE that have
                "folder. RANGE: BASE..END (the commits after BASE up to END), one commit, or "
                "nothing: every commit after the newest one the machine has recorded (HEAD "
                "alone when it has none). An interrupted recording is resumed by the same "
-               "command; a commit is never measured twice. Exit 0: the range is recorded; "
-               "1: asv failed or commits were left; 2: bad input; 130: interrupted.")
+               "command; a commit is never measured twice. --shard I/N measures shard I "
+               "(0-based) of N: the range's commits dealt round-robin by position, into its "
+               "own results folder (read from SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX or "
+               "BUILDKITE_PARALLEL_JOB when set); --gpus runs one worker per GPU from one "
+               "queue and merges their results (docs/fleet.md). Exit 0: the range is "
+               "recorded; 1: asv failed or commits were left; 2: bad input; 130: "
+               "interrupted.")
 
 
 def add_arguments(parser) -> None:
@@ -34,10 +40,27 @@ def add_arguments(parser) -> None:
                         help="asv config (default: %(default)s); its folder is the repository")
     parser.add_argument("--dry-run", action="store_true",
                         help="list what would be measured and stop")
+    parser.add_argument("--shard", default=None, metavar="I/N",
+                        help="measure shard I (0-based) of N: commit k of the range (oldest "
+                             "first) belongs to shard k mod N. 'N' alone takes I from the "
+                             "scheduler (SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX, "
+                             "BUILDKITE_PARALLEL_JOB); a Slurm array or Buildkite "
+                             "parallelism shards the recording without the option")
+    parser.add_argument("--results-dir", default=None, metavar="DIR",
+                        help="write results here instead of the config's results folder "
+                             "(default for a shard: <results>-shard-I-of-N beside it)")
+    parser.add_argument("--gpus", default=None, metavar="all|0,1,...",
+                        help="one worker per GPU (CUDA_VISIBLE_DEVICES), pulling commits from "
+                             "one queue, each into its own results folder; merged at the end")
+    parser.add_argument("--bench", default=None, metavar="REGEX",
+                        help="asv's --bench: record only the matching benchmarks (a commit "
+                             "then counts as recorded with those alone)")
 
 
 def run(args) -> int:
-    from kvbench.history.asv import record
+    import os
+
+    from kvbench.history.asv import fleet, record
     from kvbench.history.asv.machine import check_machine, default_machine
 
     conf_path = Path(args.config).resolve()
@@ -45,20 +68,39 @@ def run(args) -> int:
         args.parser.error(f"--config {args.config}: no such file (run from the project root or "
                           "name its asv.conf.json)")
     machine = args.machine or default_machine()
+    results = _results_dir(conf_path)
     try:
         check_machine(machine)
-        the_plan = record.plan(conf_path.parent, _results_dir(conf_path), machine, args.range)
+        shard = fleet.resolve_shard(args.shard, os.environ)
+        gpus = None if args.gpus is None else fleet.list_gpus(args.gpus)
+        the_plan = record.plan(conf_path.parent, results, machine, args.range)
     except ValueError as exc:
         args.parser.error(str(exc))
+    target = Path(args.results_dir).resolve() if args.results_dir else \
+        fleet.shard_results_dir(results, shard) if shard else results
+    in_range = len(the_plan.commits)
+    if shard is not None or target != results:
+        the_plan = fleet.narrow(the_plan, shard, target)
+    if shard is not None:
+        print(f"shard {shard} ({shard.source}): {len(the_plan.commits)} of {in_range} "
+              f"commit(s) in range (round-robin by position); results in {target}")
     print(f"{machine}: {len(the_plan.commits)} commit(s) in range, "
           f"{len(the_plan.recorded)} recorded, {len(the_plan.todo)} to measure")
     if args.dry_run or not the_plan.todo:
         for commit in the_plan.todo:
             print(f"  would measure {commit[:8]}")
         return 0
+    extra = ["--bench", args.bench] if args.bench else []
     try:
-        code, measured = record.record(the_plan, conf_path)
-    except ValueError as exc:  # the lock is held by another recording
+        if gpus is not None:
+            code, measured = fleet.record_gpus(the_plan, conf_path, gpus, extra=extra)
+        elif target != results:
+            with fleet.derived_config(conf_path, target,
+                                      fleet.env_dir_for(conf_path, target)) as derived:
+                code, measured = record.record(the_plan, derived, extra=extra)
+        else:
+            code, measured = record.record(the_plan, conf_path, extra=extra)
+    except ValueError as exc:  # a lock is held by another recording, or a merge refused
         print(f"kvbench record: {exc}", file=sys.stderr)
         return 1
     if code == 130:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbench.core import progress
-from kvbench.history.verdict import changepoints, host_speed, noise, noise_model
-from kvbench.history.verdict.context import Fact, SidecarCache
+from kvbench.history.verdict import changepoints, devices, host_speed, noise, noise_model
+from kvbench.history.verdict.context import Fact, SidecarCache, case_key
 from kvbench.history.verdict.results import History, Series
 
 SCHEMA = "kvbench.regressions/2"
@@ -165,6 +165,8 @@ class SeriesVerdict:
     findings: list[Finding] = field(default_factory=list)
     host_speed_scaled: bool = False
     why_not: str = ""
+    #: the per-device offsets (log) subtracted before judging (devices.py); {} for one device
+    device_offsets: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         n = self.noise
@@ -185,6 +187,8 @@ class SeriesVerdict:
             "mde_newest_pct": None if self.mde_pct is None else round(self.mde_pct, 4),
             "findings": len(self.findings),
             "host_speed_scaled": self.host_speed_scaled,
+            "device_offsets_pct": {d: round(100 * math.expm1(v), 4)
+                                   for d, v in self.device_offsets.items()},
         }
 
 
@@ -532,6 +536,7 @@ class _Prepared:
     within_process: float | None
     own: noise.Noise | None
     scaled: host_speed.Scaled | None = None
+    device_offsets: dict[str, float] = field(default_factory=dict)
 
     @property
     def family(self) -> str:
@@ -553,10 +558,27 @@ def _prepare(series: Series, history: History, sidecars: SidecarCache) -> _Prepa
         return "a value that is not positive"
     x = np.log(values)
     runs = [history.runs.get(p.commit, -1 - i) for i, p in enumerate(series.points)]
+    adjusted = devices.adjust(x, runs, _devices(series, sidecars))
+    if adjusted is not None:
+        x, runs = adjusted.x, adjusted.runs
     within_process = noise.within_process_sigma(
         values, [p.ci99_low for p in series.points], [p.ci99_high for p in series.points])
     return _Prepared(series, x, runs, within_process, _own_noise(x, runs, within_process),
-                     scaled)
+                     scaled, {} if adjusted is None else adjusted.offsets)
+
+
+def _devices(series: Series, sidecars: SidecarCache) -> list[str | None]:
+    """The device id each point's sidecar names (devices.py); all None, reading one sidecar
+    only, when the newest point's names none (a history recorded before devices were)."""
+    key = case_key(series.benchmark, series.params)
+
+    def device(commit: str) -> str | None:
+        found = sidecars.get(commit)
+        return None if found is None else found.device_of(key)
+
+    if not series.points or device(series.points[-1].commit) is None:
+        return [None] * len(series.points)
+    return [device(p.commit) for p in series.points]
 
 
 def _own_noise(x: np.ndarray, runs: list[int], within_process: float | None):
@@ -660,7 +682,7 @@ def analyze(history: History, *, since: str | None = None,
                                             context=(p.scaled.fact(f.parent, f.settled),))
                         for f in findings]
         verdicts.append(SeriesVerdict(p.series, fit.noise, mde_newest, findings,
-                                      p.scaled is not None))
+                                      p.scaled is not None, device_offsets=p.device_offsets))
     order = {s.name: k for k, s in enumerate(judged)}
     verdicts.sort(key=lambda v: order.get(v.series.name, len(order)))
     progress.report("reading the sidecars of the findings' commits")

@@ -21,11 +21,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvbench.core.jsonfile import read_bounded as _read_bounded
 from kvbench.history.asv.repo import first_parent_line, repository_of, resolve
 
 #: Units by the name of the benchmark's method, for a benchmark results/benchmarks.json lacks.
@@ -175,23 +174,9 @@ def _started_at(data: dict) -> float | None:
 
 
 def read_bounded(path: Path) -> bytes:
-    """The bytes of `path` if it is a regular file (a symlink to one counts) of at most
-    MAX_RESULT_BYTES; ValueError naming what it is otherwise. A FIFO, a device (/dev/zero), a
-    directory or a dangling link is refused before it is opened for reading."""
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise ValueError(f"cannot be read ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError("not a regular file")
-    if info.st_size > MAX_RESULT_BYTES:
-        raise ValueError(f"{info.st_size} bytes, more than a result file holds "
-                         f"({MAX_RESULT_BYTES} at most)")
-    with open(path, "rb") as f:
-        data = f.read(MAX_RESULT_BYTES + 1)
-    if len(data) > MAX_RESULT_BYTES:
-        raise ValueError(f"grew past {MAX_RESULT_BYTES} bytes while read")
-    return data
+    """The bytes of `path`, a regular file of at most MAX_RESULT_BYTES
+    (kvbench.core.jsonfile.read_bounded); ValueError naming what it is otherwise."""
+    return _read_bounded(path, MAX_RESULT_BYTES)
 
 
 def _read_result_file(path: Path) -> dict:

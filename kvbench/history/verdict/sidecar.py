@@ -39,6 +39,13 @@ class CommitSidecar:
     cases: dict[tuple[str, str], dict] = field(default_factory=dict)
     states: dict[str, list[dict]] = field(default_factory=dict)
     groups_of: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: per group, the `id` of the device that measured it (the file's "device"), if recorded
+    devices: dict[str, str] = field(default_factory=dict)
+
+    def device_of(self, key: tuple[str, str]) -> str | None:
+        """The id of the device that measured the case `key` (context.case_key: its group's
+        device), None where the sidecar does not record one."""
+        return self.devices.get(self.groups_of.get(key, ""))
 
     def state_of(self, cls: str, params: tuple) -> dict | None:
         """The NVML state (before/after) of the measurement group that measured this case."""
@@ -82,6 +89,9 @@ def _checked(data: object) -> dict:
     for key in ("commit", "machine", "env", "group"):
         if not isinstance(data.get(key), str):
             raise ValueError(f'"{key}" must be a string')  # noqa: TRY004
+    device = data.get("device")
+    if device is not None and not (isinstance(device, dict) and isinstance(device.get("id"), str)):
+        raise ValueError('"device" must be an object with a string "id"')
     states = data.get("states", [])
     if not isinstance(states, list) or not all(isinstance(x, dict) for x in states):
         raise ValueError('"states" must be a list of objects')
@@ -140,6 +150,8 @@ def read_commit(results_dir: str | os.PathLike, machine: str, commit: str,
         merged.envs.add(data["env"])
         group = data["group"]
         merged.states[group] = data.get("states", [])
+        if data.get("device") is not None:
+            merged.devices[group] = data["device"]["id"]
         for cls, cases in data["classes"].items():
             for params, record in cases.items():
                 merged.cases[(cls, params)] = record

@@ -383,6 +383,22 @@ def write_host_sidecars(results: Path, commits: list[str], runs: list[dict],
         os.environ.update(saved)
 
 
+def write_device_sidecars(results: Path, commits: list[str], device_of: list[str],
+                          truths: list[Truth]) -> None:
+    """Each commit's sidecar naming the device that measured it (`device_of[i]`) for every
+    latency series: what a fleet's kvbench asv runs write (benchmarks/_sidecar.py, "device"),
+    without the measurement records the device model does not read."""
+    cls = LATENCY.split(".")[1]
+    folder = results / MACHINE / "kvbench"
+    folder.mkdir(parents=True, exist_ok=True)
+    for commit, device in zip(commits, device_of):
+        body = {"schema": 1, "commit": commit, "env": ENV, "machine": MACHINE, "group": "suite",
+                "device": {"kind": "cuda", "id": device}, "states": [],
+                "classes": {cls: {repr((t.name,)): {"status": "measured"} for t in truths
+                                  if t.benchmark == LATENCY}}}
+        write_json_atomic(folder / f"{commit[:8]}-{ENV}.suite.kvjson", body)
+
+
 def least_of_first(runs: list[dict], processes: int) -> list[dict]:
     """The recorded commits as if the suite had measured the host group with only its first
     `processes` processes: each case's number the least of theirs (recorded per case in

@@ -1,0 +1,87 @@
+"""kvbench record's fleet options: which shard a process is (--shard, scheduler variables),
+the round-robin partition, a shard's plan, the GPU list."""
+
+from __future__ import annotations
+
+import pytest
+from test_record import _repo, _store
+
+from kvbench.history.asv import fleet, record
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("2/2", "must be in 0..1"), ("0/0", "at least 1"), ("x/2", "shard index I must be"),
+    ("1/y", "shard count N must be an integer"), ("-1/3", "must be in 0..2"),
+    ("1.5/3", "must be an integer"), ("", "must be an integer")])
+def test_bad_shards_are_one_line_errors(text, reason):
+    with pytest.raises(ValueError, match=reason) as exc:
+        fleet.resolve_shard(text, {})
+    assert "\n" not in str(exc.value)
+
+
+def test_explicit_shard_overrides_the_scheduler():
+    env = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_COUNT": "4"}
+    assert fleet.resolve_shard("1/2", env) == fleet.Shard(1, 2, "--shard")
+    assert fleet.resolve_shard(None, {}) is None
+
+
+def test_scheduler_variables():
+    slurm = {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "1",
+             "SLURM_ARRAY_TASK_COUNT": "8"}
+    assert (fleet.resolve_shard(None, slurm).index, fleet.resolve_shard(None, slurm).count) \
+        == (4, 8)
+    stepped = {"SLURM_ARRAY_TASK_ID": "6", "SLURM_ARRAY_TASK_MIN": "0",
+               "SLURM_ARRAY_TASK_STEP": "2", "SLURM_ARRAY_TASK_COUNT": "4"}
+    assert fleet.resolve_shard(None, stepped).index == 3
+    buildkite = {"BUILDKITE_PARALLEL_JOB": "2", "BUILDKITE_PARALLEL_JOB_COUNT": "3"}
+    assert fleet.resolve_shard(None, buildkite) == fleet.Shard(2, 3, "BUILDKITE_PARALLEL_JOB")
+    k8s = {"JOB_COMPLETION_INDEX": "1"}
+    with pytest.raises(ValueError, match="gives no shard count: pass --shard N"):
+        fleet.resolve_shard(None, k8s)
+    assert fleet.resolve_shard("4", k8s) == fleet.Shard(
+        1, 4, "JOB_COMPLETION_INDEX with --shard's count")
+    with pytest.raises(ValueError, match="outside 0...3"):
+        fleet.resolve_shard("4", {"JOB_COMPLETION_INDEX": "4"})
+    with pytest.raises(ValueError, match="runs 8 shards"):
+        fleet.resolve_shard("4", slurm)
+    with pytest.raises(ValueError, match="pass --shard I/4"):
+        fleet.resolve_shard("4", {})
+    with pytest.raises(ValueError, match="SLURM_ARRAY_TASK_ID must be an integer"):
+        fleet.resolve_shard(None, {"SLURM_ARRAY_TASK_ID": "a", "SLURM_ARRAY_TASK_COUNT": "2"})
+
+
+def test_the_partition_is_round_robin_and_covers_the_range_once():
+    commits = [f"{i:08x}" for i in range(10)]
+    shards = [fleet.partition(commits, fleet.Shard(i, 3, "t")) for i in range(3)]
+    assert shards[0] == [commits[0], commits[3], commits[6], commits[9]]
+    assert sorted(c for shard in shards for c in shard) == commits
+
+
+def test_a_shard_plans_its_partition_whatever_the_others_recorded(tmp_path):
+    repo, c = _repo(tmp_path, 7)
+    results = tmp_path / "results"
+    _store(results, c[3])  # in the project's results: not measured again by its shard
+    shard_dir = tmp_path / "results-shard-1-of-2"
+    _store(shard_dir, c[6])  # its own earlier, interrupted run
+    _store(tmp_path / "results-shard-0-of-2", c[1])  # another shard's: not this one's business
+    whole = record.plan(repo, results, "box", f"{c[0]}..{c[6]}")
+    p = fleet.narrow(whole, fleet.Shard(1, 2, "t"), shard_dir)
+    assert p.commits == [c[2], c[4], c[6]] and p.recorded == [c[6]]
+    assert p.todo == [c[4], c[2]] and p.results_dir == shard_dir
+    other = fleet.narrow(whole, fleet.Shard(0, 2, "t"), tmp_path / "results-shard-0-of-2")
+    assert other.commits == [c[1], c[3], c[5]] and other.todo == [c[5]]
+
+
+def test_gpu_lists():
+    assert fleet.list_gpus("0,1") == ["0", "1"]
+    assert fleet.list_gpus("all", {"CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
+    with pytest.raises(ValueError, match="listed twice"):
+        fleet.list_gpus("0,0")
+    with pytest.raises(ValueError, match="comma-separated"):
+        fleet.list_gpus("0,")
+
+    class NoGpu:
+        returncode, stdout = 9, ""
+
+    with pytest.raises(ValueError, match="no GPU found"):
+        fleet.list_gpus("all", {}, run=lambda *a, **k: NoGpu())
