@@ -8,7 +8,7 @@ Checked over README.md and docs/*.md (the pages):
   names it under one of the repository's top folders (`docs/`, `scripts/`, `kvbench/`,
   `benchmarks/`, `tests/`, `results/`, `.ci/`), or links to it with a relative markdown link.
   Globs `*` and brace lists `{a,b}` are expanded; a dotted name under a Python module
-  (`benchmarks/_common.pin_host_process`) is checked as that module. Not checked: `REV:path`
+  (`benchmarks/_common.GROUPS`) is checked as that module. Not checked: `REV:path`
   (a git object, e.g. `git show d60e21f:scripts/NAME` for a removed file), paths with
   placeholders (`<...>`, `$VAR`, `...`);
 - every script under scripts/ is named by a page (a tool a user or maintainer runs again is

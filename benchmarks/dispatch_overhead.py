@@ -38,7 +38,7 @@ def _inputs(dev: str, op: str):
     return write.write_inputs(pool, 1, seed=0), pool
 
 
-def _measure_op(dev: str, op: str, results: dict) -> None:
+def _measure_op(w: c.Worker, dev: str, op: str, results: dict) -> None:
     public = getattr(c.need("kvbench", op), op)  # the engine-facing entry point
     # kvbench.api since the entry points moved above dispatch; kvbench.ops.common before.
     last_selection = c.need_first([("kvbench.api", ("last_selection",)),
@@ -66,23 +66,23 @@ def _measure_op(dev: str, op: str, results: dict) -> None:
                               explain=sel.explain() if path == "dispatch" else "")
 
         def one(key: tuple) -> dict:
-            return c.measure_host_case(lambda: once(key[1]))
+            return w.measure_host_case(lambda: once(key[1]))
 
-        c.run_cases([(op, p) for p in PATHS], one, results)
+        w.run_cases([(op, p) for p in PATHS], one, results)
     finally:
         if pool is not None:
             pool.free()
 
 
-def measure() -> dict:
+def measure(w: c.Worker) -> dict:
     """Every (op, path) of DispatchOverhead, measured in this one process."""
     results: dict = {}
-    dev = c.prepare_process()
-    c.pin_host_process()
+    dev = w.prepare_process()
+    w.pin_host_process()
     for op in OPS:
         keys = [(op, p) for p in PATHS]
-        c.run_group(keys, lambda: None,
-                    lambda _, op=op: _measure_op(dev, op, results), results)
+        w.run_group(keys, lambda: None,
+                    lambda _, op=op: _measure_op(w, dev, op, results), results)
     return results
 
 

@@ -25,26 +25,26 @@ NS = [1, 64]
 NUM_ROWS = 1 << 16
 
 
-def measure() -> dict:
+def measure(w: c.Worker) -> dict:
     """Every (selector, state, n) of KVAlloc, measured in this one process (each case on the
     host's fastest core, gated by its canary, the least of HOST_REPEATS measurements)."""
     results: dict = {}
-    dev = c.prepare_process()
-    c.pin_host_process()
+    dev = w.prepare_process()
+    w.pin_host_process()
     for selector in SELECTORS:
         keys = [(selector, s, n) for s in STATES for n in NS]
-        c.run_group(keys, lambda: None,
-                    lambda _, keys=keys: c.run_cases(keys, lambda key: _one(dev, key), results),
+        w.run_group(keys, lambda: None,
+                    lambda _, keys=keys: w.run_cases(keys, lambda key: _one(w, dev, key), results),
                     results)
     return results
 
 
-def _one(dev: str, key: tuple) -> dict:
+def _one(w: c.Worker, dev: str, key: tuple) -> dict:
     selector, state, n = key
     op = c.need("kvbench.ops.kv_alloc", "alloc_inputs")
     inputs = op.alloc_inputs(NUM_ROWS, n, dev, states=(state,))
-    return c.measure_host_case(
-        lambda: c.measure_case(inputs, selector, dev, {}, host_repeats=c.HOST_REPEATS))
+    return w.measure_host_case(
+        lambda: w.measure_case(inputs, selector, dev, {}, host_repeats=c.HOST_REPEATS))
 
 
 class KVAlloc(c._Suite):

@@ -38,21 +38,21 @@ class _Problem:
         self.kv_cache = self.page_table = None
 
 
-def _measure(dev: str, prob: _Problem, keys: list, results: dict) -> None:
+def _measure(w: c.Worker, dev: str, prob: _Problem, keys: list, results: dict) -> None:
     op = c.need("kvbench.ops.kv_gather_fp8", "gather_inputs")
     inputs = op.gather_inputs(prob.kv_cache, prob.page_table, EXTRA_ROWS)
     timings: dict = {}
-    c.run_cases(keys, lambda key: c.measure_case(inputs, key[0], dev, timings), results)
+    w.run_cases(keys, lambda key: w.measure_case(inputs, key[0], dev, timings), results)
 
 
-def measure() -> dict:
+def measure(w: c.Worker) -> dict:
     """Every (selector, case) of KVGatherFp8, measured in this one process.
 
     A pool >= 8x L2 is hundreds of MB, so cases that need the same pool size share one pool;
     each case gets its own page table.
     """
     results: dict = {}
-    dev = c.prepare_process()
+    dev = w.prepare_process()
     pools: dict[int, object] = {}
 
     def problem(kv_len: int) -> _Problem:
@@ -70,8 +70,8 @@ def measure() -> dict:
             c.skip_all(keys, f"{case} is a GPU-size case; a CPU runs {', '.join(CPU_CASES)}",
                        results)
             continue
-        c.run_group(keys, lambda kv_len=kv_len: problem(kv_len),
-                    lambda prob, keys=keys: _measure(dev, prob, keys, results), results,
+        w.run_group(keys, lambda kv_len=kv_len: problem(kv_len),
+                    lambda prob, keys=keys: _measure(w, dev, prob, keys, results), results,
                     release=c.release_pool)
     pools.clear()
     c.free_device_memory()

@@ -34,17 +34,17 @@ CASES = {
 CPU_CASES = ("decode_64",)
 
 
-def _measure(dev: str, pool, n: int, order: str, keys: list, results: dict) -> None:
+def _measure(w: c.Worker, dev: str, pool, n: int, order: str, keys: list, results: dict) -> None:
     op = c.need("kvbench.ops.kv_write", "write_inputs")
     inputs = op.write_inputs(pool, n, seed=0, order=order)
     timings: dict = {}
-    c.run_cases(keys, lambda key: c.measure_case(inputs, key[0], dev, timings), results)
+    w.run_cases(keys, lambda key: w.measure_case(inputs, key[0], dev, timings), results)
 
 
-def measure() -> dict:
+def measure(w: c.Worker) -> dict:
     """Every (selector, dtype, case) of KVWrite, measured in this one process."""
     results: dict = {}
-    dev = c.prepare_process()
+    dev = w.prepare_process()
     for case, (num_seqs, seq_len, n, storage, order) in CASES.items():
         for dtype in DTYPES:
             keys = [(s, dtype, case) for s in SELECTORS]
@@ -57,9 +57,9 @@ def measure() -> dict:
                 op = c.need("kvbench.ops.paged_decode", "decode_pool")
                 return op.decode_pool(num_seqs, seq_len, dtype, dev, storage=storage, seed=0)
 
-            c.run_group(keys, build,
+            w.run_group(keys, build,
                         lambda pool, n=n, order=order, keys=keys: _measure(
-                            dev, pool, n, order, keys, results),
+                            w, dev, pool, n, order, keys, results),
                         results, release=c.release_pool)
     return results
 

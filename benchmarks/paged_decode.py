@@ -58,7 +58,8 @@ TRIMMED_ROWS = {
 }
 
 
-def _measure_pool(dev: str, pool, keys: list[tuple[str, ...]], results: dict) -> None:
+def _measure_pool(w: c.Worker, dev: str, pool, keys: list[tuple[str, ...]], results: dict,
+                  ) -> None:
     """Each key's selector row on one pool, through the measuring pipeline (keys[i][0] is the
     selector; the rest of the key only labels the result)."""
     op = c.need("kvbench.ops.paged_decode", "decode_inputs")
@@ -66,9 +67,9 @@ def _measure_pool(dev: str, pool, keys: list[tuple[str, ...]], results: dict) ->
     timings: dict = {}
 
     def one(key: tuple[str, ...]) -> dict:
-        return c.measure_case(inputs, key[0], dev, timings)
+        return w.measure_case(inputs, key[0], dev, timings)
 
-    c.run_cases(keys, one, results)
+    w.run_cases(keys, one, results)
 
 
 def _pool(dev: str, case: str, dtype: str, layout: str = "fragmented", storage: str = "combined"):
@@ -77,21 +78,22 @@ def _pool(dev: str, case: str, dtype: str, layout: str = "fragmented", storage: 
     return op.decode_pool(batch, context, dtype, dev, layout=layout, storage=storage, seed=0)
 
 
-def _group(dev: str, keys: list, dtype: str, case: str, results: dict, **layout: str) -> None:
+def _group(w: c.Worker, dev: str, keys: list, dtype: str, case: str, results: dict,
+           **layout: str) -> None:
     """One pool for `keys` (same dtype, case and layout), measured, then freed."""
-    c.run_group(
+    w.run_group(
         keys,
         lambda: _pool(dev, case, dtype, **layout),
-        lambda pool: _measure_pool(dev, pool, keys, results),
+        lambda pool: _measure_pool(w, dev, pool, keys, results),
         results,
         release=c.release_pool,
     )
 
 
-def measure_decode() -> dict:
+def measure_decode(w: c.Worker) -> dict:
     """Every (selector, dtype, case) of PagedDecode, measured in this one process."""
     results: dict = {}
-    dev = c.prepare_process()
+    dev = w.prepare_process()
     for case in CASES:
         for dtype in DTYPES:
             for (row, row_dtype), why in TRIMMED_ROWS.items():
@@ -102,20 +104,20 @@ def measure_decode() -> dict:
                 c.skip_all(keys, f"{case} is a GPU-size case; a CPU runs {', '.join(CPU_CASES)}",
                            results)
             else:
-                _group(dev, keys, dtype, case, results)
+                _group(w, dev, keys, dtype, case, results)
     return results
 
 
-def measure_ablation() -> dict:
+def measure_ablation(w: c.Worker) -> dict:
     """Every (selector, variant) of PagedDecodeAblation at ABLATION_CASE."""
     results: dict = {}
-    dev = "cpu" if c.no_nvidia_driver() else c.prepare_process()
+    dev = "cpu" if c.no_nvidia_driver() else w.prepare_process()
     for variant, (layout, storage, dtype) in VARIANTS.items():
         keys = [(s, variant) for s in SELECTORS]
         if dev == "cpu":
             c.skip_all(keys, f"the ablation runs at {ABLATION_CASE}, a GPU-size case", results)
         else:
-            _group(dev, keys, dtype, ABLATION_CASE, results, layout=layout, storage=storage)
+            _group(w, dev, keys, dtype, ABLATION_CASE, results, layout=layout, storage=storage)
     return results
 
 

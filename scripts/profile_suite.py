@@ -3,12 +3,13 @@
 
     python scripts/profile_suite.py [--top N] [--json PATH] [CLASS ...]
 
-Runs benchmarks._common.measure_group_here("suite") in this process (naming classes selects
+Runs one Worker of the suite (benchmarks/runner/worker.py) on group "suite" in this process
+(the worker's measure_group, as the manager's forked child runs it; naming classes selects
 them through the suite's own KVBENCH_ASV_SELECT, one class at a time, so the others cost
 nothing), with these phases timed by wrapping the functions the suite calls:
 
 - import: torch, the CUDA context and kvbench (prepare_process's first call);
-- build: a group's input (the pool run_group builds);
+- build: a group's input (the pool Worker.run_group builds);
 - check: a row's correctness check against the op's reference (pipeline.check);
 - proof: the perturbed input a timed row's last call is verified on (time_call minus bench);
 - bench: the timer itself (pipeline.bench / bench_host), samples included;
@@ -64,8 +65,8 @@ class PhaseClock:
         return timed
 
 
-def instrument(clock: PhaseClock) -> None:
-    """Wrap the suite's and the pipeline's phase functions (after prepare_process imported
+def instrument(clock: PhaseClock, worker) -> None:
+    """Wrap the worker's and the pipeline's phase functions (after prepare_process imported
     kvbench, so the commit's own modules are wrapped)."""
     from kvbench import harness
     from kvbench.measure import pipeline
@@ -75,13 +76,13 @@ def instrument(clock: PhaseClock) -> None:
     pipeline.bench = clock.wrap("bench", pipeline.bench)
     pipeline.bench_host = clock.wrap("bench", pipeline.bench_host)
     pipeline.time_call = clock.wrap("proof", pipeline.time_call)
-    run_group = _common.run_group
+    run_group = worker.run_group
 
     def run_group_timed(keys, build, measure, results, release=None):
         clock.cases[clock.cls] += len(keys)
         return run_group(keys, clock.wrap("build", build), measure, results, release)
 
-    _common.run_group = run_group_timed
+    worker.run_group = run_group_timed  # this worker's only: the declarations call it
 
 
 def profile(classes: list[str], *, cprofile: bool = True,
@@ -89,10 +90,11 @@ def profile(classes: list[str], *, cprofile: bool = True,
     clock = PhaseClock()
     t0 = time.perf_counter()
     clock.cls = "import"
-    _common.prepare_process()
+    worker = _common.worker()
+    worker.prepare_process()
     import kvbench.api  # noqa: F401 (the package's import is part of a commit's cost)
 
-    instrument(clock)
+    instrument(clock, worker)
     clock.seconds["import"]["import"] = time.perf_counter() - t0
     walls: dict[str, float] = {"import": clock.seconds["import"]["import"]}
     prof = cProfile.Profile() if cprofile else None
@@ -102,7 +104,7 @@ def profile(classes: list[str], *, cprofile: bool = True,
         start = time.perf_counter()
         if prof is not None:
             prof.enable()
-        _common.measure_group_here("suite")
+        worker.measure_group("suite")
         if prof is not None:
             prof.disable()
         walls[cls] = time.perf_counter() - start

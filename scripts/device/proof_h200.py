@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import _sidecar
+from benchmarks.runner import sidecar as _sidecar
 from kvbench.api import kv_write, last_selection, paged_decode
 from kvbench.fixtures.pool import paged_pool
 from kvbench.harness import bench, bench_kernel, event_floor

@@ -225,8 +225,8 @@ def test_measure_group_keeps_the_other_class_when_one_raises(monkeypatch):
 
     monkeypatch.setitem(_common.GROUPS, "t", (("kv_alloc", "measure", "A"),
                                              ("dispatch_overhead", "measure", "B")))
-    monkeypatch.setattr(kv_alloc, "measure", boom)
-    monkeypatch.setattr(dispatch_overhead, "measure", lambda: {("x",): {"skip": "fine"}})
+    monkeypatch.setattr(kv_alloc, "measure", lambda w: boom())
+    monkeypatch.setattr(dispatch_overhead, "measure", lambda w: {("x",): {"skip": "fine"}})
     out = _common.measure_group("t")
     with pytest.raises(RuntimeError, match="suite bug"):
         _common.class_results(out, "A")
@@ -323,7 +323,7 @@ def test_suite_measures_on_cpu(name, fresh_process_state):
 
     if torch.cuda.is_available():
         pytest.skip("the GPU variant below covers CUDA machines")
-    results = MEASURES[name]()
+    results = MEASURES[name](_common.worker())
     measured = _check_results(results, _CLASS_OF[name], on_cuda=False)
     if name != "paged_decode_ablation":
         assert measured > 0, "a CPU must measure at least the torch/host rows"
@@ -333,7 +333,7 @@ def test_suite_measures_on_cpu(name, fresh_process_state):
 @pytest.mark.parametrize("name", sorted(MEASURES))
 def test_suite_measures_everything_on_gpu(name, fresh_process_state):
     """On a GPU: every case of every class is measured (no skip, no error)."""
-    results = MEASURES[name]()
+    results = MEASURES[name](_common.worker())
     _check_results(results, _CLASS_OF[name], on_cuda=True)
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/_common.need / need_first: the suite runs against older kvbench commits, so a
+"""benchmarks/runner/compat.need / need_first: the suite runs against older kvbench commits, so a
 name that moved is looked up where the measured commit keeps it, and a commit without it
 skips with every place tried named."""
 

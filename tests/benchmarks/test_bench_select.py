@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the asv suite package `benchmarks` lives at the repo root
 
 from benchmarks import _common, dispatch_overhead, kv_alloc
+from benchmarks.runner.worker import Worker
 
 SELECTED = ("host/freelist", "fragmented", 64)
 
@@ -25,17 +26,17 @@ def test_selected_run_measures_one_case_and_builds_nothing_else(monkeypatch):
     monkeypatch.setenv(_common.SELECT_VAR, _common.case_label("KVAlloc", SELECTED))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     built = []
-    real_build = _common.run_group
+    real_build = Worker.run_group
 
-    def counting_run_group(keys, build, measure, results, release=None):
+    def counting_run_group(self, keys, build, measure, results, release=None):
         def build_and_count():
             built.append(keys[0][0])
             return build()
-        return real_build(keys, build_and_count, measure, results, release)
+        return real_build(self, keys, build_and_count, measure, results, release)
 
-    monkeypatch.setattr(_common, "run_group", counting_run_group)
+    monkeypatch.setattr(Worker, "run_group", counting_run_group)
     other = []
-    monkeypatch.setattr(dispatch_overhead, "measure", lambda: other.append(1) or {})
+    monkeypatch.setattr(dispatch_overhead, "measure", lambda w: other.append(1) or {})
     out = _common.measure_group_here("suite")  # in this process, so the counters see it
 
     assert other == [], "the suite's other classes must not run at all"
@@ -57,9 +58,10 @@ def test_selected_run_measures_one_case_and_builds_nothing_else(monkeypatch):
 def test_without_the_variable_every_case_is_measured(monkeypatch):
     monkeypatch.delenv(_common.SELECT_VAR, raising=False)
     results: dict = {}
-    _common.run_cases([("a",), ("b",)], lambda key: {"ok": key}, results)
+    worker = _common.worker()
+    worker.run_cases([("a",), ("b",)], lambda key: {"ok": key}, results)
     assert results == {("a",): {"ok": ("a",)}, ("b",): {"ok": ("b",)}}
-    assert _common.not_selected(("a",)) is None
+    assert worker.not_selected(("a",)) is None
 
 
 def test_selected_run_through_the_isolated_child_keeps_one_case(monkeypatch):

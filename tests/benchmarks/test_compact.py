@@ -1,4 +1,4 @@
-"""Stored result files rewritten compactly keep every value (benchmarks/_compact.py)."""
+"""Stored result files rewritten compactly keep every value (benchmarks/runner/compact.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from asv.results import Results
 from asv.util import write_json
 
-from benchmarks import _compact
-from benchmarks._common import STORED_SAMPLES
+from benchmarks.runner import compact as _compact
+from benchmarks.runner.compact import STORED_SAMPLES
 
 PARAMS = [["'a'", "'b'"], ["1", "64"]]
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",

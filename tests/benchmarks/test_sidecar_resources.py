@@ -1,4 +1,4 @@
-"""The sidecar finds the compiled kernel a launch hook names (benchmarks/_sidecar.py).
+"""The sidecar finds the compiled kernel a launch hook names (benchmarks/runner/sidecar.py).
 
 A launch hook reports only the CUfunction handle; the sidecar maps it back to the compiled
 kernel through the JIT caches of the Triton kernels in kvbench's modules. A scan that takes a
@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 triton = pytest.importorskip("triton")
 
-from benchmarks import _sidecar
+from benchmarks.runner import sidecar as _sidecar
 
 
 class _Compiled:

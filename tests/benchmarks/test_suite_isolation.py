@@ -1,4 +1,4 @@
-"""A case that crashes its measuring process loses only itself (benchmarks/_isolate.py)."""
+"""A case that crashes its measuring process loses only itself (benchmarks/runner/isolate.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _common as c
-from benchmarks import _sidecar
+from benchmarks.runner import host as _host
+from benchmarks.runner import worker as _worker
 
 
-def _fake_measure() -> dict:
+def _fake_measure(w) -> dict:
     """Two groups of cases; ('b',) segfaults its process, ('e',) raises."""
     results: dict = {}
 
@@ -29,17 +30,16 @@ def _fake_measure() -> dict:
         return {"samples_s": [1e-6, 2e-6], "median_us": 1.5, "selected": key[0]}
 
     for keys in ([("a",), ("b",), ("c",)], [("d",), ("e",)]):
-        c.run_group(keys, lambda: None, lambda _, keys=keys: c.run_cases(keys, body, results),
+        w.run_group(keys, lambda: None, lambda _, keys=keys: w.run_cases(keys, body, results),
                     results)
     return results
 
 
 def test_a_segfaulting_case_loses_only_itself(monkeypatch, capsys):
     monkeypatch.setitem(c.GROUPS, "fake", (("_planted_module", "_fake_measure", "Fake"),))
-    monkeypatch.setattr(c.importlib, "import_module",
+    monkeypatch.setattr(_worker.importlib, "import_module",
                         lambda name: sys.modules[__name__] if name.endswith("_planted_module")
                         else __import__(name))
-    monkeypatch.setattr(_sidecar, "STATES", [])
     out = c.measure_group("fake")["Fake"]
     assert "SIGSEGV" in out[("b",)]["error"]
     assert {k for k, e in out.items() if "samples_s" in e} == {("a",), ("c",), ("d",)}
@@ -49,18 +49,18 @@ def test_a_segfaulting_case_loses_only_itself(monkeypatch, capsys):
     assert "died (SIGSEGV)" in capsys.readouterr().err
 
 
-def _pinning_measure() -> dict:
+def _pinning_measure(w) -> dict:
     """A host-side class: pins its process to one core, as kv_alloc's measure function does."""
-    cores = c._host.allowed_cores()
+    cores = _host.allowed_cores()
     if cores:
         os.sched_setaffinity(0, {cores[0]})
     return {("a",): {"skip": "pinned"}}
 
 
-def _pinning_with_a_thread_measure() -> dict:
+def _pinning_with_a_thread_measure(w) -> dict:
     """A host-side class that starts a thread while pinned (as torch's pool or the CUDA
     driver may): the thread waits until the next class reads its affinity."""
-    cores = c._host.allowed_cores()
+    cores = _host.allowed_cores()
     if cores:
         os.sched_setaffinity(0, {cores[0]})
     started = threading.Event()
@@ -79,26 +79,25 @@ def _pinning_with_a_thread_measure() -> dict:
 _THREAD: dict = {}
 
 
-def _thread_affinity_measure() -> dict:
+def _thread_affinity_measure(w) -> dict:
     """The next class: records the cores the thread started while pinned may run on."""
     cores = sorted(os.sched_getaffinity(_THREAD["tid"]))
     _THREAD["stop"].set()
     return {("a",): {"skip": repr(cores)}}
 
 
-def _affinity_measure() -> dict:
+def _affinity_measure(w) -> dict:
     """The next class: records the cores its process may run on."""
-    return {("a",): {"skip": repr(sorted(c._host.allowed_cores()))}}
+    return {("a",): {"skip": repr(sorted(_host.allowed_cores()))}}
 
 
 def _plant_classes(monkeypatch, *classes: tuple[str, str]) -> None:
-    """A group "fake" of (measure function of this module, class name), no sidecar states."""
+    """A group "fake" of (measure function of this module, class name)."""
     monkeypatch.setitem(c.GROUPS, "fake",
                         tuple(("_planted_module", func, cls) for func, cls in classes))
-    monkeypatch.setattr(c.importlib, "import_module",
+    monkeypatch.setattr(_worker.importlib, "import_module",
                         lambda name: sys.modules[__name__] if name.endswith("_planted_module")
                         else __import__(name))
-    monkeypatch.setattr(_sidecar, "STATES", [])
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity calls here")
@@ -107,7 +106,7 @@ def test_a_host_class_pinning_its_process_leaves_the_next_class_every_core(monke
     confine the GPU classes measured after it."""
     _plant_classes(monkeypatch, ("_pinning_measure", "Host"), ("_affinity_measure", "Next"))
     out = c.measure_group_here("fake")
-    assert out["Next"][("a",)]["skip"] == repr(sorted(c._host.allowed_cores()))
+    assert out["Next"][("a",)]["skip"] == repr(sorted(_host.allowed_cores()))
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity calls here")
@@ -115,7 +114,7 @@ def test_a_thread_started_while_pinned_gets_every_core_back(monkeypatch):
     _plant_classes(monkeypatch, ("_pinning_with_a_thread_measure", "Host"),
                    ("_thread_affinity_measure", "Next"))
     out = c.measure_group_here("fake")
-    assert out["Next"][("a",)]["skip"] == repr(sorted(c._host.allowed_cores()))
+    assert out["Next"][("a",)]["skip"] == repr(sorted(_host.allowed_cores()))
 
 
 def test_a_class_named_alone_is_measured_and_the_others_are_not(monkeypatch):

@@ -19,7 +19,7 @@ import math
 import pytest
 from test_asv_e2e import MACHINE, make_history
 
-from benchmarks._sidecar import SUBDIR, SUFFIX
+from benchmarks.runner.sidecar import SUBDIR, SUFFIX
 
 BENCH = "kv_alloc.KVAlloc.track_us"
 ONE = "KVAlloc('host/freelist', 'fragmented', 64)"

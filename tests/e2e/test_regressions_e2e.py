@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from test_asv_e2e import MACHINE, harmless, make_history
 
-from benchmarks._sidecar import SUBDIR, SUFFIX
+from benchmarks.runner.sidecar import SUBDIR, SUFFIX
 
 FREELIST = '''        priority=20,
         doc="host bump cursor + free list, rows copied to the device without a sync",'''

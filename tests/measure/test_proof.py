@@ -279,12 +279,10 @@ def test_the_suite_refuses_an_implausible_number(monkeypatch):
     fast = bench(lambda: None, repeat=3)  # ~1 us for the gather's bytes: far above 6 GB/s
     monkeypatch.setattr(pipeline, "time_call", lambda *a, **k: fast)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    c._CEILINGS["value"] = Ceilings("cpu", 6.0, 5.5, 4.0, "t", "x", "y")
-    try:
-        with pytest.raises(pipeline.Implausible, match="IMPLAUSIBLE .* a measurement bug"):
-            c.measure_case(inputs, "torch/gather", "cpu", {})
-    finally:
-        c._CEILINGS.clear()
+    worker = c.worker()
+    worker._ceilings = Ceilings("cpu", 6.0, 5.5, 4.0, "t", "x", "y")
+    with pytest.raises(pipeline.Implausible, match="IMPLAUSIBLE .* a measurement bug"):
+        worker.measure_case(inputs, "torch/gather", "cpu", {})
 
 
 def test_bench_kernel_refuses_a_cpu_device():

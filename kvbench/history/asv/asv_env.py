@@ -32,7 +32,7 @@ hook for either:
    re-run cannot measure (skipped, failed, "not selected") keeps the value, samples and
    statistics already stored for that commit under the same benchmark name and version.
 4. Result file and sidecar are written together (promote_sidecars): the suite writes its
-   sidecar to a pending name (benchmarks/_sidecar.py); right after asv saved the commit's
+   sidecar to a pending name (benchmarks/runner/sidecar.py); right after asv saved the commit's
    result file the plugin renames it into place, keeping the old record of every case the
    result file kept.
 
@@ -61,7 +61,7 @@ from asv.results import Results
 TOOL_NAME = "kvbench-offline"
 PTH_NAME = "zz-kvbench-parent.pth"
 #: Names the asv command this process runs; the suite's sidecars wait under a pending name
-#: carrying it (benchmarks/_sidecar.py RUN_VAR, PENDING) until this process saves the result.
+#: carrying it (benchmarks/runner/sidecar.py RUN_VAR, PENDING) until this process saves the result.
 RUN_VAR = "ASV_KVBENCH_RUN"
 #: Kept on asv's Results class so that every import of this module in one process (and the
 #: wrappers installed by the first) names the command alike.
@@ -125,7 +125,7 @@ class OfflineVirtualenv(Virtualenv):
         # interpreter that runs asv, so prefer it whenever its version is the one asked for.
         if python == f"{sys.version_info[0]}.{sys.version_info[1]}":
             self._executable = sys.executable
-        # Where the suite writes its sidecar (benchmarks/_sidecar.py): asv tells a benchmark
+        # Where the suite writes its sidecar (benchmarks/runner/sidecar.py): asv tells a benchmark
         # process the commit and env but not the machine or the results directory.
         self._global_env_vars["ASV_KVBENCH_MACHINE"] = asv_machine_name()
         self._global_env_vars["ASV_KVBENCH_RESULTS_DIR"] = os.path.abspath(conf.results_dir)

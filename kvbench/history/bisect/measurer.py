@@ -27,7 +27,7 @@ from typing import Protocol
 
 from kvbench.history.bisect import abtest
 
-#: Variable read by benchmarks/_common.py: the one case a measuring process measures.
+#: Variable read by the suite's worker (benchmarks/runner/worker.py): the one case it measures.
 SELECT_VAR = "KVBENCH_ASV_SELECT"
 #: Units of the series asv stores, and which way is better.
 HIGHER_IS_BETTER = {"seconds": False, "GB/s": True}

@@ -1,7 +1,7 @@
 """What else changed across a step: the sidecar facts of the commits on both sides of it.
 
 A finding of `kvbench regressions` (or bisect's confirmed pair) says a series moved between
-two commits. The suite's sidecars (benchmarks/_sidecar.py, read by kvbench/history/verdict/sidecar.py)
+two commits. The suite's sidecars (benchmarks/runner/sidecar.py, read by kvbench/history/verdict/sidecar.py)
 say what else differed between those two measurements, which is often the explanation:
 
 - `auto_switch`: the registry row `auto` (or the selector) actually ran changed
@@ -12,7 +12,7 @@ say what else differed between those two measurements, which is often the explan
   a clock-event (throttle) reason other than GpuIdle was present on one side
   ("SM clock 1980 -> 1410 MHz during the run");
 - `host_state`: the host ran slower or faster: a host-side case on one side could not be
-  measured at the host's fast speed (the suite's canary gate, benchmarks/_host.py: "host slow
+  measured at the host's fast speed (the suite's canary gate, benchmarks/runner/host.py: "host slow
   on the settled side: canary 126 us against its fast 70 us after 4 attempts"), the fastest
   canary its process read moved by HOST_SPEED_CHANGE ("host's fast canary 83 -> 66 us: the
   machine ran 1.25x faster at its best"), or else the canary before and after the case's group
@@ -97,7 +97,7 @@ def _measured(sidecar: CommitSidecar | None, key: tuple[str, str]) -> dict | Non
 
 
 def host_reference_us(sidecar: CommitSidecar | None, key: tuple[str, str]) -> float | None:
-    """The fast canary (us; the host gate's reference, benchmarks/_host.py) the suite recorded
+    """The fast canary (us; the host gate's reference, benchmarks/runner/host.py) the suite recorded
     with a measured host-side case; None for another case, an unmeasured one or no sidecar."""
     record = _measured(sidecar, key)
     host = record.get("host") if record is not None else None
@@ -183,7 +183,7 @@ def resource_facts(before: object, after: object) -> list[Fact]:
 
 
 def host_gate_facts(before: object, after: object) -> list[Fact]:
-    """A fact when the suite's host gate (benchmarks/_host.on_fast_host) could not measure a
+    """A fact when the suite's host gate (benchmarks/runner/host.py, HostGate.on_fast_host) could not measure a
     host-side case at the host's fast speed on one side (in the process whose number was kept,
     where the suite used several): that side's number was taken on a slow host, and a step
     there may be the machine's."""

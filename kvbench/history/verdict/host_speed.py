@@ -8,7 +8,7 @@ step of one series, which the engine's noise model (independent per commit, plus
 run) cannot tell from a code change.
 
 The suite records, with each host case, the fastest canary its measuring process read
-(benchmarks/_host.py: `reference_us` in the case's sidecar record): a fixed pure-Python loop
+(benchmarks/runner/host.py: `reference_us` in the case's sidecar record): a fixed pure-Python loop
 from the working-tree suite, so it measures the machine and never the commit under test. This
 module rescales each point of such a series to the series' median canary,
 

@@ -1,4 +1,4 @@
-"""Read the sidecars the asv suite writes beside its results (benchmarks/_sidecar.py).
+"""Read the sidecars the asv suite writes beside its results (benchmarks/runner/sidecar.py).
 
 One file per (commit, env, measurement group) under ``<results>/<machine>/kvbench/``; this
 merges a commit's groups into one view keyed like asv's params, for the regressions engine and

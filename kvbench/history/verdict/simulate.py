@@ -358,14 +358,14 @@ def replay_truths(runs: list[dict], sizes=REPLAY_SIZES) -> list[tuple[Truth, str
 
 def write_host_sidecars(results: Path, commits: list[str], runs: list[dict],
                         truths: list[tuple[Truth, str]]) -> None:
-    """Each commit's sidecar, through the suite's own writer (benchmarks/_sidecar.py), holding
+    """Each commit's sidecar, through the suite's own writer (benchmarks/runner/sidecar.py), holding
     for every replayed series the host record its recorded series had at that commit (the
     kept process's canaries and reference): what a kvbench asv run writes for a host case."""
     try:
-        from benchmarks import _sidecar
+        from benchmarks.runner import sidecar as _sidecar
     except ImportError:  # run from outside the repository root: the suite lives beside kvbench
         sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-        from benchmarks import _sidecar
+        from benchmarks.runner import sidecar as _sidecar
 
     saved = dict(os.environ)
     try:

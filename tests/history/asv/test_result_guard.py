@@ -23,14 +23,14 @@ import pytest
 from asv.results import Results
 from asv.runner import BenchmarkResult
 
-from benchmarks import _sidecar
+from benchmarks.runner import sidecar as _sidecar
 from kvbench.history.asv import asv_env
 from kvbench.history.verdict import sidecar as reader
 
 MACHINE, ENV, COMMIT = "m1", "kvbench-offline-py3.11", "0123456789abcdef" * 2 + "01234567"
 NAME = "kv_alloc.KVAlloc.track_us"
 #: The plugin names its asv command to the suite's processes in this variable (spelt out here:
-#: it is the contract between benchmarks/_sidecar.py and the plugin, checked below).
+#: it is the contract between benchmarks/runner/sidecar.py and the plugin, checked below).
 RUN_VAR = "ASV_KVBENCH_RUN"
 #: This process's asv command, as the plugin names it.
 THIS_RUN = getattr(asv_env, "RUN_TOKEN", "this-run")
@@ -161,8 +161,8 @@ def suite_env(monkeypatch, tmp_path):
 
 
 def _write(monkeypatch, classes: dict, state: str) -> str:
-    monkeypatch.setattr(_sidecar, "STATES", [{"keys": [], "before": state, "after": state}])
-    path = _sidecar.write_sidecar("suite", classes)
+    states = [{"keys": [], "before": state, "after": state}]
+    path = _sidecar.write_sidecar("suite", classes, states)
     assert path
     return path
 

@@ -211,14 +211,13 @@ def test_asv_output_is_split_per_commit_and_the_reason_found():
 
 def _sidecar_of(monkeypatch, results, commit, selected, machine="h200"):
     """The sidecar a kvbench asv run writes for SERIES's case, through the suite's writer."""
-    from benchmarks import _sidecar
+    from benchmarks.runner import sidecar as _sidecar
 
     series = am.parse_series(SERIES)
     key = tuple(ast.literal_eval(p) for p in series.param_reprs)
     for var, value in (("ASV_COMMIT", commit), ("ASV_ENV_NAME", "env"),
                        ("ASV_KVBENCH_MACHINE", machine), ("ASV_KVBENCH_RESULTS_DIR", str(results))):
         monkeypatch.setenv(var, value)
-    monkeypatch.setattr(_sidecar, "STATES", [])
     entry = {"samples_s": [1e-3], "selected": selected, "measured_error": None,
              "resources": [], "state": None}
     assert _sidecar.write_sidecar("decode", {series.cls: {key: entry}})

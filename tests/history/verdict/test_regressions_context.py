@@ -1,7 +1,7 @@
 """`kvbench regressions` shows what the sidecars say differed across a step (issue 21).
 
 Synthetic asv results (kvbench/history/verdict/simulate.py) with a planted step, and sidecars
-written by the suite's own writer (benchmarks/_sidecar.write_sidecar, as a kvbench asv run
+written by the suite's own writer (benchmarks/runner/sidecar.write_sidecar, as a kvbench asv run
 writes them) where the step coincides with an auto switch, a register change, a low SM clock
 or an error drift. Without sidecars the report is what it was.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from test_regressions import _history, _steady, sim
 
-from benchmarks import _sidecar
+from benchmarks.runner import sidecar as _sidecar
 from kvbench.history.verdict import context
 from kvbench.history.verdict.page import render_page
 from kvbench.history.verdict.regressions import analyze
@@ -50,10 +50,8 @@ def _write_sidecars(monkeypatch, results, commits, entry_of, state_of=lambda i: 
         monkeypatch.setenv("ASV_ENV_NAME", sim.ENV)
         monkeypatch.setenv("ASV_KVBENCH_MACHINE", sim.MACHINE)
         monkeypatch.setenv("ASV_KVBENCH_RESULTS_DIR", str(results))
-        monkeypatch.setattr(_sidecar, "STATES",
-                            [{"keys": ["('s',)"], "before": before, "after": after,
-                              **host_fields}])
-        assert _sidecar.write_sidecar("decode", {"Latency": {("s",): entry_of(i)}})
+        states = [{"keys": ["('s',)"], "before": before, "after": after, **host_fields}]
+        assert _sidecar.write_sidecar("decode", {"Latency": {("s",): entry_of(i)}}, states)
 
 
 @pytest.fixture

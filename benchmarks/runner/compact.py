@@ -1,12 +1,12 @@
 """Rewrite stored asv result files to the suite's compact form: values kept, samples summarised.
 
-    python -m benchmarks._compact results/h200 [results/cpu-amd-epyc ...]
+    python -m benchmarks.runner.compact results/h200 [results/cpu-amd-epyc ...]
 
 Result files written before the suite summarised its samples hold every raw sample of every
 case (up to 1000 a case, megabytes per commit). The suite now stores STORED_SAMPLES
-representative quantiles a case (benchmarks/_common.representative_samples); this rewrites an
-older file the same way. Only the `samples` column changes, and only where a case holds more
-than STORED_SAMPLES samples: `result` (the median asv computed from all the samples when the
+representative quantiles a case (representative_samples below, which the suite's track_us
+calls too); this rewrites an older file the same way. Only the `samples` column changes, and
+only where a case holds more than STORED_SAMPLES samples: `result` (the median asv computed from all the samples when the
 file was written), the quartiles, the 99% interval and every other column keep their stored
 values. The file is written in asv's own format (asv.util.write_json, compact) to a temporary
 file beside it and renamed over it, so an interrupted run leaves each file whole.
@@ -21,7 +21,37 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks._common import STORED_SAMPLES, representative_samples
+#: Samples stored per case in asv's result files: that many quantiles of the run's samples,
+#: at probabilities (i + 0.5) / STORED_SAMPLES (odd, so the middle one IS the median asv
+#: reports), rounded to STORED_DIGITS significant digits. Raw samples (up to 1000 per case)
+#: made result files megabytes per commit and machine; asv needs from `samples` only a
+#: median, quartiles, a 99% CI of the median and, in `compare`, a rank test, and a run's
+#: samples are correlated (the between-process noise is what decides: docs/history.md), so
+#: the distribution's shape at 31 points keeps what the statistics use. The run's true sample
+#: count is in the sidecar (n_samples); docs/harness.md has the before/after sizes.
+STORED_SAMPLES = 31
+STORED_DIGITS = 6
+
+
+def representative_samples(samples: list[float], k: int = STORED_SAMPLES) -> list[float]:
+    """`k` quantiles of `samples` (linear interpolation), sorted, rounded to STORED_DIGITS
+    significant digits; all samples, sorted and rounded, when there are no more than `k`."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0:
+        raise ValueError(f"k must be an odd int >= 1 (so the median is one of them), got {k!r}")
+    xs = sorted(float(x) for x in samples)
+    if not xs:
+        raise ValueError("samples must not be empty")
+    if len(xs) > k:
+        picked = []
+        for i in range(k):
+            pos = (i + 0.5) / k * len(xs) - 0.5
+            lo = max(0, min(len(xs) - 1, int(pos // 1)))
+            hi = min(len(xs) - 1, lo + 1)
+            frac = min(1.0, max(0.0, pos - lo))
+            picked.append(xs[lo] + (xs[hi] - xs[lo]) * frac)
+        xs = picked
+    return [float(f"{x:.{STORED_DIGITS}g}") for x in xs]
+
 
 #: Files in a machine folder that are not per-commit results.
 NOT_RESULTS = ("machine.json",)
@@ -72,7 +102,7 @@ def result_files(folder: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks._compact", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.runner.compact", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, metavar="RESULTS/MACHINE",
                         help="machine folders of an asv results directory")

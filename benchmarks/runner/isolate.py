@@ -1,6 +1,6 @@
 """A case that crashes its process loses only itself.
 
-The suite measures a whole group of classes in one setup_cache process (benchmarks/_common.py).
+The suite measures a whole group of classes in one setup_cache process (manager.py).
 A segfault or a fatal CUDA error in one case used to take every later case of the group with
 it. Now the setup_cache process only supervises: it forks a child that measures the group and
 reports each case as it starts and as it ends; if the child dies, the case it was measuring is
@@ -19,49 +19,48 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-#: In a measuring child: its pipe to the supervisor, the class being measured, and the cases
-#: recorded before (by an earlier child): class -> {key: entry}.
-_CHANNEL: Any = None
-_CLASS: str | None = None
-_CARRIED: dict[str, dict] = {}
+#: The key of a class whose measure function raised (or whose process died outside any case).
+CLASS_ERROR = "__class_error__"
 
 
-def set_class(cls: str) -> None:
-    global _CLASS
-    _CLASS = cls
+class Reporter:
+    """A measuring process's line to its supervisor, and the cases an earlier child recorded.
 
+    In a forked child `channel` is its pipe end and `carried` maps class -> {key: entry}
+    recorded before a crash (those cases are not measured again). A worker measuring in its
+    own process (a test, scripts/profile_suite.py) has a Reporter with no channel: it reports
+    nothing and carries nothing.
+    """
 
-def carried(key: tuple) -> dict | None:
-    """The entry an earlier child recorded for `key` of the current class (skip it), or None."""
-    return _CARRIED.get(_CLASS or "", {}).get(key)
+    def __init__(self, channel: Any = None, carried: dict[str, dict] | None = None) -> None:
+        self.channel = channel
+        self.carried_cases = carried or {}
 
+    def carried(self, cls: str, key: tuple) -> dict | None:
+        """The entry an earlier child recorded for `key` of `cls` (skip it), or None."""
+        return self.carried_cases.get(cls, {}).get(key)
 
-def _send(*message: Any) -> None:
-    if _CHANNEL is not None:
-        _CHANNEL.send(message)
+    def _send(self, *message: Any) -> None:
+        if self.channel is not None:
+            self.channel.send(message)
 
+    def case_started(self, cls: str, key: tuple) -> None:
+        self._send("case", cls, key)
 
-def case_started(key: tuple) -> None:
-    _send("case", _CLASS, key)
+    def case_finished(self, cls: str, key: tuple, entry: dict) -> None:
+        self._send("entry", cls, key, entry)
 
+    def group_started(self, cls: str, keys: list) -> None:
+        self._send("group", cls, list(keys))
 
-def case_finished(key: tuple, entry: dict) -> None:
-    _send("entry", _CLASS, key, entry)
-
-
-def group_started(keys: list) -> None:
-    _send("group", _CLASS, list(keys))
-
-
-def group_state(keys: list, state: dict, results: dict, index: int) -> None:
-    """Link the measured cases of a group to its machine state: through the supervisor in a
-    child (which numbers the states of all children), directly in-process."""
-    if _CHANNEL is not None:
-        _send("state", _CLASS, list(keys), state)
-        return
-    for key in keys:
-        if isinstance(results.get(key), dict) and "samples_s" in results[key]:
-            results[key]["state"] = index
+    def group_state(self, cls: str, keys: list, state: dict) -> bool:
+        """Hand a group's machine state to the supervisor, which numbers the states of all
+        children and links the group's measured cases to it; False in-process (the worker
+        links them itself)."""
+        if self.channel is None:
+            return False
+        self._send("state", cls, list(keys), state)
+        return True
 
 
 def _signal_name(exitcode: int | None) -> str:
@@ -73,17 +72,15 @@ def _signal_name(exitcode: int | None) -> str:
     return f"exit status {exitcode}"
 
 
-def _child(measure: Callable[[], dict], carried_cases: dict, channel: Any) -> None:
-    global _CHANNEL, _CARRIED
-    _CHANNEL, _CARRIED = channel, carried_cases
-    out = measure()
+def _child(measure: Callable[[Reporter], dict], carried_cases: dict, channel: Any) -> None:
+    out = measure(Reporter(channel, carried_cases))
     channel.send(("done", out))
     channel.close()
 
 
-def run_isolated(measure: Callable[[], dict], states: list) -> dict[str, dict]:
-    """measure() -> {class: results} in forked children until one finishes; crashed cases
-    recorded as errors. `states` (the sidecar's list) receives every child's group states and
+def run_isolated(measure: Callable[[Reporter], dict], states: list) -> dict[str, dict]:
+    """measure(reporter) -> {class: results} in forked children until one finishes; crashed
+    cases recorded as errors. `states` (the sidecar's list) receives every child's group states and
     entries get their index into it."""
     ctx = multiprocessing.get_context("fork")
     recorded: dict[str, dict] = {}
@@ -129,8 +126,8 @@ def run_isolated(measure: Callable[[], dict], states: list) -> dict[str, dict]:
         print(f"kvbench suite: {why}: {current}", file=sys.stderr)
         if current is None or crashes > 1000:
             # Outside any case (import, setup): nothing to skip; every class not finished fails.
-            return {cls: dict(cases, __class_error__=why) for cls, cases in recorded.items()} or \
-                {"__crashed__": {"__class_error__": why}}
+            return {cls: dict(cases, **{CLASS_ERROR: why}) for cls, cases in recorded.items()} or \
+                {"__crashed__": {CLASS_ERROR: why}}
         _, cls, what = current
         keys = [what] if current[0] == "case" else what
         for key in keys:

@@ -21,7 +21,7 @@ promote_sidecars). Without ASV_KVBENCH_RUN (a replayed history, a test) it is wr
 Where: asv gives a benchmark process ASV_CONF_DIR, ASV_COMMIT and ASV_ENV_NAME but not the
 machine; kvbench's environment plugin (kvbench/history/asv/asv_env.py) adds ASV_KVBENCH_MACHINE and
 ASV_KVBENCH_RESULTS_DIR. Without them (another env type, a plain import) nothing is written.
-This module is part of the working-tree suite: it imports nothing from the kvbench of the
+This module is part of the working-tree runner: it imports nothing from the kvbench of the
 commit under test, and NVML (nvidia-ml-py) and Triton only lazily.
 """
 
@@ -43,8 +43,6 @@ PENDING = ".pending"
 #: Set by kvbench's asv plugin to a token of the asv command writing results.
 RUN_VAR = "ASV_KVBENCH_RUN"
 NA = "n/a"
-#: Per measuring process: NVML state around each measurement group (run_group), in order.
-STATES: list[dict] = []
 
 
 def pending_path(path: str, run: str) -> str:
@@ -154,6 +152,15 @@ def device_identity() -> dict:
     except Exception as exc:  # noqa: BLE001 - recorded, never fatal to a measurement
         out["error"] = f"{type(exc).__name__}: {exc}"
     return out
+
+
+def _measuring_device(states) -> dict | None:
+    """The device the measuring child named in its group states (device_identity, called
+    there: the supervising process never touches CUDA), None when no group recorded one."""
+    for state in states or ():
+        if isinstance(state, dict) and isinstance(state.get("device"), dict):
+            return state["device"]
+    return None
 
 
 # ---- compiled kernels' resources ----------------------------------------------------------------
@@ -290,7 +297,7 @@ def _cuda_launch_hook(hook: Any):
 
 
 def _case_record(entry: dict) -> dict:
-    """The sidecar's record of one case entry of the suite (benchmarks/_common.measured)."""
+    """The sidecar's record of one case entry of the suite (benchmarks/runner/worker.measured)."""
     if "skip" in entry:
         return {"status": "skipped", "reason": entry["skip"]}
     if "error" in entry and "samples_s" not in entry:
@@ -312,9 +319,11 @@ def _case_record(entry: dict) -> dict:
     }
 
 
-def write_sidecar(group: str, classes: dict[str, dict]) -> str | None:
+def write_sidecar(group: str, classes: dict[str, dict], states: list[dict] | None = None,
+                  ) -> str | None:
     """Write this process's sidecar for `group` atomically; return its path (None when not in
-    a kvbench asv run). Inside an asv command of kvbench's plugin (RUN_VAR set) the path is the
+    a kvbench asv run). `states` is the machine state around each measurement group, in the
+    order the cases' "state" indices count (the manager collects them from its workers). Inside an asv command of kvbench's plugin (RUN_VAR set) the path is the
     pending name the plugin promotes once asv saved the result file (module docstring).
     Never raises: a failed write is reported on stderr, the numbers stay.
     Compact JSON, no indentation: a commit's sidecars are most of what kvbench adds to its
@@ -331,8 +340,8 @@ def write_sidecar(group: str, classes: dict[str, dict]) -> str | None:
         "machine": os.environ["ASV_KVBENCH_MACHINE"],
         "group": group,
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "device": device_identity(),
-        "states": STATES,
+        "device": _measuring_device(states),
+        "states": list(states or ()),
         "classes": {
             cls: {repr(tuple(key)): _case_record(entry) for key, entry in results.items()
                   if isinstance(key, tuple)}
