@@ -185,6 +185,7 @@ class Worker:
         self.states: list[dict] = []
         self._ceilings: Any = _UNSET
         self._device: dict | None = None
+        self._in_group = False  # inside measure_group: prepare_process may freeze (gc)
 
     # ---- the process ----------------------------------------------------------------------
 
@@ -212,7 +213,8 @@ class Worker:
         for name, value in SUITE_KNOBS.items():
             if timers is not None and hasattr(timers, name):
                 setattr(timers, name, value)
-        freeze_imports()
+        if self._in_group:  # only the measuring process's own loop (measure_group) thaws it
+            freeze_imports()
         return dev
 
     def device(self) -> dict:
@@ -373,6 +375,14 @@ class Worker:
         suite itself) fails its own class's cases only: the group's other classes keep their
         numbers.
         """
+        self._in_group = True
+        try:
+            return self._measure_classes(group)
+        finally:
+            self._in_group = False
+            gc.unfreeze()  # prepare_process froze what each class imported
+
+    def _measure_classes(self, group: str) -> dict[str, dict]:
         out: dict[str, dict] = {}
         self.select = os.environ.get(SELECT_VAR) or None
         cores = _host.allowed_cores()  # a host-side class pins the process to one core
@@ -392,5 +402,4 @@ class Worker:
                 self.cls = None
                 _host.restore_affinity(cores)
             free_device_memory()
-        gc.unfreeze()  # prepare_process froze what each class imported
         return out
