@@ -1,6 +1,7 @@
 """The engine-facing entry points: the layer above dispatch.
 
-    paged_decode(q, k_cache, v_cache, block_table, seq_lens, *, sm_scale, k_scale, v_scale)
+    paged_decode(q, k_cache, v_cache, block_table, seq_lens, *, sm_scale, k_scale, v_scale,
+                 window, softcap)
     kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale, v_scale)
     kv_gather_fp8(kv_cache, page_table_flat, *, extra_rows, out)
     KVCacheManager(num_rows, *, device, impl)
@@ -26,6 +27,7 @@ import torch
 from kvbench.core.device import resolve_device
 from kvbench.dispatch import core
 from kvbench.dispatch.core import Selection, cached_selection, select
+from kvbench.kernels.common import options_used
 from kvbench.kernels.kv_alloc import Backend
 from kvbench.ops.keys import OPS
 from kvbench.ops.kv_gather_fp8 import describe_kv_gather_fp8, gather_fields
@@ -76,29 +78,31 @@ def paged_decode(
     sm_scale: float | None = None,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """One decode step of paged attention: q [B, Hq, D] over caches [pages, page, Hkv, D].
 
     block_table [B, max_pages] int32, seq_lens [B] int32; fp8 caches (e4m3 bytes as uint8 or
-    float8_e4m3fn) need k_scale / v_scale (finite fp32 scales > 0). Only the block-table
-    entries seq_lens reaches are read. Returns out [B, Hq, D] in q's dtype.
+    float8_e4m3fn) need k_scale / v_scale (finite fp32 scales > 0: scalars, or [Hkv] tensors
+    per kv head). Only the block-table entries seq_lens reaches are read. `window`: attend to
+    the last `window` tokens of each sequence; `softcap`: scores become
+    softcap * tanh(score / softcap) before the softmax. Auto selects among the rows that
+    implement the options asked for. Returns out [B, Hq, D] in q's dtype.
     """
     scaled = k_scale is not None or v_scale is not None
-    sel = cached_selection("paged_decode", *decode_fields(q, k_cache, v_cache, block_table, scaled))
+    asked = scaled or window is not None or softcap is not None
+    options = options_used(window, softcap, k_scale) if asked else ()
+    sel = cached_selection("paged_decode", *decode_fields(q, k_cache, v_cache, block_table,
+                                                          scaled, options))
     if sel is None:
-        sel = select(describe_paged_decode(
-            q, k_cache, v_cache, block_table, k_scale=k_scale, v_scale=v_scale))
+        sel = select(describe_paged_decode(q, k_cache, v_cache, block_table, k_scale=k_scale,
+                                           v_scale=v_scale, window=window, softcap=softcap))
     LAST["paged_decode"] = sel
-    return sel.target(
-        q,
-        k_cache,
-        v_cache,
-        block_table,
-        seq_lens,
-        sm_scale=sm_scale,
-        k_scale=k_scale,
-        v_scale=v_scale,
-    )
+    extra = {} if window is None and softcap is None else {"window": window,
+                                                            "softcap": softcap}
+    return sel.target(q, k_cache, v_cache, block_table, seq_lens, sm_scale=sm_scale,
+                      k_scale=k_scale, v_scale=v_scale, **extra)
 
 
 def kv_write(

@@ -462,8 +462,11 @@ def select(problem: Problem) -> Selection:
 #: 132 SMs, both in "9-32"), so one decision per bucket let whichever shape came first decide
 #: for the rest and made the pick depend on call order. A serving loop sees a bounded set of
 #: batch sizes and one table width, so the cache stays small; measured tables stay per bucket.
+#: Its decode options (window, soft-cap, per-head scales): a row that does not implement one
+#: refuses it by its shape gate, so a call with options must not reuse a decision made without.
 DECISION_KEYS: dict[str, tuple[str, ...]] = {
-    "paged_decode": ("batch", "max_context", "q_heads", "kv_heads", "head_dim", "page_size"),
+    "paged_decode": ("batch", "max_context", "q_heads", "kv_heads", "head_dim", "page_size",
+                     "options"),
 }
 
 

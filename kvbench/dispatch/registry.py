@@ -197,12 +197,15 @@ PREFER_CLUSTER = Preference(
 
 
 def _cluster_geometry(shape: Mapping[str, Any]) -> str | None:
-    """cuda/cluster_decode's templates: head_dim 128, q heads per kv head 1, 2, 4 or 8, and
-    fp8 pages of >= 16 tokens (every key read here is in core.DECISION_KEYS or the dtype)."""
+    """cuda/cluster_decode's templates: head_dim 128, q heads per kv head 1, 2, 4 or 8, fp8
+    pages of >= 16 tokens, and no decode option (every key read here is in
+    core.DECISION_KEYS or the dtype)."""
     from kvbench.kernels.paged_decode_cluster import shape_unsupported
 
     if "head_dim" not in shape or "q_heads" not in shape:
         return "needs a paged problem with its head_dim and q_heads"
+    if shape.get("options"):
+        return f"implements no decode option, asked for {', '.join(shape['options'])}"
     return shape_unsupported(shape["head_dim"], shape["q_heads"], shape.get("kv_heads", 1),
                              fp8=shape.get("dtype") == "fp8", page_size=shape.get("page_size"))
 

@@ -30,23 +30,27 @@ from kvbench.harness.proof import TimedProof, poison_
 from kvbench.harness.verify import SYSTEMATIC_TOLERANCE, verify, verify_unbiased
 from kvbench.harness.work import Work
 from kvbench.kernels._validate import validated_calls
+from kvbench.kernels.common import options_used
 from kvbench.ops.common import OpInputs, Problem, RefCache, bad_input, poison_next_alloc
 from kvbench.ops.keys import PAGED, TAGS, decode_bucket
 
 
-def _decode_features(q, ks, batch: int, context: int, paged: bool) -> tuple:
+def _decode_features(q, ks, batch: int, context: int, paged: bool,
+                     options: tuple[str, ...]) -> tuple:
     """dispatch.core.decision_features of the problem describe_paged_decode builds: (batch,
-    max_context, q_heads, kv_heads, head_dim, page_size), None where the problem has no such
-    key."""
+    max_context, q_heads, kv_heads, head_dim, page_size, options), None where the problem has
+    no such key."""
     q_heads = q.shape[1] if isinstance(q, torch.Tensor) and q.dim() == 3 else None
     if paged:
-        return (batch, context, q_heads, ks[2], ks[3], ks[1])
-    return (batch, context, q_heads, None, None, None)
+        return (batch, context, q_heads, ks[2], ks[3], ks[1], options)
+    return (batch, context, q_heads, None, None, None, options)
 
 
-def decode_fields(q, k_cache, v_cache, block_table, scaled: bool) -> tuple:
+def decode_fields(q, k_cache, v_cache, block_table, scaled: bool,
+                  options: tuple[str, ...] = ()) -> tuple:
     """(dtype, tags, bucket, device, features) of a paged_decode call, from tensor metadata
-    only (no sync): the arguments of dispatch.core.cached_selection after the op name."""
+    only (no sync): the arguments of dispatch.core.cached_selection after the op name.
+    `options`: the decode options the call asks for (kernels.common.options_used)."""
     try:
         ks = k_cache.shape
         bs = block_table.shape
@@ -58,7 +62,7 @@ def decode_fields(q, k_cache, v_cache, block_table, scaled: bool) -> tuple:
             TAGS[paged, strided, scaled, paged and v_cache.stride(-1) != 1],
             decode_bucket(bs[0], context),
             k_cache.device,
-            _decode_features(q, ks, bs[0], context, paged),
+            _decode_features(q, ks, bs[0], context, paged, options),
         )
     except (AttributeError, KeyError, IndexError, TypeError):
         names = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": block_table}
@@ -73,12 +77,17 @@ def describe_paged_decode(
     *,
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> Problem:
-    """The dispatch problem of a paged_decode call on these inputs (kvbench.api.paged_decode)."""
+    """The dispatch problem of a paged_decode call on these inputs (kvbench.api.paged_decode);
+    its shape's "options" names the decode options asked for, which a row's shape gate may
+    refuse (auto then routes around it)."""
     scaled = k_scale is not None or v_scale is not None
-    dtype, tags, _, device, _ = decode_fields(q, k_cache, v_cache, block_table, scaled)
+    options = options_used(window, softcap, k_scale)
+    dtype, tags, _, device, _ = decode_fields(q, k_cache, v_cache, block_table, scaled, options)
     bs = block_table.shape
-    shape: dict[str, int] = {"batch": bs[0], "max_context": 0}
+    shape: dict[str, object] = {"batch": bs[0], "max_context": 0, "options": options}
     if PAGED in tags:
         shape.update(
             max_context=bs[1] * k_cache.shape[1],

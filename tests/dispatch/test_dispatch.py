@@ -298,7 +298,8 @@ def test_a_gate_on_geometry_decides_per_geometry_not_per_bucket(checks):
         for shape, chosen in ((shape_128, "a/d128"), (shape_64, "a/any"), (shape_128, "a/d128")):
             assert dispatch(OP, dtype="fp16", tags=PAGED_TAGS, shape=shape,
                             device="cpu").spec.name == chosen
-    assert core.decision_features(OP, shape_64) == (4, 2048, 32, 8, 64, 16)
+    # a shape without an "options" key (a caller's own dispatch()) has None there
+    assert core.decision_features(OP, shape_64) == (4, 2048, 32, 8, 64, 16, None)
     assert core.decision_features(OP, None) == ()
     assert core.decision_features("kv_write", {"n": 4}) == ()
 

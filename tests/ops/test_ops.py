@@ -103,6 +103,7 @@ def test_decode_problem_from_inputs():
         "kv_heads": 2,
         "head_dim": 32,
         "q_heads": 8,
+        "options": (),
     }
     assert p.bucket == "batch=2-8,ctx<=4k" and p.device == torch.device("cpu")
     k, v = split_caches(dtype=torch.uint8)
@@ -471,3 +472,42 @@ def test_geometry_is_part_of_the_hot_path_key():
             assert decode_fields(*args, False)[-1] == core.decision_features(
                 "paged_decode", problem.shape)
     assert len(d32.calls) == 2 and len(anyd.calls) == 1
+
+
+def test_decode_options_are_part_of_the_key_and_route_around_a_row_without_them():
+    """A call with a window (or a soft-cap, or per-head fp8 scales) is decided apart from one
+    without: a row whose gate refuses options (cuda/cluster_decode's) serves the plain call,
+    never the one with options, on the hot path as in dispatch()."""
+    from kvbench.dispatch import core
+    from kvbench.fixtures.pool import paged_pool
+
+    plain_only, any_opts = Recorder(torch.zeros(1)), Recorder(torch.zeros(1))
+    reg = Registry([
+        row("paged_decode", "fake/plain", plain_only, priority=2,
+            shape_gate=lambda shape: "no options" if shape.get("options") else None),
+        row("paged_decode", "fake/options", any_opts, priority=1),
+    ])
+    pool = paged_pool(1, 40, kv_heads=2, head_dim=32, dtype="fp16", min_l2_multiple=0,
+                      device="cpu")
+    q = torch.zeros(1, 4, 32, dtype=torch.float16)
+    args = (q, pool.k_cache, pool.v_cache, pool.block_table)
+    with using_registry(reg):
+        for opts, chosen in (({}, "fake/plain"), ({"window": 8}, "fake/options"),
+                             ({"softcap": 30.0}, "fake/options"), ({}, "fake/plain")):
+            paged_decode(*args, pool.seq_lens, **opts)
+            assert last_selection("paged_decode").spec.name == chosen, opts
+            problem = describe_paged_decode(*args, **opts)
+            asked = tuple(k for k in ("window", "softcap") if k in opts)
+            assert problem.shape["options"] == asked
+            assert decode_fields(*args, False, asked)[-1] == core.decision_features(
+                "paged_decode", problem.shape)
+    assert len(plain_only.calls) == 2 and len(any_opts.calls) == 2
+    assert any_opts.calls[0][1]["window"] == 8  # the option reaches the row
+
+
+def test_the_cluster_row_gate_refuses_decode_options():
+    from kvbench.dispatch.registry import _cluster_geometry
+
+    shape = {"head_dim": 128, "q_heads": 8, "kv_heads": 2, "dtype": "fp16", "page_size": 16}
+    assert _cluster_geometry({**shape, "options": ()}) is None
+    assert "window" in _cluster_geometry({**shape, "options": ("window",)})

@@ -125,3 +125,22 @@ def test_gpu_options_full_size(dtype, options):
             check_paged_decode(fn, pool, q, **options)
     finally:
         pool.free()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [{}, {"window": 1000}, {"softcap": 30.0}])
+def test_gpu_auto_serves_options_with_a_row_that_implements_them(options):
+    """At the cluster row's own geometry (head_dim 128, 4 q heads per kv head, fp16), auto
+    with an option selects a row that implements it and matches the reference; without one it
+    may take any row."""
+    from kvbench.api import last_selection, paged_decode
+
+    pool = paged_pool(4, [4096, 1000, 17, 2048], kv_heads=8, head_dim=128, page_size=16,
+                      dtype="fp16", storage="combined", device="cuda", seed=0)
+    try:
+        q = make_decode_query(pool, 32, seed=1)
+        check_paged_decode(paged_decode, pool, q, **options)
+        if options:
+            assert last_selection("paged_decode").spec.name != "cuda/cluster_decode"
+    finally:
+        pool.free()
