@@ -16,6 +16,12 @@ from benchmarks.runner.worker import Worker
 
 
 def test_freeze_only_inside_the_measuring_loop_and_thawed_after(monkeypatch):
+    import torch
+
+    # prepare_process drops TRITON_INTERPRET and sets torch to one thread on a CPU (a
+    # measuring process's settings): restored for the tests after this one in the process.
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
     seen = {}
 
     def measure(w):

@@ -18,6 +18,8 @@ import subprocess
 import sys
 
 import pytest
+
+from kvbench.history.bisect import abtest
 from test_asv_e2e import MACHINE, ROOT, _git, harmless, make_history, plant
 
 ROW = "KVAlloc('host/freelist', 'fragmented', 64)"
@@ -69,6 +71,10 @@ def test_the_gate_confirms_a_step_at_the_newest_commit_and_compare_agrees(tmp_pa
                    "--json", str(tmp_path / "flat.json"))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     flat = json.loads((tmp_path / "flat.json").read_text())
-    outcome = {s["series"]: s["outcome"] for s in flat["series"]}
-    assert outcome[SERIES] == "no change", flat
-    assert flat["summary"]["regression"] == 0
+    found = {s["series"]: s for s in flat["series"]}[SERIES]
+    # Two harmless commits: no change, unless the runs land in the band abtest keeps for
+    # "not sure" (P_SAME: one identical pair in ten by design, more on a loaded 2-core
+    # machine whose host series spread wider than their MDE). Never a difference.
+    assert found["outcome"] == "no change" or (
+        found["outcome"] == "inconclusive" and found["p_welch"] > abtest.ALPHA), found
+    assert flat["summary"]["regression"] == 0 and flat["summary"]["improvement"] == 0
