@@ -47,6 +47,13 @@ def main(command: ModuleType, argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"{parser.prog}: {exc}\n")
 
 
+def add_config_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """The commands' --config: the asv config file they read, asv.conf.json by default
+    (`what` says what the command takes from it)."""
+    parser.add_argument("--config", default="asv.conf.json",
+                        help=f"asv config{what} (default: %(default)s)")
+
+
 def positive_int(text: str) -> int:
     """argparse type of a count that must be >= 1 (the error names the value it got)."""
     try:

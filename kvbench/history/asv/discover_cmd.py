@@ -16,8 +16,7 @@ DESCRIPTION = None
 def add_arguments(parser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="only compare: exit 1 and name what differs")
-    parser.add_argument("--config", default="asv.conf.json",
-                        help="asv config (default: %(default)s)")
+    command.add_config_argument(parser)
 
 
 def run(args) -> int:

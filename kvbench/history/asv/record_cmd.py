@@ -36,8 +36,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--machine", type=command.machine_name, default=None,
                         help="asv machine name (default: this hardware's, as `kvbench machine` "
                              "names it)")
-    parser.add_argument("--config", default="asv.conf.json",
-                        help="asv config (default: %(default)s); its folder is the repository")
+    command.add_config_argument(parser, "; its folder is the repository")
     parser.add_argument("--dry-run", action="store_true",
                         help="list what would be measured and stop")
     parser.add_argument("--shard", default=None, metavar="I/N",

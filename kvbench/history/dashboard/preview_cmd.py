@@ -13,8 +13,7 @@ DESCRIPTION = "Serve the published dashboard on 127.0.0.1 and print its URL."
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--config", default="asv.conf.json",
-                        help="asv config whose html_dir to serve (default: %(default)s)")
+    command.add_config_argument(parser, " whose html_dir to serve")
     parser.add_argument("--port", type=int, default=8080,
                         help="port on 127.0.0.1 (default: %(default)s; 0 picks a free one)")
 

@@ -17,8 +17,7 @@ FORWARDS_UNKNOWN = True
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--config", default="asv.conf.json",
-                        help="asv config (default: %(default)s)")
+    command.add_config_argument(parser)
     parser.add_argument("--vendor-only", action="store_true",
                         help="skip `asv publish`; only vendor an already published html/")
     parser.add_argument("--prefetch", action="store_true",
