@@ -45,15 +45,9 @@ def write_fields(k, k_cache, v_cache, scaled: bool) -> tuple:
         raise bad_input({"k": k, "k_cache": k_cache, "v_cache": v_cache}) from None
 
 
-def describe_kv_write(
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    *,
-    k_scale: torch.Tensor | None = None,
-    v_scale: torch.Tensor | None = None,
-) -> Problem:
+def describe_kv_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                      v_cache: torch.Tensor, *, k_scale: torch.Tensor | None = None,
+                      v_scale: torch.Tensor | None = None) -> Problem:
     """The dispatch problem of a kv_write call on these inputs (kvbench.api.kv_write)."""
     scaled = k_scale is not None or v_scale is not None
     dtype, tags, _, device = write_fields(k, k_cache, v_cache, scaled)
