@@ -4,7 +4,7 @@ A fleet records one machine name on several GPUs of one model (kvbench record --
 on several hosts: docs/fleet.md). Two such GPUs differ by a few percent as a whole with the
 same kernel (clocks, memory, cooling), so a series whose commits alternate between them, or
 change from one to the other at a shard boundary, would show the devices' difference as steps.
-Each result's sidecar names the device that measured it (benchmarks/_sidecar.py,
+Each result's sidecar names the device that measured it (benchmarks/runner/sidecar.py,
 `device.id`); this module takes it into account before the engine looks for steps, on log
 values:
 

@@ -386,7 +386,7 @@ def write_host_sidecars(results: Path, commits: list[str], runs: list[dict],
 def write_device_sidecars(results: Path, commits: list[str], device_of: list[str],
                           truths: list[Truth]) -> None:
     """Each commit's sidecar naming the device that measured it (`device_of[i]`) for every
-    latency series: what a fleet's kvbench asv runs write (benchmarks/_sidecar.py, "device"),
+    latency series: what a fleet's kvbench asv runs write (benchmarks/runner/sidecar.py, "device"),
     without the measurement records the device model does not read."""
     cls = LATENCY.split(".")[1]
     folder = results / MACHINE / "kvbench"
