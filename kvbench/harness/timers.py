@@ -50,7 +50,7 @@ _ESTIMATE_CALLS = 3
 #: allows. None (the default): take that repeat, as a fixed count. Why adaptive: rows differ
 #: in spread by two orders of magnitude, so a fixed count is either too few for the noisy ones
 #: or many times more than a quiet row needs; a suite measuring hundreds of rows per commit
-#: sets it (NVBench stops a measurement on the same criterion).
+#: sets it (NVBench, too, stops a measurement once its noise is below a threshold).
 BENCH_STOP_CI: float | None = None
 #: Adaptive bench(): samples of the first batch, from whose spread the count is planned.
 BENCH_PILOT = 15
