@@ -322,8 +322,8 @@ def paged_decode_work(
     FLOPs: QK^T and PV are each 2 * Hq * L * D per sequence (a multiply-add counts as two).
     The block table is read once per page (int32); fp8 scales are two scalars and ignored.
     ``window``: only the last ``window`` tokens of a sequence are attended, so L is
-    min(length, window) and the pages are those the window touches (the kernels never read
-    the tokens before it).
+    min(length, window) and the pages are those the window touches: the bytes the op needs
+    (a row that reads whole tiles from before the window, or gathers everything, moves more).
     """
     if kv_dtype not in BYTES:
         raise ValueError(f"kv_dtype {kv_dtype!r}: accepted {sorted(BYTES)}")
