@@ -152,7 +152,8 @@ GROUPS: dict[str, tuple[tuple[str, str, str], ...]] = {
               ("kv_write", "measure", "KVWrite"),
               ("kv_gather_fp8", "measure", "KVGatherFp8"),
               ("paged_decode", "measure_decode", "PagedDecode"),
-              ("paged_decode", "measure_ablation", "PagedDecodeAblation")),
+              ("paged_decode", "measure_ablation", "PagedDecodeAblation"),
+              ("paged_decode", "measure_geometry", "PagedDecodeGeometry")),
 }
 
 

@@ -1,7 +1,8 @@
 """paged_decode: one decode step over the fragmented paged KV pool, per selector x dtype x shape.
 
 Geometry: kvbench.ops.paged_decode's (Llama-3/Qwen3 decode: 32 query heads, 8 KV heads,
-head_dim 128, 16-token pages).
+head_dim 128, 16-token pages); PagedDecodeGeometry measures the other model geometries of
+kvbench.ops.decode_geometry at one case each.
 Cases name batch x context ("b8_c4k" = 8 sequences of 4096 tokens). fp16, bf16 and fp8 are
 separate rows, not a dtype axis to compare along: fp8 halves the bytes but is dequant-bound,
 so a lower fp8 GB/s is a different limit, not a regression.
@@ -56,6 +57,12 @@ ABLATION_CASE = "b32_c4k"
 TRIMMED_ROWS = {
     ("torch/gather_sdpa", "bf16"): "the torch peer is measured at fp16 and fp8 only",
 }
+#: PagedDecodeGeometry's axis: kvbench.ops.decode_geometry.GEOMETRIES by name (literal: asv's
+#: lookup processes import no kvbench; tests/benchmarks/test_asv_config.py keeps the two equal).
+GEOMETRIES = ["llama3-8b", "qwen2.5-7b", "phi-3-mini-128k", "gemma-2-9b", "nemotron-4-340b"]
+#: (batch, context tokens) of every geometry's one case, and its KV dtype (see the class).
+GEOMETRY_CASE = (8, 8192)
+GEOMETRY_DTYPE = "fp16"
 
 
 def _measure_pool(w: c.Worker, dev: str, pool, keys: list[tuple[str, ...]], results: dict,
@@ -121,6 +128,56 @@ def measure_ablation(w: c.Worker) -> dict:
     return results
 
 
+def measure_geometry(w: c.Worker) -> dict:
+    """Every geometry of PagedDecodeGeometry at GEOMETRY_CASE under auto (a GPU-size case: a
+    CPU records skips)."""
+    results: dict = {}
+    keys = [(name,) for name in GEOMETRIES]
+    dev = "cpu" if c.no_nvidia_driver() else w.prepare_process()
+    if dev == "cpu":
+        batch, context = GEOMETRY_CASE
+        c.skip_all(keys, f"the geometries run at batch {batch} x {context} tokens, a GPU-size "
+                   "case", results)
+    else:
+        measure_geometries(w, dev, keys, results, *GEOMETRY_CASE)
+    return results
+
+
+def measure_geometries(w: c.Worker, dev: str, keys: list[tuple[str, ...]], results: dict,
+                       batch: int, context: int) -> None:
+    """Each key's geometry at (batch, context), GEOMETRY_DTYPE, auto: one pool per geometry
+    (its heads, head_dim, page size), its case through the measuring pipeline with the
+    geometry's decode options, then freed. A commit without the geometry table, or without a
+    name on it, records the key as skipped."""
+    for key in keys:
+        w.run_group(
+            [key],
+            lambda key=key: _geometry_pool(dev, key[0], batch, context),
+            lambda pool, key=key: _measure_geometry_pool(w, dev, key, pool, results),
+            results,
+            release=c.release_pool,
+        )
+
+
+def _geometry(name: str):
+    table = c.need("kvbench.ops.decode_geometry", "GEOMETRIES")
+    if name not in table.GEOMETRIES:
+        raise c.Skip(f"this commit's kvbench.ops.decode_geometry has no geometry {name!r}")
+    return table.GEOMETRIES[name]
+
+
+def _geometry_pool(dev: str, name: str, batch: int, context: int):
+    op = c.need("kvbench.ops.paged_decode", "geometry_pool", "geometry_inputs")
+    return op.geometry_pool(_geometry(name), batch, context, GEOMETRY_DTYPE, dev, seed=0)
+
+
+def _measure_geometry_pool(w: c.Worker, dev: str, key: tuple[str, ...], pool,
+                           results: dict) -> None:
+    op = c.need("kvbench.ops.paged_decode", "geometry_inputs")
+    inputs = op.geometry_inputs(_geometry(key[0]), pool, seed=0)
+    w.run_cases([key], lambda _key: w.measure_case(inputs, c.AUTO, dev, {}), results)
+
+
 class PagedDecode(c._WithGbps):
     """Decode latency (regression series) and GB/s (display) per selector x dtype x shape."""
 
@@ -136,5 +193,31 @@ class PagedDecodeAblation(c._WithGbps):
 
     params: ClassVar[list] = [SELECTORS, list(VARIANTS)]
     param_names: ClassVar[list] = ["selector", "variant"]
+
+    setup_cache = c.setup_cache_suite
+
+
+class PagedDecodeGeometry(c._WithGbps):
+    """Decode latency and GB/s of `auto` at each model geometry engines serve
+    (kvbench.ops.decode_geometry: llama3-8b, qwen2.5-7b, phi-3-mini-128k, gemma-2-9b with its
+    soft-cap and 4096-token window, nemotron-4-340b), one case each.
+
+    Why these shapes and no more: the rest of the suite measures one geometry (Llama-3's) in
+    depth, and the per-commit budget has room for a handful of cases, not for the cross
+    product of geometries with selectors, dtypes and contexts. So: auto only (the row an
+    engine would get; the sidecar records which ran, so a step names its row), fp16 only,
+    and one case, batch 8 x 8192 tokens (GEOMETRY_CASE): five bench() rows and five pools a
+    commit. 8192 tokens is longer than Gemma-2's window, so the window drops half of each
+    sequence there (a window walk that started at token 0 would show as a step); batch 8
+    times the geometries' KV heads is 32 to 256 (sequence, kv head) programs, below and
+    above an H200's 132 SMs, so triton/split_kv's choice whether to split goes both ways.
+    The geometries' kernels are compiled specializations of their own (padded tiles for 96
+    and 192, groups 7 and 12, the option paths): a commit that changes a kernel compiles
+    them once more.
+    A commit without the geometry table records every case as skipped.
+    """
+
+    params: ClassVar[list] = [GEOMETRIES]
+    param_names: ClassVar[list] = ["geometry"]
 
     setup_cache = c.setup_cache_suite

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from kvbench.history.command import positive_int
+from kvbench.ops.decode_geometry import GEOMETRIES
 
 OPS = ("paged_decode", "kv_write", "kv_gather_fp8", "kv_alloc")
 
@@ -145,6 +146,9 @@ def _add_table_arguments(p: argparse.ArgumentParser) -> None:
                    help="paged_decode: the full batch x context grid")
     p.add_argument("--no-ablations", action="store_true",
                    help="paged_decode: skip the layout/storage/L2 ablation rows")
+    p.add_argument("--geometry", metavar="NAME", default=None,
+                   help="paged_decode: every row, auto and the peers at a model geometry "
+                        f"instead (one of {', '.join(GEOMETRIES)}; or all)")
     p.add_argument("--plot", metavar="PATH", default=None,
                    help="also draw the rows' GB/s against the spec peak and the measured "
                         "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")

@@ -8,7 +8,8 @@
 # Stages: env (nvidia-smi + kvbench env), tests (pytest -m gpu), alloc (allocator GPU tests +
 # alloc_table), profile (where the asv suite's per-commit time goes, scripts/profile_suite.py),
 # harness (gpu_selftest + calibrate), tables (kvbench table for every op), grid (the decode
-# table over its whole case grid), tune (kvbench tune for every op). An unknown stage is named
+# table over its whole case grid), geometry (the decode table at every model geometry of
+# kvbench.ops.decode_geometry), tune (kvbench tune for every op). An unknown stage is named
 # and skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,9 @@ for stage in "$@"; do
         ;;
     grid)
         kv table paged_decode --grid --no-ablations --json "$OUT/grid.json" 2>&1 | tee "$OUT/grid.log"
+        ;;
+    geometry)
+        kv table paged_decode --geometry all --json "$OUT/geometry.json" 2>&1 | tee "$OUT/geometry.log"
         ;;
     tune)
         for op in paged_decode kv_write kv_gather_fp8 kv_alloc; do

@@ -59,6 +59,22 @@ def test_unknown_op_is_refused_with_the_choices(capsys):
     assert "invalid choice: 'paged_attention'" in capsys.readouterr().err
 
 
+def test_table_geometry_refuses_an_unknown_name_with_the_accepted_ones(capsys):
+    """`kvbench table paged_decode --geometry NAME`: a name the geometry table lacks is an
+    error before anything is measured, listing what is accepted; --help lists the names."""
+    from kvbench.ops.decode_geometry import GEOMETRIES
+
+    with pytest.raises(SystemExit) as exc:
+        main(["table", "paged_decode", "--geometry", "llama-9000"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown geometry 'llama-9000'; accepted: all, " + ", ".join(GEOMETRIES) in err
+    with pytest.raises(SystemExit):
+        main(["table", "--help"])
+    helped = "".join(capsys.readouterr().out.split())  # argparse wraps (at hyphens too)
+    assert all(name in helped for name in GEOMETRIES), helped
+
+
 def test_machine_file_problems_are_named_and_other_entries_survive(tmp_path, capsys):
     target = tmp_path / "machines.json"
     assert main(["machine", "--name", "first", "--file", str(target)]) == 0

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 
-def decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
+def decode_peers(pool: Any, q: torch.Tensor, *, window: int | None = None,
+                 softcap: float | None = None) -> dict[str, Callable[[], torch.Tensor]]:
     """Peers a user would pick instead, on the same inputs, built outside the timed region.
 
     - torch/sdpa_contiguous: SDPA on a contiguous copy of the same KV (the unpaged upper
@@ -23,21 +24,32 @@ def decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Ten
     - flashinfer/decode, flashinfer/decode_tc: FlashInfer's paged decode (CUDA-core and
       tensor-core kernels) on the pool's own combined buffer (GPU, fp16/bf16; see
       kvbench.measure.flashinfer_peer for where FlashInfer comes from). Planned here, untimed.
+
+    Decode options (a model geometry's, kvbench.ops.decode_geometry): with ``window`` the
+    contiguous copy holds the window's tokens only (what a user would hand SDPA); ``softcap``
+    is flex_attention's score_mod, and SDPA and the FlashInfer peers as planned here have
+    none, so they carry that reason and the table lists them as not measured.
     """
     peers: dict[str, Callable[[], torch.Tensor]] = {}
     if q.is_cuda and pool.kv_dtype_name != "fp8":
-        peers.update(flashinfer_peers(pool, q))
+        if window is None and softcap is None:
+            peers.update(flashinfer_peers(pool, q))
+        else:
+            why = RuntimeError("the FlashInfer peer is planned without a window or soft-cap")
+            for name in ("decode", "decode_tc"):
+                peers[f"peer:flashinfer/{name}"] = partial(_raise, why)
     lens = pool.seq_lens_list
     if pool.kv_dtype_name == "fp8" or len(set(lens)) != 1:
         return peers
     length = lens[0]
+    keep = length if window is None else min(length, window)
     pages = -(-length // pool.page_size)
     idx = pool.block_table[:, :pages].long()
 
     def contiguous(cache: torch.Tensor) -> torch.Tensor:
         rows = cache[idx]  # [B, pages, page, Hkv, D]
         rows = rows.reshape(q.shape[0], pages * pool.page_size, pool.kv_heads, pool.head_dim)
-        return rows[:, :length].transpose(1, 2).contiguous()  # [B, Hkv, L, D]
+        return rows[:, length - keep:length].transpose(1, 2).contiguous()  # [B, Hkv, L, D]
 
     k, v = contiguous(pool.k_cache), contiguous(pool.v_cache)
     q4 = q.unsqueeze(2)  # [B, Hq, 1, D]
@@ -46,20 +58,35 @@ def decode_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[[], torch.Ten
     def sdpa_contiguous(*_: Any, **__: Any) -> torch.Tensor:
         return sdpa(q4, k, v, enable_gqa=True).squeeze(2)
 
-    peers["peer:torch/sdpa_contiguous"] = sdpa_contiguous
+    if softcap is None:
+        peers["peer:torch/sdpa_contiguous"] = sdpa_contiguous
+    else:
+        peers["peer:torch/sdpa_contiguous"] = partial(_raise, RuntimeError(
+            "torch SDPA has no logit soft-cap (peer:torch/flex_attention applies it)"))
     if q.is_cuda:
         try:
             from torch.nn.attention.flex_attention import flex_attention
 
             flex = torch.compile(flex_attention, dynamic=False)
+            mod = None if softcap is None else softcap_score_mod(float(softcap))
 
             def flex_contiguous(*_: Any, **__: Any) -> torch.Tensor:
-                return flex(q4, k, v, enable_gqa=True).squeeze(2)
+                return flex(q4, k, v, score_mod=mod, enable_gqa=True).squeeze(2)
 
             peers["peer:torch/flex_attention"] = flex_contiguous
         except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
             peers["peer:torch/flex_attention"] = partial(_raise, exc)
     return peers
+
+
+def softcap_score_mod(cap: float) -> Callable[..., torch.Tensor]:
+    """flex_attention's score_mod for a logit soft-cap: cap * tanh(score / cap), on the score
+    after the softmax scale (as the kernels and the reference apply it)."""
+
+    def capped(score: torch.Tensor, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> torch.Tensor:
+        return cap * torch.tanh(score / cap)
+
+    return capped
 
 
 def flashinfer_peers(pool: Any, q: torch.Tensor) -> dict[str, Callable[..., torch.Tensor]]:

@@ -19,6 +19,9 @@ listed under "violations" in the JSON); 130 when interrupted (Ctrl-C), after
 printing and writing the rows measured until then (`"interrupted": true` in the JSON).
 On a GPU every decode case also carries `bound:page_read`: the case's pages read and nothing
 else, under the same timer (the bytes-only bound at that size; docs/harness.md).
+`--geometry NAME` (or `all`) measures the decode cases at named model geometries instead
+(kvbench.ops.decode_geometry: heads, head_dim, page size, window and soft-cap), fp16, with an
+`auto` row beside every registry row and peer.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 import torch
 
 from kvbench.core import progress
+from kvbench.core.env import AUTO
 from kvbench.core.jsonfile import check_writable, output_path, write_json_atomic
 from kvbench.dispatch.core import dispatch, spec_names
 from kvbench.fixtures.gather_pool import (
@@ -60,6 +64,7 @@ from kvbench.measure import pipeline
 from kvbench.measure.peers import decode_peers
 from kvbench.measure.plots import CEILING_FOR_OP
 from kvbench.ops.common import OpInputs
+from kvbench.ops.decode_geometry import GEOMETRIES, Geometry, select_geometries
 from kvbench.ops.kv_alloc import alloc_inputs
 from kvbench.ops.kv_gather_fp8 import (
     gather_inputs,
@@ -71,6 +76,8 @@ from kvbench.ops.paged_decode import (
     check_page_read,
     decode_inputs,
     decode_pool,
+    geometry_inputs,
+    geometry_pool,
     page_read_work,
 )
 
@@ -101,6 +108,8 @@ ALLOC_STATES = ("bump", "run_search", "fragmented")
 ALLOC_SIZES = (1, 64)
 #: The impl name of each decode case's bytes-only bound row (GPU; _page_read_row).
 PAGE_READ_BOUND = "bound:page_read"
+#: What `--geometry` accepts besides "all" (kvbench.ops.decode_geometry).
+GEOMETRY_NAMES = tuple(GEOMETRIES)
 
 
 @dataclass
@@ -121,6 +130,9 @@ class Table:
     #: rows, event_floor() for bench / bench_stateful rows; None where no row used that timer.
     floor_us: float | None = None
     event_floor_us: float | None = None
+    #: The model geometries a `--geometry` table measured (kvbench.ops.decode_geometry), by
+    #: name: what its case labels' geometry names stand for.
+    geometries: dict[str, dict] = field(default_factory=dict)
 
     def as_json(self, meta: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -137,6 +149,7 @@ class Table:
             "host_floor_us": self.floor_us,
             "event_floor_us": self.event_floor_us,
             "bound_ratios": bound_ratios(self.rows),
+            "geometries": self.geometries,
             "violations": violations(self.rows, device_peaks(), _ceilings()),
         }
 
@@ -215,29 +228,70 @@ def decode_case(
     l2: str = "cold",
     rows: Sequence[str] | None = None,
     with_peers: bool = True,
+    geometry: Geometry | None = None,
 ) -> None:
-    """Check then time every paged_decode row (and peers) on one fixture construction."""
+    """Check then time every paged_decode row (and peers) on one fixture construction.
+
+    ``geometry``: a model geometry (kvbench.ops.decode_geometry) instead of the default one:
+    its heads, head_dim, page size and decode options, its name in the case label, and an
+    `auto` row beside the others (the row dispatch picks for this geometry, reported with
+    that row's timing)."""
     dev = _device()
     _free()  # the previous case's tensors are gone once its function returned
-    pool = decode_pool(batch, context, dtype, dev, layout=layout, storage=storage,
-                       min_l2_multiple=min_l2_multiple)
-    inputs = decode_inputs(pool)
+    layout_kw = {"layout": layout, "storage": storage, "min_l2_multiple": min_l2_multiple}
+    if geometry is None:
+        pool = decode_pool(batch, context, dtype, dev, **layout_kw)
+        inputs = decode_inputs(pool)
+    else:
+        pool = geometry_pool(geometry, batch, context, dtype, dev, **layout_kw)
+        inputs = geometry_inputs(geometry, pool)
+        table.geometries[geometry.name] = geometry.as_dict()
     case = f"{label} {dtype}" + ("" if (layout, storage) == ("fragmented", "combined") else f" {layout}/{storage}")
     if min_l2_multiple not in (None, 0, 8):
         case += f" pool>={min_l2_multiple:g}xL2"
+    if geometry is not None:
+        case += f" {geometry.name}"
     table.explains[case] = pipeline.explain(inputs)
     candidates = _rows_to_time(table, inputs, case, rows)
     if with_peers:
-        candidates.update(decode_peers(pool, inputs.extra["q"]))
+        candidates.update(decode_peers(pool, inputs.extra["q"], **inputs.extra["options"]))
     for name, fn in candidates.items():
         progress.report(f"{name} @ {case}", rows=len(table.rows))
         try:
             table.rows.extend(_measured_rows(table, inputs, name, case, fn, l2=l2))
         except Exception as exc:  # noqa: BLE001
             _skip(table, f"{name} @ {case}", exc)
+    if geometry is not None:
+        _auto_rows(table, inputs, case)
     if dev.type == "cuda":
-        _page_read_row(table, case, pool, l2)
+        if inputs.extra["options"].get("window") is None:
+            _page_read_row(table, case, pool, l2)
+        else:
+            table.skipped[f"{PAGE_READ_BOUND} @ {case}"] = (
+                "reads every attended page; a windowed decode reads the window's pages only, "
+                "so there is no like-for-like bound")
     _free(pool)  # the caller's next case starts with empty_cache(), after these locals die
+
+
+def _auto_rows(table: Table, inputs: OpInputs, case: str) -> None:
+    """`auto` at this case: the row dispatch picks (its selector unpinned), reported with the
+    rows that row got here and its name in the note. The pick is the same kernel on the same
+    inputs, checked and timed above; timing it again would add only noise to the comparison
+    of auto with the fastest row. A pick that has no number here is listed as not measured."""
+    label = f"{AUTO} @ {case}"
+    try:
+        picked = pipeline.select(inputs, AUTO).spec.name
+    except Exception as exc:  # noqa: BLE001 - reported like any row that cannot run
+        _skip(table, label, exc)
+        return
+    timed = [r for r in table.rows if r.impl == picked and r.case == case]
+    if not timed:
+        why = table.skipped.get(f"{picked} @ {case}", "not measured")
+        table.skipped[label] = f"auto picks {picked}, which has no number here: {why}"
+        return
+    table.checks[label] = table.checks[f"{picked} @ {case}"]
+    table.rows.extend(replace(r, impl=AUTO, note="; ".join(filter(None, (f"ran {picked}", r.note))))
+                      for r in timed)
 
 
 def _page_read_row(table: Table, case: str, pool: Any, l2: str) -> None:
@@ -264,10 +318,19 @@ def _page_read_row(table: Table, case: str, pool: Any, l2: str) -> None:
 
 
 def table_paged_decode(*, grid: bool = False, ablations: bool = True,
+                       geometries: Sequence[Geometry] = (),
                        table: Table | None = None) -> Table:
+    """The decode table: every row and peer at the default geometry's cases, then bf16 / fp8
+    and the layout ablations; with `geometries` (`--geometry`), instead every row, auto and
+    the peers at each of those model geometries' cases, fp16 (the same cases, or the grid)."""
     table = Table("paged_decode") if table is None else table
     on_gpu = torch.cuda.is_available()
     cases = (DECODE_GRID_GPU if grid else DECODE_CASES_GPU) if on_gpu else DECODE_CASES_CPU
+    if geometries:
+        for geometry in geometries:
+            for label, b, c in cases:
+                decode_case(table, label, b, c, geometry=geometry)
+        return table
     for label, b, c in cases:
         decode_case(table, label, b, c)
     # Every dtype path is its own bottleneck (fp8 decode is dequant-bound where fp16 is
@@ -495,20 +558,31 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="write the rows as JSON (the path is checked before measuring)")
     parser.add_argument("--grid", action="store_true", help="paged_decode: full batch x context grid")
     parser.add_argument("--no-ablations", action="store_true", help="paged_decode: skip ablation rows")
+    parser.add_argument("--geometry", metavar="NAME", default=None,
+                        help="paged_decode: every row, auto and the peers at a model geometry "
+                             f"instead (one of {', '.join(GEOMETRY_NAMES)}; or all)")
     parser.add_argument("--plot", metavar="PATH", type=output_path, default=None,
                         help="also draw the rows' GB/s against the spec peak and the measured "
                              "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
     args = parser.parse_args(argv)
     if args.op != "paged_decode":
-        for flag, given in (("--grid", args.grid), ("--no-ablations", args.no_ablations)):
+        for flag, given in (("--grid", args.grid), ("--no-ablations", args.no_ablations),
+                            ("--geometry", args.geometry is not None)):
             if given:
                 parser.error(f"{flag} applies to paged_decode only, not {args.op}")
+    geometries: tuple[Geometry, ...] = ()
+    if args.geometry is not None:
+        try:
+            geometries = select_geometries(args.geometry)
+        except ValueError as exc:
+            parser.error(f"--geometry: {exc}")
     if args.plot and args.op == "kv_alloc":
         parser.error("--plot draws GB/s: kv_alloc's rows move no bytes (read its table); "
                      "--plot takes paged_decode, kv_write or kv_gather_fp8")
     kwargs: dict[str, Any] = {}
     if args.op == "paged_decode":
-        kwargs = {"grid": args.grid, "ablations": not args.no_ablations}
+        kwargs = {"grid": args.grid, "ablations": not args.no_ablations,
+                  "geometries": geometries}
     table = Table(args.op)
     try:
         with progress.status(f"kvbench table {args.op}"):

@@ -2,6 +2,8 @@
 theoretical Work, its torch reference, its check, proof, golden check and tolerances.
 
     kvbench.ops.paged_decode    paged attention decode (fp16 / bf16 / fp8 KV)
+    kvbench.ops.decode_geometry the model geometries decode is measured at (heads, head_dim,
+                                page size, window, soft-cap), by name
     kvbench.ops.kv_write        scatter of new K/V rows into the paged cache
     kvbench.ops.kv_gather_fp8   fp8 KV row gather through a flat page table
     kvbench.ops.kv_alloc        the KV block allocator (its states, its invariant gate)

@@ -13,7 +13,9 @@ engine-facing entry point (kvbench.api.paged_decode):
 - the theoretical cost (`paged_decode_work`, `page_read_work`) and the fp64 reference
   (`paged_decode_ref`, which shares no code with the kernels);
 - the measured geometry (`Q_HEADS`, `KV_HEADS`, `HEAD_DIM`, `PAGE_SIZE`), the case fixture
-  (`decode_pool`) and inputs (`decode_inputs`), the report's ceiling and the tune cases.
+  (`decode_pool`) and inputs (`decode_inputs`), the same at a named model geometry
+  (`geometry_pool`, `geometry_inputs`; the table is kvbench.ops.decode_geometry), the
+  report's ceiling and the tune cases.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from kvbench.harness.work import Work
 from kvbench.kernels._validate import validated_calls
 from kvbench.kernels.common import options_used
 from kvbench.ops.common import OpInputs, Problem, RefCache, bad_input, poison_next_alloc
+from kvbench.ops.decode_geometry import Geometry
 from kvbench.ops.keys import PAGED, TAGS, decode_bucket
 
 
@@ -312,16 +315,25 @@ def paged_decode_work(
     kv_dtype: str,
     q_bytes: int = 2,
     page_size: int = 16,
+    window: int | None = None,
 ) -> Work:
     """One decode step: each sequence's K and V rows read once, q read once, out written once.
 
     FLOPs: QK^T and PV are each 2 * Hq * L * D per sequence (a multiply-add counts as two).
     The block table is read once per page (int32); fp8 scales are two scalars and ignored.
+    ``window``: only the last ``window`` tokens of a sequence are attended, so L is
+    min(length, window) and the pages are those the window touches: the bytes the op needs
+    (a row that reads whole tiles from before the window, or gathers everything, moves more).
     """
     if kv_dtype not in BYTES:
         raise ValueError(f"kv_dtype {kv_dtype!r}: accepted {sorted(BYTES)}")
-    tokens = sum(int(n) for n in seq_lens)
-    pages = _pages(seq_lens, page_size)
+    if window is None:
+        tokens = sum(int(n) for n in seq_lens)
+        pages = _pages(seq_lens, page_size)
+    else:
+        tokens = sum(min(int(n), window) for n in seq_lens)
+        pages = sum(-(-int(n) // page_size) - max(0, int(n) - window) // page_size
+                    for n in seq_lens)
     batch = len(seq_lens)
     kv = 2 * tokens * kv_heads * head_dim * BYTES[kv_dtype]
     q_and_out = 2 * batch * q_heads * head_dim * q_bytes
@@ -427,21 +439,40 @@ def decode_pool(batch: int, context: int, dtype: str, device: torch.device | str
                       device=dev, seed=seed)
 
 
-def decode_inputs(pool, q_heads: int = Q_HEADS, *, seed: int = 0) -> OpInputs:
-    """A decode step over `pool` with a seeded query: the inputs of every paged_decode row."""
+def decode_inputs(pool, q_heads: int = Q_HEADS, *, seed: int = 0, window: int | None = None,
+                  softcap: float | None = None) -> OpInputs:
+    """A decode step over `pool` with a seeded query: the inputs of every paged_decode row.
+    ``window`` / ``softcap``: decode options the rows are called with (part of the problem,
+    so dispatch routes around a row that does not implement them), checked and proved
+    against the reference that applies them; the Work counts the window's tokens only."""
     q = make_decode_query(pool, q_heads, seed=seed)
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
-    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale}
+    options = _option_kwargs(window, softcap)
+    kwargs = {"k_scale": pool.k_scale, "v_scale": pool.v_scale, **options}
     work = paged_decode_work(
         pool.seq_lens_list, q_heads=q_heads, kv_heads=pool.kv_heads, head_dim=pool.head_dim,
         kv_dtype=pool.kv_dtype_name, q_bytes=q.element_size(), page_size=pool.page_size,
+        window=window,
     )
     return OpInputs(
         describe_paged_decode(*args[:4], **kwargs), args, kwargs, work,
-        check=lambda fn: check_paged_decode(fn, pool, q),
-        proof=lambda fn: proof_paged_decode(fn, pool, q),
-        extra={"pool": pool, "q": q},
+        check=lambda fn: check_paged_decode(fn, pool, q, **options),
+        proof=lambda fn: proof_paged_decode(fn, pool, q, **options),
+        extra={"pool": pool, "q": q, "options": options},
     )
+
+
+def geometry_pool(geometry: Geometry, batch: int, context: int, dtype: str,
+                  device: torch.device | str, **kw: Any):
+    """decode_pool at a model geometry (kvbench.ops.decode_geometry): its KV heads, head_dim
+    and page size; `kw` as decode_pool's (layout, storage, min_l2_multiple, seed)."""
+    return decode_pool(batch, context, dtype, device, kv_heads=geometry.kv_heads,
+                       head_dim=geometry.head_dim, page_size=geometry.page_size, **kw)
+
+
+def geometry_inputs(geometry: Geometry, pool, *, seed: int = 0) -> OpInputs:
+    """decode_inputs on a geometry_pool: the geometry's query heads and decode options."""
+    return decode_inputs(pool, geometry.q_heads, seed=seed, **geometry.options)
 
 
 # ---- what the reports and `kvbench tune` measure ---------------------------------------------

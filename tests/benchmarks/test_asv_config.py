@@ -27,8 +27,9 @@ SUITE = {
     "kv_gather_fp8": kv_gather_fp8.SELECTORS,
     "kv_alloc": kv_alloc.SELECTORS,
 }
-CLASSES = [bench_decode.PagedDecode, bench_decode.PagedDecodeAblation, kv_write.KVWrite,
-           kv_gather_fp8.KVGatherFp8, kv_alloc.KVAlloc, dispatch_overhead.DispatchOverhead]
+CLASSES = [bench_decode.PagedDecode, bench_decode.PagedDecodeAblation,
+           bench_decode.PagedDecodeGeometry, kv_write.KVWrite, kv_gather_fp8.KVGatherFp8,
+           kv_alloc.KVAlloc, dispatch_overhead.DispatchOverhead]
 
 
 def _conf():
@@ -186,6 +187,15 @@ def test_suite_selectors_are_the_registry_rows(op):
     assert sorted(SUITE[op][1:]) == sorted(spec_names(op))
 
 
+def test_suite_geometries_are_the_oracle_table():
+    """asv needs static params; the geometry axis must stay the oracle's table, in its order
+    (its names are series keys: a rename there must be one here too)."""
+    from kvbench.ops.decode_geometry import GEOMETRIES
+
+    assert bench_decode.GEOMETRIES == list(GEOMETRIES)
+    assert bench_decode.PagedDecodeGeometry.params == [list(GEOMETRIES)]
+
+
 def test_suite_selector_vars_match_dispatch():
     from kvbench.core.env import SELECTOR_VARS
 
@@ -254,6 +264,7 @@ def test_entry_turns_skips_and_errors_into_asv_outcomes():
 MEASURES = {
     "paged_decode": bench_decode.measure_decode,
     "paged_decode_ablation": bench_decode.measure_ablation,
+    "paged_decode_geometry": bench_decode.measure_geometry,
     "kv_write": kv_write.measure,
     "kv_gather_fp8": kv_gather_fp8.measure,
     "kv_alloc": kv_alloc.measure,
@@ -307,6 +318,7 @@ def fresh_process_state(monkeypatch):
 _CLASS_OF = {
     "paged_decode": bench_decode.PagedDecode,
     "paged_decode_ablation": bench_decode.PagedDecodeAblation,
+    "paged_decode_geometry": bench_decode.PagedDecodeGeometry,
     "kv_write": kv_write.KVWrite,
     "kv_gather_fp8": kv_gather_fp8.KVGatherFp8,
     "kv_alloc": kv_alloc.KVAlloc,
@@ -318,14 +330,15 @@ _CLASS_OF = {
 @pytest.mark.parametrize("name", sorted(MEASURES))
 def test_suite_measures_on_cpu(name, fresh_process_state):
     """Each class's setup_cache on this machine: no case errors, skips only for CPU reasons,
-    pinned rows run the row they name. (On a CPU the ablation has nothing to run.)"""
+    pinned rows run the row they name. (On a CPU the ablation and the geometries have
+    nothing to run: their cases are GPU-size.)"""
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("the GPU variant below covers CUDA machines")
     results = MEASURES[name](_common.worker())
     measured = _check_results(results, _CLASS_OF[name], on_cuda=False)
-    if name != "paged_decode_ablation":
+    if name not in ("paged_decode_ablation", "paged_decode_geometry"):
         assert measured > 0, "a CPU must measure at least the torch/host rows"
 
 

@@ -26,7 +26,8 @@ from benchmarks.runner import worker as _worker
 
 CLASSES = {cls.__name__: cls for cls in (
     kv_alloc.KVAlloc, dispatch_overhead.DispatchOverhead, kv_write.KVWrite,
-    kv_gather_fp8.KVGatherFp8, bench_decode.PagedDecode, bench_decode.PagedDecodeAblation)}
+    kv_gather_fp8.KVGatherFp8, bench_decode.PagedDecode, bench_decode.PagedDecodeAblation,
+    bench_decode.PagedDecodeGeometry)}
 #: A case every commit with the pipeline measures on a CPU, and that moves bytes (so the
 #: runner asks for plausibility ceilings).
 WRITE_CASE = "KVWrite('torch/index_copy', 'fp16', 'decode_64')"
@@ -114,3 +115,81 @@ def test_an_op_module_the_commit_lacks_skips_its_groups(monkeypatch, cpu_process
     measured_here = {k: v["skip"] for k, v in results.items() if "GPU-size" not in v["skip"]}
     assert measured_here and all("has no kvbench.ops.kv_write" in why
                                  for why in measured_here.values()), measured_here
+
+
+#: A geometry case small enough for torch's CPU rows: (batch, context tokens).
+TINY_GEOMETRY_CASE = (2, 48)
+
+
+@pytest.fixture(scope="module")
+def geometry_worker():
+    """One measuring worker for the geometry tests, as the suite has one per commit: its CPU
+    plausibility calibration (seconds of cache flushes on a small runner) is paid once."""
+    return _common.worker()
+
+
+def _measure_geometries_on_cpu(worker) -> dict:
+    """PagedDecodeGeometry's measuring body on this CPU at TINY_GEOMETRY_CASE (its own case
+    is GPU-size, which a CPU skips before looking kvbench up)."""
+    from kvbench.dispatch.core import clear_decisions
+
+    worker.cls = "PagedDecodeGeometry"
+    dev = worker.prepare_process()
+    clear_decisions()  # decisions cached by earlier tests were made with the interpreter on
+    results: dict = {}
+    keys = [(name,) for name in bench_decode.GEOMETRIES]
+    bench_decode.measure_geometries(worker, dev, keys, results, *TINY_GEOMETRY_CASE)
+    assert set(results) == set(keys)
+    return results
+
+
+def test_this_commit_measures_every_geometry_with_its_options(cpu_process,
+                                                              geometry_worker):
+    """The baseline of the two tests below: with this tree's kvbench every geometry of the
+    axis is measured (auto, checked against the fp64 reference with the geometry's options,
+    timed with its proof); gemma-2-9b's problem carries its window and soft-cap."""
+    results = _measure_geometries_on_cpu(geometry_worker)
+    for (name,), found in results.items():
+        assert "samples_s" in found, f"{name}: {found}"
+        assert found["selected"] == "torch/gather_sdpa" and found["gbps"] > 0, found
+        assert found["measured_error"] is not None  # the last timed call was verified
+    assert "options=('window', 'softcap')" in results[("gemma-2-9b",)]["explain"]
+    assert "options=()" in results[("llama3-8b",)]["explain"]
+
+
+def test_a_commit_without_the_geometry_table_skips_the_geometries(monkeypatch, cpu_process,
+                                                                  geometry_worker):
+    """A commit from before the geometry axis: first one whose paged_decode oracle has no
+    geometry_pool, then one with no kvbench.ops.decode_geometry module. Every geometry is
+    recorded as a skip naming what is missing; nothing fails."""
+    from kvbench.ops import paged_decode
+
+    old = types.ModuleType("kvbench.ops.paged_decode")
+    old.decode_pool, old.decode_inputs = paged_decode.decode_pool, paged_decode.decode_inputs
+    monkeypatch.setitem(sys.modules, "kvbench.ops.paged_decode", old)
+    results = _measure_geometries_on_cpu(geometry_worker)
+    assert {v.get("skip") for v in results.values()} == {
+        "this commit's kvbench.ops.paged_decode has no geometry_pool"}
+
+    monkeypatch.setitem(sys.modules, "kvbench.ops.paged_decode", paged_decode)
+    monkeypatch.setitem(sys.modules, "kvbench.ops.decode_geometry", None)  # ImportError
+    results = _measure_geometries_on_cpu(geometry_worker)
+    assert all("this commit has no kvbench.ops.decode_geometry" in v.get("skip", "")
+               for v in results.values()), results
+
+
+def test_a_geometry_the_commit_does_not_list_is_skipped_and_the_others_measured(
+        monkeypatch, cpu_process, geometry_worker):
+    """A commit whose geometry table holds fewer names than this suite's axis: the names it
+    lacks are skips naming them; the ones it has are measured (auto, checked, timed)."""
+    from kvbench.ops import decode_geometry
+
+    old = types.ModuleType("kvbench.ops.decode_geometry")
+    old.GEOMETRIES = {"phi-3-mini-128k": decode_geometry.GEOMETRIES["phi-3-mini-128k"]}
+    monkeypatch.setitem(sys.modules, "kvbench.ops.decode_geometry", old)
+    results = _measure_geometries_on_cpu(geometry_worker)
+    found = results.pop(("phi-3-mini-128k",))
+    assert found["samples_s"] and found["selected"] == "torch/gather_sdpa", found
+    assert {k: v["skip"] for k, v in results.items()} == {
+        (name,): f"this commit's kvbench.ops.decode_geometry has no geometry {name!r}"
+        for (name,) in results}

@@ -193,14 +193,124 @@ def test_a_row_that_syncs_the_host_gets_a_bench_host_row_beside_it():
     assert warm[0].l2 == "warm"
 
 
-@pytest.mark.parametrize("flag", ["--grid", "--no-ablations"])
+@pytest.mark.parametrize("flag", [["--grid"], ["--no-ablations"], ["--geometry", "llama3-8b"]])
 def test_decode_only_flags_are_refused_for_other_ops(flag, capsys):
     """A flag that would be ignored is named instead: the user asked for rows that would
     silently not be there."""
     with pytest.raises(SystemExit) as exc:
-        main(["kv_write", flag])
+        main(["kv_write", *flag])
     assert exc.value.code == 2
-    assert f"{flag} applies to paged_decode only, not kv_write" in capsys.readouterr().err
+    assert f"{flag[0]} applies to paged_decode only, not kv_write" in capsys.readouterr().err
+
+
+# ---- paged_decode --geometry --------------------------------------------------------------
+
+#: An interpreter-free CPU case small enough for a table test (the CPU table's own cases
+#: take longer at these geometries).
+TINY_CASE = ("b2_c48", 2, 48)
+
+
+@pytest.fixture
+def tiny_cpu_table(monkeypatch):
+    """The decode table on this CPU as a user runs it (no TRITON_INTERPRET: torch rows and
+    peers only, auto picks a torch row), at TINY_CASE."""
+    from kvbench.measure import table as table_mod
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(table_mod, "DECODE_CASES_CPU", (TINY_CASE,))
+    clear_decisions()  # decisions cached by earlier tests were made with the interpreter on
+    yield
+    clear_decisions()
+
+
+def test_geometry_table_has_every_row_auto_and_sdpa_at_the_geometry(tmp_path, tiny_cpu_table):
+    """`--geometry llama3-8b` on a CPU: the torch row, the SDPA peer and auto (the torch row's
+    timing, its pick named) at the geometry's case; the rows a CPU cannot time listed with
+    their reasons; the geometry's figures in the JSON."""
+    from kvbench.ops.decode_geometry import GEOMETRIES
+
+    out = tmp_path / "geo.json"
+    assert main(["paged_decode", "--geometry", "llama3-8b", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    case = "b2_c48 fp16 llama3-8b"
+    rows = {r["impl"]: r for r in data["rows"]}
+    assert set(rows) == {"torch/gather_sdpa", "peer:torch/sdpa_contiguous", "auto"}
+    assert all(r["case"] == case and r["gbps"] > 0 for r in data["rows"])
+    assert rows["auto"]["note"] == "ran torch/gather_sdpa"
+    assert rows["auto"]["us"] == rows["torch/gather_sdpa"]["us"]
+    assert data["max_abs_diff"][f"auto @ {case}"] == data["max_abs_diff"][
+        f"torch/gather_sdpa @ {case}"]
+    assert "Triton rows are not timed" in data["skipped"][f"triton/split_kv @ {case}"]
+    assert "CUDA rows need a GPU" in data["skipped"][f"cuda/cluster_decode @ {case}"]
+    assert data["geometries"] == {"llama3-8b": GEOMETRIES["llama3-8b"].as_dict()}
+    assert "options=()" in data["explain"][case] and "head_dim=128" in data["explain"][case]
+
+
+def test_geometry_table_applies_the_geometrys_options(tmp_path, tiny_cpu_table):
+    """gemma-2-9b: its window and soft-cap reach the rows, the reference and dispatch; torch
+    SDPA, which has no soft-cap, is listed as not measured with that reason."""
+    out = tmp_path / "gemma.json"
+    assert main(["paged_decode", "--geometry", "gemma-2-9b", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    case = "b2_c48 fp16 gemma-2-9b"
+    assert {r["impl"] for r in data["rows"]} == {"torch/gather_sdpa", "auto"}
+    assert "torch SDPA has no logit soft-cap" in data["skipped"][
+        f"peer:torch/sdpa_contiguous @ {case}"]
+    assert "options=('window', 'softcap')" in data["explain"][case]
+
+
+def test_geometry_table_says_when_auto_picks_a_row_without_a_number(tiny_cpu_table):
+    """auto's row is the number of the row it picks; where that row has none here (not asked
+    for, as below, or not timed on a CPU) the auto row is listed as not measured, naming its
+    pick and why."""
+    from kvbench.measure.table import Table, decode_case
+    from kvbench.ops.decode_geometry import GEOMETRIES
+
+    table = Table("paged_decode")
+    decode_case(table, "b1_c16", 1, 16, geometry=GEOMETRIES["qwen2.5-7b"],
+                rows=("cuda/cluster_decode",), with_peers=False)
+    assert table.rows == []
+    assert table.skipped["auto @ b1_c16 fp16 qwen2.5-7b"] == (
+        "auto picks torch/gather_sdpa, which has no number here: not measured")
+
+
+def test_geometry_all_measures_every_geometry_at_every_case_and_nothing_else(monkeypatch):
+    """`--geometry all`: each geometry at each of the table's cases (fp16), in the table's
+    order; none of the default geometry's dtype or layout rows."""
+    from kvbench.measure import table as table_mod
+    from kvbench.ops.decode_geometry import GEOMETRIES, select_geometries
+
+    calls = []
+    monkeypatch.setattr(table_mod, "decode_case", lambda table, label, b, c, **kw: calls.append(
+        (label, kw["geometry"].name, sorted(kw))))
+    table_mod.table_paged_decode(geometries=select_geometries("all"))
+    cases = [label for label, _, _ in table_mod.DECODE_CASES_CPU]
+    assert calls == [(label, name, ["geometry"]) for name in GEOMETRIES for label in cases]
+
+
+def test_a_bad_geometry_is_refused_with_the_accepted_names(capsys):
+    from kvbench.ops.decode_geometry import GEOMETRIES
+
+    with pytest.raises(SystemExit) as exc:
+        main(["paged_decode", "--geometry", "llama-9000"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--geometry: unknown geometry 'llama-9000'; accepted: all, {', '.join(GEOMETRIES)}" \
+        in err
+
+
+def test_the_sdpa_peer_attends_to_the_window_only():
+    """With a window the SDPA peer's contiguous copy holds the window's tokens: it passes the
+    gate of a windowed case (and would fail it reading every token)."""
+    from kvbench.measure.peers import decode_peers
+    from kvbench.ops.paged_decode import decode_inputs, decode_pool
+
+    pool = decode_pool(2, 40, "fp16", "cpu", kv_heads=2, head_dim=32)
+    inputs = decode_inputs(pool, 4, window=24)
+    q = inputs.extra["q"]
+    assert inputs.check(decode_peers(pool, q, window=24)["peer:torch/sdpa_contiguous"]) >= 0
+    with pytest.raises(Exception, match="paged_decode"):
+        inputs.check(decode_peers(pool, q)["peer:torch/sdpa_contiguous"])
 
 
 def test_each_row_is_scored_against_its_case_bytes_only_bound_like_with_like():

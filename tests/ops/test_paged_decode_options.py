@@ -8,11 +8,13 @@ import functools
 
 import pytest
 import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from kvbench.fixtures.pool import paged_pool
 from kvbench.kernels import paged_decode as pd
 from kvbench.kernels import paged_decode_cluster as pdc
-from kvbench.ops.paged_decode import check_paged_decode, make_decode_query
+from kvbench.ops.paged_decode import check_paged_decode, make_decode_query, paged_decode_ref
 
 SPLIT3 = functools.partial(pd.paged_decode_split_kv, num_splits=3)
 SPLIT3.__name__ = "paged_decode_split_kv[3 splits]"
@@ -80,6 +82,104 @@ def test_fp8_scales_per_kv_head(device, short_tiles):
     q = make_decode_query(pool, 4, seed=1)
     for fn in ROWS:
         assert check_paged_decode(fn, pool, q) >= 0.0
+
+
+# ---- properties: any option values against the fp64 reference --------------------------------
+
+#: Interpreted Triton is slow: few examples, no deadline, derandomized (a failure reproduces).
+#: short_tiles is the same for every example (function_scoped_fixture is safe here).
+_INTERPRETED = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+                        suppress_health_check=[HealthCheck.too_slow,
+                                               HealthCheck.function_scoped_fixture])
+#: The reference alone is fast: more examples.
+_REFERENCE = settings(max_examples=30, deadline=None, derandomize=True, database=None)
+
+_LENS = st.lists(st.integers(1, 70), min_size=1, max_size=2)
+#: None, or a window shorter than a page, inside a tile, or longer than every sequence.
+_WINDOWS = st.none() | st.integers(1, 80)
+#: None, or a cap the unit-variance scores reach (small caps) or barely (large ones).
+_SOFTCAPS = st.none() | st.floats(0.5, 64.0)
+
+
+@_INTERPRETED
+@given(lens=_LENS, window=_WINDOWS, softcap=_SOFTCAPS, gain=st.sampled_from([1.0, 6.0]),
+       kv_heads=st.integers(1, 2), group=st.integers(1, 4), head_dim=st.sampled_from([32, 40]),
+       page_size=st.sampled_from([1, 8, 16, 64]), dtype=st.sampled_from(["fp16", "bf16"]),
+       storage=st.sampled_from(["combined", "v_dim_major"]), fn=st.sampled_from(ROWS))
+def test_window_and_softcap_property(short_tiles, lens, window, softcap, gain, kv_heads, group,
+                                     head_dim, page_size, dtype, storage, fn):
+    """Any window and soft-cap, at any page size, GQA ratio and V layout, through every row
+    that implements them: the op's gate against the fp64 reference. `gain` scales q so the
+    cap bends the scores (6: scores of a few units) or not. At least 64 output elements: the
+    gate's systematic-error criterion reads a few same-signed one-ulp roundings of a tiny
+    output (16 elements) as a scale error, whatever the row."""
+    assume(len(lens) * kv_heads * group * head_dim >= 64)
+    pool = paged_pool(len(lens), lens, kv_heads=kv_heads, head_dim=head_dim,
+                      page_size=page_size, dtype=dtype, storage=storage, min_l2_multiple=0,
+                      device="cpu", seed=page_size)
+    q = make_decode_query(pool, kv_heads * group, seed=2) * gain
+    assert check_paged_decode(fn, pool, q, window=window, softcap=softcap) >= 0.0
+
+
+@_INTERPRETED
+@given(lens=_LENS, window=_WINDOWS, softcap=_SOFTCAPS,
+       k_gains=st.lists(st.floats(0.125, 8.0), min_size=2, max_size=2),
+       v_gains=st.lists(st.floats(0.125, 8.0), min_size=2, max_size=2),
+       storage=st.sampled_from(["combined", "v_dim_major"]), fn=st.sampled_from(ROWS))
+def test_fp8_per_head_scales_property(short_tiles, lens, window, softcap, k_gains, v_gains,
+                                      storage, fn):
+    """fp8 caches with a K and a V scale per kv head (any ratio between the heads), with or
+    without the other options: the op's gate against the reference of the same bytes."""
+    pool = paged_pool(len(lens), lens, kv_heads=2, head_dim=32, page_size=8, dtype="fp8",
+                      storage=storage, min_l2_multiple=0, device="cpu", seed=1)
+    pool.k_scale = torch.tensor(k_gains, dtype=torch.float32) * pool.k_scale
+    pool.v_scale = torch.tensor(v_gains, dtype=torch.float32) * pool.v_scale
+    q = make_decode_query(pool, 6, seed=2)
+    assert check_paged_decode(fn, pool, q, window=window, softcap=softcap) >= 0.0
+
+
+def _ref(pool, q, **kw):
+    return paged_decode_ref(q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens,
+                            k_scale=pool.k_scale, v_scale=pool.v_scale, **kw)
+
+
+@_REFERENCE
+@given(lens=_LENS, window=st.integers(1, 80), group=st.integers(1, 3))
+def test_reference_window_is_the_last_window_tokens(lens, window, group):
+    """The reference's window, read independently: with one-token pages, dropping a
+    sequence's tokens before the window is dropping its first block-table entries; the
+    windowed reference equals the reference of that cut table."""
+    pool = paged_pool(len(lens), lens, kv_heads=1, head_dim=16, page_size=1,
+                      min_l2_multiple=0, device="cpu", seed=window)
+    q = make_decode_query(pool, group, seed=3) * 4
+    table = pool.block_table.clone()
+    cut_lens = []
+    for b, n in enumerate(lens):
+        first = max(0, n - window)
+        table[b, : n - first] = pool.block_table[b, first:n]
+        cut_lens.append(n - first)
+    cut = paged_decode_ref(q, pool.k_cache, pool.v_cache, table,
+                           torch.tensor(cut_lens, dtype=torch.int32))
+    torch.testing.assert_close(_ref(pool, q, window=window), cut, rtol=0, atol=0)
+
+
+@_REFERENCE
+@given(scale=st.floats(0.01, 4.0), softcap=_SOFTCAPS)
+def test_reference_per_head_scales_equal_the_scalar_when_equal(scale, softcap):
+    """A [kv_heads] scale tensor whose entries are all s gives the reference of the scalar s;
+    entries that differ give another output (the heads are scaled apart)."""
+    pool = paged_pool(2, [30, 9], kv_heads=2, head_dim=16, page_size=8, dtype="fp8",
+                      min_l2_multiple=0, device="cpu", seed=0)
+    q = make_decode_query(pool, 4, seed=1)
+    s = torch.tensor(scale, dtype=torch.float32)
+    pool.k_scale = pool.v_scale = s
+    scalar = _ref(pool, q, softcap=softcap)
+    pool.k_scale = pool.v_scale = s.repeat(2)
+    torch.testing.assert_close(_ref(pool, q, softcap=softcap), scalar, rtol=0, atol=0)
+    pool.v_scale = torch.stack([s, 2 * s])
+    apart = _ref(pool, q, softcap=softcap)
+    assert torch.equal(apart[:, :2], scalar[:, :2]) and not torch.equal(apart[:, 2:],
+                                                                        scalar[:, 2:])
 
 
 @pytest.mark.parametrize(("kw", "match"), [
