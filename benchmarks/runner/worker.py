@@ -189,9 +189,9 @@ class Worker:
 
     # ---- the process ----------------------------------------------------------------------
 
-    def prepare_process(self) -> str:
+    def prepare_process(self, **knobs: Any) -> str:
         """Device type for this measuring process ('cuda' or 'cpu'); call before importing
-        kvbench.
+        kvbench. `knobs` override SUITE_KNOBS for the calling class (same names).
 
         On a CPU machine TRITON_INTERPRET is removed (it may be inherited from a pytest run):
         without it dispatch excludes the Triton rows, so `auto` picks a torch row instead of
@@ -210,7 +210,11 @@ class Worker:
             timers = importlib.import_module("kvbench.harness.timers")
         except ImportError:
             timers = None  # an old commit: its own default budget applies
-        for name, value in SUITE_KNOBS.items():
+        unknown = set(knobs) - set(SUITE_KNOBS)
+        if unknown:
+            raise ValueError(f"prepare_process: unknown knob(s) {sorted(unknown)}; accepted: "
+                             f"{', '.join(SUITE_KNOBS)}")
+        for name, value in {**SUITE_KNOBS, **knobs}.items():
             if timers is not None and hasattr(timers, name):
                 setattr(timers, name, value)
         if self._in_group:  # only the measuring process's own loop (measure_group) thaws it
