@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -69,10 +70,11 @@ Z99 = 2.5758
 SIGMA_FLOOR = 1e-3
 #: Share of the largest differences the trimmed RMS leaves out (real steps, rare outliers).
 TRIM = 0.10
-#: The trimmed RMS is used from this many differences on (10% of them is at least one).
+#: ... and at least this many: one slow process is two large successive differences (into
+#: it and out of it), so a short series with one outlier point keeps half of it otherwise.
+TRIM_AT_LEAST = 2
+#: The trimmed RMS is used from this many differences on.
 TRIM_MIN = 10
-#: E[Z^2 | |Z| < z_0.95] for a standard normal: the trimmed RMS's consistency factor.
-TRIMMED_VARIANCE = 0.6230
 #: Fewer successive differences than this give no usable noise estimate.
 MIN_DIFFERENCES = 4
 #: Weight of the prior, in differences (see the module docstring).
@@ -135,11 +137,21 @@ def _mad_sigma(d: np.ndarray) -> float:
     return MAD_TO_SIGMA * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
 
 
+def _trimmed_variance(kept_share: float) -> float:
+    """E[Z^2 | |Z| < z] for a standard normal, z its (1 + kept_share) / 2 quantile: the
+    consistency factor of an RMS over the smallest `kept_share` of |Z| (0.623 at 90%)."""
+    z = NormalDist().inv_cdf((1.0 + kept_share) / 2.0)
+    return 1.0 - 2.0 * z * NormalDist().pdf(z) / kept_share
+
+
 def _trimmed_rms_sigma(d: np.ndarray) -> float:
-    """sigma from the RMS of the smallest (1 - TRIM) of the centred differences."""
+    """sigma from the RMS of the centred differences without their largest TRIM share (at
+    least TRIM_AT_LEAST of them)."""
     dev = np.sort(np.abs(d - np.median(d)))
-    kept = dev[:max(1, math.ceil((1.0 - TRIM) * len(dev)))]
-    return math.sqrt(float(np.mean(kept ** 2)) / TRIMMED_VARIANCE) / math.sqrt(2.0)
+    trimmed = max(len(dev) - math.ceil((1.0 - TRIM) * len(dev)), TRIM_AT_LEAST)
+    kept = dev[:max(1, len(dev) - trimmed)]
+    factor = _trimmed_variance(len(kept) / len(dev))
+    return math.sqrt(float(np.mean(kept ** 2)) / factor) / math.sqrt(2.0)
 
 
 def _within_sigma(d: np.ndarray) -> float:
