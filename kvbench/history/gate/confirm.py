@@ -58,8 +58,19 @@ def bench_regex(findings) -> str:
     return "^(" + "|".join(re.escape(n) for n in names) + r")(\(|$)"
 
 
-def one_class(findings) -> str | None:
-    """The class every finding's benchmark belongs to, when it is one (else None)."""
-    classes = {f.series.benchmark.split(".")[-2] for f in findings
-               if f.series.benchmark.count(".") >= 2}
-    return classes.pop() if len(classes) == 1 else None
+def narrowest_selection(findings) -> str | None:
+    """The suite's selection (KVBENCH_ASV_SELECT) that measures every finding's series and
+    least else: their one case ("Class('row', 'fp16', 'b1_c4k')", its latency and GB/s
+    series alike) when they share one, else their one class, else None (the whole suite)."""
+    if any(f.series.benchmark.count(".") < 2 for f in findings):
+        return None
+    classes = {f.series.benchmark.split(".")[-2] for f in findings}
+    cases = {f.series.params for f in findings}
+    if len(classes) != 1:
+        return None
+    (cls,) = classes
+    if len(cases) == 1:
+        (params,) = cases
+        if params:
+            return f"{cls}({', '.join(params)})"
+    return cls

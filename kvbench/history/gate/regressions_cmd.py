@@ -52,7 +52,7 @@ def _confirm(args, verdicts):
 
     from kvbench.history.asv.repo import repository_of
     from kvbench.history.gate.compare import SuiteMeasurer, run_compare
-    from kvbench.history.gate.confirm import bench_regex, confirm, one_class
+    from kvbench.history.gate.confirm import bench_regex, confirm, narrowest_selection
 
     root = repository_of(Path(args.results))
 
@@ -60,7 +60,8 @@ def _confirm(args, verdicts):
         workdir = Path(tempfile.mkdtemp(prefix="kvbench-confirm-"))
         try:
             measurer = SuiteMeasurer(root, verdicts.history.machine, workdir,
-                                     bench=bench_regex(findings), select=one_class(findings),
+                                     bench=bench_regex(findings),
+                                     select=narrowest_selection(findings),
                                      conf_path=Path(args.config) if args.config else None)
             measurer.discover(commit)
             benchmarks = json.loads((measurer.results_dir / "benchmarks.json").read_text())

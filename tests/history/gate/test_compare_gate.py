@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from kvbench.history.bisect import abtest
 from kvbench.history.gate import compare
-from kvbench.history.gate.confirm import bench_regex, confirm, one_class
+from kvbench.history.gate.confirm import bench_regex, confirm, narrowest_selection
 from kvbench.history.verdict.regressions import analyze
 from kvbench.history.verdict.results import History, Point, Series
 
@@ -89,12 +90,24 @@ def test_confirm_turns_a_suspect_into_a_regression_or_dismisses_it():
             assert d.confirmation["outcome"] == abtest.NO_CHANGE
 
 
-def test_confirm_measures_only_the_suspects_benchmarks_and_class():
+def test_confirm_measures_only_the_suspects_benchmarks_and_case():
     verdicts = analyze(_history_with_newest_step(0.2))
     regex = bench_regex(verdicts.suspects)
     assert re.search(regex, "m.C.track_us('a')") and re.search(regex, "m.C.track_us")
     assert not re.search(regex, "m.C.track_gbps('a')")
-    assert one_class(verdicts.suspects) == "C"
+    assert narrowest_selection(verdicts.suspects) == "C('a')"  # one case: that case alone
+
+
+def test_the_selection_widens_to_the_class_then_to_the_suite():
+    def finding(benchmark, *params):
+        return SimpleNamespace(series=SimpleNamespace(benchmark=benchmark, params=params))
+
+    us, gbps = finding("m.C.track_us", "'a'", "64"), finding("m.C.track_gbps", "'a'", "64")
+    assert narrowest_selection([us, gbps]) == "C('a', 64)"  # latency and GB/s: one case
+    assert narrowest_selection([us, finding("m.C.track_us", "'b'", "64")]) == "C"
+    assert narrowest_selection([us, finding("m.D.track_us", "'a'", "64")]) is None
+    assert narrowest_selection([finding("m.C.track_us")]) == "C"
+    assert narrowest_selection([finding("track_us", "'a'")]) is None
 
 
 def test_the_exit_status_follows_fail_on():
