@@ -13,10 +13,11 @@ kernel (each allocation of a machine is its own GPU, clocks and host). The model
 - sigma_within: from the successive differences of commits of the same run, centred on
   their median (which removes a drift's slope), the larger of two estimates:
   1.4826 * MAD / sqrt(2), robust to a few real steps and 2x outliers, and the RMS of the
-  smallest 90% of the differences (normal-consistent), which sees a process that switches
-  between two modes: a host path that runs in one of two speed modes per process has half
-  its successive differences near 0 and half as large as the gap between the modes, and a
-  MAD alone reads that series as quiet and reports every mode switch as a step.
+  smallest 90% of the differences (at least two left out: one slow process makes two;
+  normal-consistent), which sees a process that switches between two modes: a host path
+  that runs in one of two speed modes per process has half its successive differences near
+  0 and half as large as the gap between the modes, and a MAD alone reads that series as
+  quiet and reports every mode switch as a step.
 - sigma_runs: from the successive differences that cross a run boundary,
   sqrt(max(0, mean(d^2)/2 - sigma_within^2)). A mean of squares, not a MAD: the run effects
   of one machine name are few and often bimodal (two hosts), and a robust scale would call

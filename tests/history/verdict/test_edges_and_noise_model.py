@@ -135,3 +135,18 @@ def test_the_detection_table_runs_and_finds_large_newest_steps_with_a_model():
     assert newest["found"] >= 18  # 20 sigma at the newest commit
     assert rows[(True, "gpu", "flat")]["flat_with_finding"] == 0
     assert "stored | gpu | 12" in detection.format_table(result)
+
+
+def test_one_slow_process_does_not_inflate_a_short_series_noise():
+    """Twelve commits of 0.5% noise with one +5% point (a slow process): its two large
+    differences both stay out of the trimmed RMS, so the noise reads near 0.5%, not 2-3x it
+    (which would hide a 5% step at the newest commit)."""
+    from kvbench.history.verdict import noise
+
+    rng = np.random.default_rng(7)
+    widths = []
+    for _ in range(200):
+        x = 0.005 * rng.standard_normal(12)
+        x[rng.integers(1, 11)] += math.log1p(0.05)
+        widths.append(noise.estimate(x, [0] * 12).within)
+    assert 0.004 < float(np.median(widths)) < 0.0075, np.median(widths)
