@@ -2,9 +2,9 @@
 
     c0 base   b1 ... b7 harmless   c8 PLANT (host/freelist alloc busy-waits 400 µs)
 
-`asv run` of the allocator class over every commit, then, with HEAD at c4 (the step is the
-newest commit, a single point), `kvbench regressions --confirm --fail-on regression` must
-re-measure the suspect against its parent and exit 1 naming c8; with HEAD at b7 (its parent)
+`asv run` of the planted allocator case over every commit, then, with HEAD at c8 (the step
+is the newest commit, a single point), `kvbench regressions --confirm --fail-on regression`
+must re-measure the suspect against its parent and exit 1 naming c8; with HEAD at b7 (its parent)
 the same command exits 0. `kvbench compare b7 c8` says regression for the planted row, and
 `kvbench compare b1 b2` (two harmless commits) no change. Eight commits before the plant:
 with fewer, a span without a stored noise model has too few differences left to judge.

@@ -35,7 +35,7 @@ FDR_Q = 0.05
 
 class SuiteMeasurer(AsvMeasurer):
     """AsvMeasurer for many series at once: `bench` (an asv --bench regex, default every
-    benchmark) and, when `select` names one class, the suite's one-class mode."""
+    benchmark) and, when `select` names one class or case, the suite's selective mode."""
 
     def __init__(self, repo, machine: str, workdir, *, bench: str | None = None,
                  select: str | None = None, **kwargs) -> None:
