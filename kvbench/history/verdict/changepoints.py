@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvbench.history.verdict.noise import Noise
+from kvbench.history.verdict.noise import Noise, median
 
 #: Points on each side of a boundary that its test reads (Otava reads 50 around a point).
 WINDOW = 30
@@ -96,9 +96,9 @@ def _observations(values: np.ndarray, toward: float, noise: Noise):
         if len(values) <= 2:
             test_level = float(values[np.argmin(np.abs(values - toward))])
         else:
-            test_level = float(np.median(values))
+            test_level = median(values)
         return list(values), [test_level] * len(values), True
-    centre, bound = float(np.median(values)), WINSOR * noise.total
+    centre, bound = median(values), WINSOR * noise.total
     clipped = list(np.clip(values, centre - bound, centre + bound))
     return clipped, clipped, False
 
@@ -131,8 +131,8 @@ def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noi
 
     lo, hi = max(start, index - WINDOW), min(stop, index + WINDOW)
     before, after = x[lo:index], x[index:hi]
-    a_level, a_test, a_short = _observations(before, float(np.median(after)), noise)
-    b_level, b_test, b_short = _observations(after, float(np.median(before)), noise)
+    a_level, a_test, a_short = _observations(before, median(after), noise)
+    b_level, b_test, b_short = _observations(after, median(before), noise)
     y = np.column_stack([a_level + b_level, a_test + b_test])
     side_b = np.array([0.0] * len(a_level) + [1.0] * len(b_level))
     short = np.array([1 if a_short else 0] * len(a_level) + [2 if b_short else 0] * len(b_level))
@@ -195,7 +195,7 @@ def candidates(x: np.ndarray, scale: float, *, penalty: float) -> list[int]:
 
     if len(x) < 2 * MIN_SIZE:
         return []
-    y = ((x - np.median(x)) / scale).reshape(-1, 1)
+    y = ((x - median(x)) / scale).reshape(-1, 1)
     pelt = ruptures.Pelt(custom_cost=_l2_cost(), min_size=MIN_SIZE, jump=1)
     ends = pelt.fit(y).predict(pen=penalty)
     return [int(e) for e in ends[:-1]]
