@@ -68,6 +68,22 @@ CROSS_RUN_CANDIDATE_Z = 8.0
 NOISE_PASSES = 3
 #: Rounds of (propose candidate steps, estimate the noise without those that stand out).
 CANDIDATE_PASSES = 3
+#: An interior point slower than both of its neighbours by more than this many noise sigmas
+#: is one slow process, not a level: a series that is not heavy-tailed is judged without it
+#: (_without_isolated_slow). One point is never a level (changepoints.MIN_SIZE), but left
+#: in, it drags the level of its segment: an outlier one commit before a step at the newest
+#: commit made a two-point level of itself and the step's point, and hid the step.
+ISOLATED_SLOW_Z = 5.0
+
+
+@dataclass(frozen=True)
+class Excursion:
+    """One point slower than both neighbours, set aside as one slow process: what a reader
+    needs to tell it from a change undone by the next commit (`kvbench compare parent commit`)."""
+
+    commit: str
+    parent: str  # the measured commit before it
+    slower_pct: float  # how much slower than its neighbours' mean
 
 
 @dataclass(frozen=True)
@@ -167,6 +183,8 @@ class SeriesVerdict:
     why_not: str = ""
     #: the per-device offsets (log) subtracted before judging (devices.py); {} for one device
     device_offsets: dict[str, float] = field(default_factory=dict)
+    #: points judged one slow process and left out (_without_isolated_slow)
+    set_aside: tuple[Excursion, ...] = ()
 
     def to_json(self) -> dict:
         n = self.noise
@@ -189,6 +207,8 @@ class SeriesVerdict:
             "host_speed_scaled": self.host_speed_scaled,
             "device_offsets_pct": {d: round(100 * math.expm1(v), 4)
                                    for d, v in self.device_offsets.items()},
+            "set_aside": [{"commit": e.commit, "parent": e.parent,
+                           "slower_pct": round(e.slower_pct, 4)} for e in self.set_aside],
         }
 
 
@@ -537,10 +557,48 @@ class _Prepared:
     own: noise.Noise | None
     scaled: host_speed.Scaled | None = None
     device_offsets: dict[str, float] = field(default_factory=dict)
+    #: the series with every point, where `series` is judged without some (`set_aside`)
+    whole: Series | None = None
+    set_aside: tuple[Excursion, ...] = ()  # points not judged (one slow process)
 
     @property
     def family(self) -> str:
         return self.series.benchmark
+
+    @property
+    def full(self) -> Series:
+        """The series with every measured point: what a verdict and its plot show."""
+        return self.whole or self.series
+
+
+def _without_isolated_slow(p: _Prepared, est: noise.Noise) -> _Prepared | None:
+    """`p` without its interior points slower than both neighbours by more than
+    ISOLATED_SLOW_Z sigmas of `est`, or None where there is none, the series is heavy-tailed
+    (its slow processes come in pairs and runs, which SHORT_SIDE handles) or too few points
+    would be left.
+
+    Slower only: a GPU kernel's process can be slow (a busy host, a clock that had not come
+    up) but not faster than its code, so a fast point is a level and a lone slow one is not.
+    The first and newest points have one neighbour and stay: there one point is a suspect,
+    for --confirm to settle."""
+    if len(p.x) < 3:
+        return None
+    s = WORSE_SIGN[p.series.unit] * p.x
+    level = EDGE_CANDIDATE_Z * math.sqrt(2.0) * est.total  # two points of one level
+    drop = {i for i in range(1, len(s) - 1)
+            if s[i] - max(s[i - 1], s[i + 1]) > ISOLATED_SLOW_Z * est.total
+            and abs(s[i + 1] - s[i - 1]) <= level}
+    if not drop or len(s) - len(drop) < MIN_POINTS:
+        return None
+    keep = [i for i in range(len(s)) if i not in drop]
+    points = p.series.points
+    excursions = tuple(
+        Excursion(points[i].commit, points[i - 1].commit,
+                  100.0 * math.expm1(s[i] - (s[i - 1] + s[i + 1]) / 2.0))
+        for i in sorted(drop))
+    return dataclasses.replace(
+        p, series=dataclasses.replace(p.series, points=[points[i] for i in keep]),
+        x=p.x[keep], runs=[p.runs[i] for i in keep], whole=p.series, set_aside=excursions)
 
 
 def _prepare(series: Series, history: History, sidecars: SidecarCache) -> _Prepared | str:
@@ -652,8 +710,13 @@ def analyze(history: History, *, since: str | None = None,
         if not isinstance(p, _Prepared):
             verdicts.append(SeriesVerdict(s, None, None, why_not=p))
             continue
-        fit = _fit(p.x, p.runs, p.within_process,
-                   used.prior(p.family, p.series.name, p.within_process))
+        prior = used.prior(p.family, p.series.name, p.within_process)
+        fit = _fit(p.x, p.runs, p.within_process, prior)
+        reduced = None if fit.noise is None else _without_isolated_slow(p, fit.noise)
+        if reduced is not None:
+            refit = _fit(reduced.x, reduced.runs, reduced.within_process, prior)
+            if refit.noise is not None:
+                p, fit = reduced, refit
         if fit.noise is None:
             verdicts.append(SeriesVerdict(p.series, None, None, why_not=fit.why_not,
                                           host_speed_scaled=p.scaled is not None))
@@ -670,8 +733,8 @@ def analyze(history: History, *, since: str | None = None,
         p, fit = fits[i]
         floor = _critical_log(fit.noise, brk.se, alpha_alone / brk.positions, brk.within_run)
         if _reportable(brk, q, fit.noise):
-            kept.setdefault(i, []).append(_finding(p.series, history, p.x, fit.noise, brk, q,
-                                                   floor))
+            finding = _finding(p.series, history, p.x, fit.noise, brk, q, floor)
+            kept.setdefault(i, []).append(dataclasses.replace(finding, series=p.full))
     for i, (p, fit) in enumerate(fits):
         newest = next((e for e in fit.edges if e.edge == "newest"), None)
         mde_newest = None if newest is None else 100.0 * math.expm1(
@@ -681,8 +744,9 @@ def analyze(history: History, *, since: str | None = None,
             findings = [dataclasses.replace(f, host_speed_scaled=True,
                                             context=(p.scaled.fact(f.parent, f.settled),))
                         for f in findings]
-        verdicts.append(SeriesVerdict(p.series, fit.noise, mde_newest, findings,
-                                      p.scaled is not None, device_offsets=p.device_offsets))
+        verdicts.append(SeriesVerdict(p.full, fit.noise, mde_newest, findings,
+                                      p.scaled is not None, device_offsets=p.device_offsets,
+                                      set_aside=p.set_aside))
     order = {s.name: k for k, s in enumerate(judged)}
     verdicts.sort(key=lambda v: order.get(v.series.name, len(order)))
     progress.report("reading the sidecars of the findings' commits")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import statistics
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -97,6 +98,29 @@ def not_judged_lines(verdicts: Verdicts) -> list[str]:
             reasons[v.why_not or "not judged"] = reasons.get(v.why_not or "not judged", 0) + 1
     return [f"  {n} series not judged: {why}" for why, n in
             sorted(reasons.items(), key=lambda kv: -kv[1])]
+
+
+def set_aside_lines(verdicts: Verdicts, *, top: int = 5) -> list[str]:
+    """The commits whose points were set aside as one slow process, the most series first:
+    many series at one commit, and only the rows one change touches, is more likely a change
+    undone by the next commit than a slow process, which a fresh A/B of the pair tells."""
+    by_commit: dict[tuple[str, str], list[float]] = {}
+    for v in verdicts.verdicts:
+        for e in v.set_aside:
+            by_commit.setdefault((e.commit, e.parent), []).append(e.slower_pct)
+    if not by_commit:
+        return []
+    ranked = sorted(by_commit.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    points = sum(len(v) for v in by_commit.values())
+    lines = [f"{points} point(s) set aside as one slow process (slower than both neighbours); "
+             f"to tell one from a change undone by the next commit: "
+             f"kvbench compare PARENT COMMIT"]
+    for (commit, parent), pcts in ranked[:top]:
+        lines.append(f"  {commit[:8]} (parent {parent[:8]}): {len(pcts)} series, median "
+                     f"{statistics.median(pcts):+.1f}%")
+    if len(ranked) > top:
+        lines.append(f"  ... and {len(ranked) - top} more commits (the JSON's series[].set_aside)")
+    return lines
 
 
 def summary_line(verdicts: Verdicts) -> str:
@@ -183,6 +207,8 @@ def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | N
         print(f"dismissed suspect {f.series.name} at {f.commit[:8]}: a fresh A/B found "
               f"{f.confirmation.get('outcome') if f.confirmation else 'nothing'}", file=out)
     for line in host_mde_lines(verdicts):
+        print(line, file=out)
+    for line in set_aside_lines(verdicts):
         print(line, file=out)
     for skipped in verdicts.history.skipped:
         print(f"skipped {skipped['file']}: {skipped['reason']}", file=out)

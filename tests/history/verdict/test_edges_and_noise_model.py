@@ -150,3 +150,70 @@ def test_one_slow_process_does_not_inflate_a_short_series_noise():
         x[rng.integers(1, 11)] += math.log1p(0.05)
         widths.append(noise.estimate(x, [0] * 12).within)
     assert 0.004 < float(np.median(widths)) < 0.0075, np.median(widths)
+
+
+def test_one_slow_process_before_a_newest_step_is_set_aside_and_the_step_found():
+    """Ten commits of 0.5% noise, a +5% point two commits before a +5% step at the newest
+    commit: with the slow point in, it and the step's point read as one two-point level placed
+    at the outlier's commit. The slow point lies above both of its neighbours, which agree:
+    one slow process, set aside (named in the verdict), and the step is found at its commit."""
+    rng = np.random.default_rng(11)
+    rows = _rows(rng, 10)
+    names = list(rows)
+    model = _learned(rng, [f"sim.Gpu.track_us('{n}')" for n in names])
+    for name in names[:10]:
+        rows[name][7] = rows[name][6] + math.log1p(0.05)
+        rows[name][8] = rows[name][6]
+        rows[name][9] += math.log1p(0.05)
+    report = analyze(_history(rows), model=model)
+    commits = report.history.commits
+    by_name = {v.series.params[0]: v for v in report.verdicts}
+    for name in names[:10]:
+        verdict = by_name[repr(name)]
+        (excursion,) = verdict.set_aside
+        assert (excursion.commit, excursion.parent) == (commits[7], commits[6]), name
+        assert 4.0 < excursion.slower_pct < 6.5, excursion
+        assert len(verdict.series.points) == 10  # the verdict shows every point
+        (f,) = verdict.findings
+        assert f.commit == commits[-1] and f.verdict == "regression", (name, f)
+        assert len(f.series.points) == 10
+        assert [e["commit"] for e in verdict.to_json()["set_aside"]] == [commits[7]]
+    for name in names[10:]:
+        assert by_name[repr(name)].set_aside == ()
+    from kvbench.history.verdict.text import set_aside_lines
+
+    head, line = set_aside_lines(report)
+    assert head.startswith("10 point(s) set aside as one slow process")
+    assert "kvbench compare PARENT COMMIT" in head
+    assert line.split()[:5] == [commits[7][:8], "(parent", f"{commits[6][:8]}):", "10", "series,"]
+
+
+def test_a_fast_point_and_a_slow_point_at_a_step_are_not_set_aside():
+    """Only a point slower than two neighbours of one level is one slow process: a fast point
+    is the code's level (a process is not faster than its code), and a slow point whose
+    neighbours sit at two levels is where a step landed."""
+    from kvbench.history.verdict import noise
+    from kvbench.history.verdict.regressions import _Prepared, _without_isolated_slow
+
+    def prepared(values):
+        x = np.log(np.asarray(values))
+        series = Series(BENCH, ("'s'",), ("series",), "seconds", "sim",
+                        [Point(f"{i:040x}", v) for i, v in enumerate(values, 1)])
+        return _Prepared(series, x, [0] * len(x), None, None)
+
+    est = noise.estimate(0.005 * np.random.default_rng(3).standard_normal(30), [0] * 30)
+    flat = [1.0, 1.002, 0.998, 1.001, 0.999, 1.0]
+    slow = flat.copy()
+    slow[3] = 1.05
+    assert [e.commit for e in _without_isolated_slow(prepared(slow), est).set_aside] == \
+        [f"{4:040x}"]
+    fast = flat.copy()
+    fast[3] = 0.95
+    assert _without_isolated_slow(prepared(fast), est) is None
+    at_step = [1.0, 1.0, 1.0, 1.15, 1.10, 1.10]  # slow over both, but they are two levels
+    assert _without_isolated_slow(prepared(at_step), est) is None
+    gbps = [1 / v for v in slow]  # throughput: slow is low
+    gbps_prepared = prepared(gbps)
+    gbps_prepared.series.unit = "GB/s"
+    assert [e.commit for e in _without_isolated_slow(gbps_prepared, est).set_aside] == \
+        [f"{4:040x}"]
