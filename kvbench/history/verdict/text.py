@@ -112,9 +112,9 @@ def set_aside_lines(verdicts: Verdicts, *, top: int = 5) -> list[str]:
         return []
     ranked = sorted(by_commit.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     points = sum(len(v) for v in by_commit.values())
-    lines = [f"{points} point(s) set aside as one slow process (slower than both neighbours); "
-             f"to tell one from a change undone by the next commit: "
-             f"kvbench compare PARENT COMMIT"]
+    lines = [(f"{points} point(s) set aside as one slow process (slower than both "
+              "neighbours); to tell one from a change undone by the next commit: "
+              "kvbench compare PARENT COMMIT")]
     for (commit, parent), pcts in ranked[:top]:
         lines.append(f"  {commit[:8]} (parent {parent[:8]}): {len(pcts)} series, median "
                      f"{statistics.median(pcts):+.1f}%")
