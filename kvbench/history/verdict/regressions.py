@@ -69,10 +69,10 @@ NOISE_PASSES = 3
 #: Rounds of (propose candidate steps, estimate the noise without those that stand out).
 CANDIDATE_PASSES = 3
 #: An interior point slower than both of its neighbours by more than this many noise sigmas
-#: is one slow process, not a level: a series that is not heavy-tailed is judged without it
-#: (_without_isolated_slow). One point is never a level (changepoints.MIN_SIZE), but left
-#: in, it drags the level of its segment: an outlier one commit before a step at the newest
-#: commit made a two-point level of itself and the step's point, and hid the step.
+#: is one slow process, not a level: the series is judged without it (_without_isolated_slow).
+#: One point is never a level (changepoints.MIN_SIZE), but left in, it drags the level of its
+#: segment: an outlier two commits before a step at the newest commit made one level of
+#: itself, the point after it and the step's point, and the step was placed at the outlier.
 ISOLATED_SLOW_Z = 5.0
 
 
@@ -573,8 +573,8 @@ class _Prepared:
 
 def _without_isolated_slow(p: _Prepared, est: noise.Noise) -> _Prepared | None:
     """`p` without its interior points slower than both neighbours by more than
-    ISOLATED_SLOW_Z sigmas of `est`, or None where there is none, the series is heavy-tailed
-    (its slow processes come in pairs and runs, which SHORT_SIDE handles) or too few points
+    ISOLATED_SLOW_Z sigmas of `est`, where the two neighbours agree (within EDGE_CANDIDATE_Z
+    difference sigmas: one level on both sides), or None where there is none or too few points
     would be left.
 
     Slower only: a GPU kernel's process can be slow (a busy host, a clock that had not come
