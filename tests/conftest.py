@@ -19,7 +19,6 @@ if not HAS_CUDA:
 
 import pytest
 
-
 #: The largest last-level cache the CPU tests flush: each cold call writes twice this at most.
 TEST_CPU_LLC_CAP = 64 << 20
 
