@@ -6,8 +6,8 @@ already installed in the interpreter that runs asv. asv 0.6.6's own environment 
 use them: `virtualenv` builds an isolated env and pip-installs the matrix from an index,
 `existing` refuses commit ranges and never reinstalls the project, and asv strips
 PYTHONPATH from every command it runs. This plugin (environment_type "kvbench-offline")
-keeps asv's virtualenv machinery (one env, the project's wheel rebuilt and
-force-reinstalled per commit) and changes two things:
+keeps asv's virtualenv machinery (one env, the project's wheel rebuilt per commit) and
+changes three things:
 
 1. After creating the venv it writes `zz-kvbench-parent.pth` into the env's site-packages,
    listing the parent interpreter's site-packages directories. Path lines in a .pth are
@@ -19,10 +19,13 @@ force-reinstalled per commit) and changes two things:
 2. It installs only the requirements asv asks for (wheel, pip, build, asv_runner, pympler,
    the [build-system].requires) that the env cannot already import, so with
    PIP_NO_INDEX=1 nothing is downloaded. `wheel` is skipped when absent: setuptools >= 70.1
-   builds wheels itself, and asv.conf.json builds with
-   `pip wheel --no-deps --no-build-isolation --no-index`, which never needs the `wheel`
-   package. Anything else missing is installed with pip as asv would (which works offline
-   only through PIP_FIND_LINKS) and fails with a message naming the package.
+   builds wheels itself, and asv.conf.json builds with `python -m build --wheel
+   --no-isolation`, which never needs the `wheel` package. Anything else missing is
+   installed with pip as asv would (which works offline only through PIP_FIND_LINKS) and
+   fails with a message naming the package.
+3. With an empty install_command (asv.conf.json's) it installs each commit's wheel from
+   asv's own process (wheel_install.py: the previous commit's files removed by their
+   RECORD, the new wheel unpacked), instead of a pip process per commit.
 
 The plugin is also the one place kvbench's code runs inside asv's own process (asv.conf.json's
 "plugins" loads it into every asv command), so it guards what asv stores; asv 0.6.6 has no
@@ -58,6 +61,8 @@ from asv.console import log
 from asv.plugins.virtualenv import Virtualenv
 from asv.results import Results
 
+from . import wheel_install
+
 TOOL_NAME = "kvbench-offline"
 PTH_NAME = "zz-kvbench-parent.pth"
 #: Names the asv command this process runs; the suite's sidecars wait under a pending name
@@ -80,6 +85,13 @@ _SITE_DIRS_SCRIPT = (
     "import json, os, sys;"
     "print(json.dumps([p for p in sys.path if os.path.basename(p.rstrip(os.sep))"
     " in ('site-packages', 'dist-packages') and os.path.isdir(p)]))"
+)
+
+# Runs inside the env: its install scheme (where a wheel's files go).
+_SCHEME_SCRIPT = (
+    "import json, sysconfig; p = sysconfig.get_paths();"
+    "print(json.dumps({'purelib': p['purelib'], 'platlib': p['platlib'], 'headers': p['include'],"
+    " 'scripts': p['scripts'], 'data': p['data']}))"
 )
 
 # Runs inside the env: which of the given requirement strings are already satisfied.
@@ -131,6 +143,30 @@ class OfflineVirtualenv(Virtualenv):
         self._global_env_vars["ASV_KVBENCH_RESULTS_DIR"] = os.path.abspath(conf.results_dir)
         # The sidecar waits under a pending name until this process saved the result file.
         self._global_env_vars[RUN_VAR] = RUN_TOKEN
+
+    def _install_project(self, repo, commit_hash, build_dir) -> None:
+        """Install the commit's built wheel. With asv.conf.json's "install_command": [] the
+        wheel is unpacked into this env by kvbench.history.asv.wheel_install in asv's own
+        process (no pip start per commit); a configured install_command runs as asv runs it."""
+        if self._install_command:
+            super()._install_project(repo, commit_hash, build_dir)
+            return
+        cache_dir = self._global_env_vars.get("ASV_BUILD_CACHE_DIR", "")
+        wheels = sorted(f for f in os.listdir(cache_dir) if f.endswith(".whl")) \
+            if os.path.isdir(cache_dir) else []
+        if len(wheels) != 1:
+            raise util.UserError(f"{cache_dir!r} holds {len(wheels)} wheels {wheels}; the build "
+                                 "command must leave exactly one")
+        log.info(f"Installing {repo.get_decorated_hash(commit_hash, 8)} into {self.name} "
+                 "(in-process)")
+        wheel_install.install_wheel(os.path.join(cache_dir, wheels[0]), self._scheme,
+                                    self._project,
+                                    interpreter=os.path.join(self._path, "bin", "python"))
+
+    @functools.cached_property
+    def _scheme(self) -> dict[str, str]:
+        """The env's install directories, read once from the env's python (sysconfig)."""
+        return json.loads(self.run(["-c", _SCHEME_SCRIPT]))
 
     def _setup(self) -> None:
         env = dict(os.environ)
