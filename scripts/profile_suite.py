@@ -17,7 +17,7 @@ nothing), with these phases timed by wrapping the functions the suite calls:
 
 Prints the top-N functions from kvbench/ and benchmarks/ by cumulative time under cProfile
 (its overhead is in the wall seconds; `--top 0` runs without it, for walls to compare with a
-commit's asv run), then per class the seconds of each phase and the number of cases. Used to decide what to trim when
+commit's asv run; `--pstats PATH` keeps the raw stats for callers and callees), then per class the seconds of each phase and the number of cases. Used to decide what to trim when
 a commit's run exceeds its budget (docs/history.md, "Cost per commit").
 """
 
@@ -131,13 +131,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=15,
                         help="functions to list under cProfile; 0: no cProfile (honest walls)")
     parser.add_argument("--json", type=Path, help="write the phase table here too")
+    parser.add_argument("--pstats", type=Path,
+                        help="write cProfile's raw stats here (pstats.Stats reads them: callers, "
+                             "callees); needs --top > 0")
     args = parser.parse_args(argv)
     unknown = [c for c in args.classes if c not in CLASSES]
     if unknown:
         parser.error(f"unknown class(es) {unknown}; accepted: {', '.join(CLASSES)}")
+    if args.pstats and args.top <= 0:
+        parser.error("--pstats needs cProfile: give --top N with N > 0")
     clock, walls, prof = profile(args.classes, cprofile=args.top > 0)
     if prof is not None:
         _print_top(prof, args.top)
+        if args.pstats:
+            prof.dump_stats(args.pstats)
 
     print(f"\n{'class':22s} {'wall s':>7s} {'cases':>5s} " + " ".join(f"{p:>7s}" for p in PHASES))
     for cls, wall in walls.items():
