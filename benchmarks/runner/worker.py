@@ -13,9 +13,11 @@ crash). A declaration module's measure function receives the worker and calls ba
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import glob
 import importlib
+import json
 import os
 import sys
 import traceback
@@ -70,6 +72,9 @@ SUITE_KNOBS = {
 #: CPU: bytes per buffer of the in-process calibration when no `kvbench calibrate` result is
 #: cached for this device (about a second of copying; larger than a last-level cache).
 CPU_PLAUSIBILITY_CALIBRATION_BYTES = 64 << 20
+#: The file in an asv environment's folder that keeps a CPU's quick calibration for the
+#: environment's later commits (quick_cpu_ceilings).
+QUICK_CEILINGS_FILE = "kvbench-quick-ceilings.json"
 #: The `auto` selector: dispatch picks the row (its explanation is recorded).
 AUTO = "auto"
 #: The variable naming the one class or case a measuring process measures (benchmarks/_common.py).
@@ -164,6 +169,35 @@ def fail_all(keys: Iterable[tuple[str, ...]], exc: BaseException, results: dict)
         results.setdefault(key, {"error": text})
 
 
+def quick_cpu_ceilings(calibrate: Any, device_name: str) -> Any:
+    """A CPU's ceilings from a quick calibration (CPU_PLAUSIBILITY_CALIBRATION_BYTES), measured
+    once per asv environment: asv names the environment's folder to the measuring process
+    (ASV_ENV_DIR), where the first commit's measurement is kept (QUICK_CEILINGS_FILE, by
+    device name) and every later commit of the environment reads it, instead of paying the
+    calibration's seconds of cold-cache copies per commit. Outside asv (a test, a script) it
+    is measured here. Never written to `kvbench calibrate`'s own cache: a quick measurement
+    must not pass for a full one. An entry this commit's Ceilings cannot take (an older
+    harness) is measured again."""
+    folder = os.environ.get("ASV_ENV_DIR")
+    path = os.path.join(folder, QUICK_CEILINGS_FILE) if folder and os.path.isdir(folder) else None
+    kept: dict = {}
+    if path and os.path.isfile(path):
+        try:
+            with open(path) as f:
+                kept = json.load(f)
+            return calibrate.Ceilings(**kept[device_name])
+        except (OSError, ValueError, KeyError, TypeError):
+            kept = kept if isinstance(kept, dict) else {}
+    value = calibrate.calibrate(size_bytes=CPU_PLAUSIBILITY_CALIBRATION_BYTES, store=False)
+    if path:
+        kept[device_name] = dataclasses.asdict(value)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(kept, f)
+        os.replace(tmp, path)
+    return value
+
+
 class Worker:
     """Measures the classes of a group in this process; see the module docstring.
 
@@ -237,7 +271,7 @@ class Worker:
     def suite_ceilings(self) -> Any:
         """The measured ceilings plausibility is judged against in this process: the cached
         `kvbench calibrate` result of this device, else (CPU, which has no spec peaks) a quick
-        calibration measured here and not stored; None on a commit that cannot calibrate or a
+        calibration (quick_cpu_ceilings); None on a commit that cannot calibrate or a
         GPU that was never calibrated (the spec peak still applies there)."""
         if self._ceilings is not _UNSET:
             return self._ceilings
@@ -248,8 +282,7 @@ class Worker:
             peaks = harness.device_peaks()
             value = calibrate.load_ceilings(peaks.name)
             if value is None and not peaks.is_cuda:
-                value = calibrate.calibrate(size_bytes=CPU_PLAUSIBILITY_CALIBRATION_BYTES,
-                                            store=False)
+                value = quick_cpu_ceilings(calibrate, peaks.name)
         except (ImportError, AttributeError, TypeError):
             value = None  # an old commit: its harness has no calibrate(store=...)
         self._ceilings = value
