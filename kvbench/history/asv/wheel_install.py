@@ -60,6 +60,13 @@ def remove_installed(site_dir: str, project: str) -> int:
                         os.remove(path)
                         removed += 1
                     dirs.add(os.path.dirname(path))
+                    if path.endswith(".py"):  # the bytecode Python wrote on import (not in RECORD)
+                        stem = os.path.splitext(os.path.basename(path))[0]
+                        cache = os.path.join(os.path.dirname(path), "__pycache__")
+                        for pyc in glob.glob(os.path.join(glob.escape(cache), f"{stem}.*.pyc")):
+                            with contextlib.suppress(FileNotFoundError):
+                                os.remove(pyc)
+                        dirs.add(cache)
         shutil.rmtree(info, ignore_errors=True)
         for d in sorted(dirs, key=len, reverse=True):  # deepest first
             while d.startswith(site_dir + os.sep):
@@ -74,8 +81,8 @@ def remove_installed(site_dir: str, project: str) -> int:
 def install_wheel(wheel: str, scheme: dict[str, str], project: str,
                   interpreter: str = sys.executable) -> None:
     """Replace any installed `project` in scheme["purelib"] by `wheel` (pip's
-    --force-reinstall --no-deps, without pip). No bytecode is compiled: the measuring process
-    imports the package once."""
+    --force-reinstall --no-deps, without pip). No bytecode is compiled here: Python writes it
+    on the first import, and remove_installed deletes it with its source."""
     from installer import install
     from installer.destinations import SchemeDictionaryDestination
     from installer.sources import WheelFile

@@ -80,7 +80,12 @@ def test_next_commit_replaces_the_previous(tmp_path: Path, scheme: dict[str, str
     (site / "other_pkg").mkdir()
     (site / "other_pkg" / "keep.py").write_text("")
     wheel_install.install_wheel(str(old), scheme, PROJECT)
+    for folder in ("kvbench", "kvbench/only_old"):  # bytecode Python wrote on import
+        (site / folder / "__pycache__").mkdir()
+    (site / "kvbench/__pycache__/__init__.cpython-311.pyc").write_bytes(b"old")
+    (site / "kvbench/only_old/__pycache__/mod.cpython-311.pyc").write_bytes(b"old")
     wheel_install.install_wheel(str(new), scheme, PROJECT)
+    assert not (site / "kvbench/__pycache__/__init__.cpython-311.pyc").exists()
     assert (site / "kvbench/__init__.py").read_text() == "NEW = 1\n"
     assert not (site / "kvbench/only_old").exists()  # file removed, then its empty folder
     assert wheel_install.installed_dist_infos(str(site), PROJECT) == [
