@@ -220,6 +220,8 @@ class Worker:
         self._ceilings: Any = _UNSET
         self._device: dict | None = None
         self._in_group = False  # inside measure_group: prepare_process may freeze (gc)
+        #: torch's intra-op threads before a host-side class pinned the process (restored after)
+        self._threads_before_pin: int | None = None
 
     # ---- the process ----------------------------------------------------------------------
 
@@ -264,9 +266,29 @@ class Worker:
     def pin_host_process(self) -> None:
         """Pin this measuring process to the core whose canary is fastest (runner/host.py),
         remembering every core it may use: each host case later moves to the core fastest
-        then."""
+        then. torch runs its CPU ops on one thread while the process is pinned (the class's
+        end restores both, unpin_host_process): its intra-op pool, one thread per core of the
+        machine, would otherwise share the one core, and each parallel CPU op of the class's
+        setup (a pool's quantization, a golden check's inputs) waits on threads spinning for
+        a core they cannot get (docs/decisions.md, "Host-side classes run torch on one
+        thread")."""
+        import torch
+
         self.host_cores[:] = _host.allowed_cores()
+        if self._threads_before_pin is None:
+            self._threads_before_pin = torch.get_num_threads()
+        torch.set_num_threads(1)
         self.host.pin_fastest_core(cores=self.host_cores)
+
+    def unpin_host_process(self, cores: list[int]) -> None:
+        """Undo pin_host_process: every thread may run on `cores` again, and torch gets back
+        the intra-op threads it had (nothing when no class pinned the process)."""
+        _host.restore_affinity(cores)
+        if self._threads_before_pin is not None:
+            import torch
+
+            torch.set_num_threads(self._threads_before_pin)
+            self._threads_before_pin = None
 
     def suite_ceilings(self) -> Any:
         """The measured ceilings plausibility is judged against in this process: the cached
@@ -437,6 +459,6 @@ class Worker:
                 out[cls] = {CLASS_ERROR: text}
             finally:
                 self.cls = None
-                _host.restore_affinity(cores)
+                self.unpin_host_process(cores)
             free_device_memory()
         return out
