@@ -17,8 +17,9 @@ nothing), with these phases timed by wrapping the functions the suite calls:
 
 Prints the top-N functions from kvbench/ and benchmarks/ by cumulative time under cProfile
 (its overhead is in the wall seconds; `--top 0` runs without it, for walls to compare with a
-commit's asv run; `--pstats PATH` keeps the raw stats for callers and callees), then per class the seconds of each phase and the number of cases. Used to decide what to trim when
-a commit's run exceeds its budget (docs/history.md, "Cost per commit").
+commit's asv run; `--pstats PATH` keeps the raw stats for callers and callees), then per
+class the seconds of each phase and the number of cases. Used to decide what to trim when a
+commit's run exceeds its budget (docs/history.md, "Cost per commit").
 """
 
 from __future__ import annotations

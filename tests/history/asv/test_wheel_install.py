@@ -32,7 +32,8 @@ def make_wheel(folder: Path, version: str, files: dict[str, str]) -> Path:
     """A pure-Python wheel of PROJECT holding `files` (path -> text) and a console script."""
     info = f"{PROJECT}-{version}.dist-info"
     contents = {name: text.encode() for name, text in files.items()}
-    contents[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {PROJECT}\nVersion: {version}\n".encode()
+    contents[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: {PROJECT}\n"
+                                    f"Version: {version}\n").encode()
     contents[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
                                  b"Tag: py3-none-any\n")
     contents[f"{info}/entry_points.txt"] = b"[console_scripts]\nkvbench = kvbench.cli:main\n"
