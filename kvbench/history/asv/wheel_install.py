@@ -1,10 +1,9 @@
 """Install a commit's wheel into an asv environment from asv's own process.
 
-Why: asv installs each commit with `pip install --force-reinstall {wheel_file}`. pip's start
-(importing itself, then reading every installed distribution to resolve the one it was given)
-costs seconds where the environment sees a large parent site-packages (the GPU image's torch,
-CUDA and NVIDIA wheels through kvbench-offline's .pth), and `kvbench record` pays it once per
-commit. A pure-Python wheel needs none of that: its files are unpacked into the environment's
+Why: asv installs each commit with `pip install --force-reinstall {wheel_file}`, so
+`kvbench record` pays a pip start per commit (pip imports itself and reads the installed
+distributions, which through kvbench-offline's .pth include the parent's whole
+site-packages: on the GPU image, torch, CUDA and the NVIDIA wheels). A pure-Python wheel needs none of that: its files are unpacked into the environment's
 scheme directories. pypa's `installer` does that (the wheel spec's unpacking, RECORD, entry-point
 scripts); what pip's --force-reinstall adds, removing the previous install's files, is done
 here from the old distribution's RECORD, as pip does.
