@@ -45,6 +45,11 @@ dominates; with no prior available the own estimate stands alone. The run-to-run
 moderated the same way toward its benchmark's median over the machine's long series: a
 series that crossed a handful of runs without a shift has not shown that runs never shift.
 
+A span with no model at all (a fresh CI span, a branch) has one more reference: its other
+series of the same benchmark (span_prior.py). Their pooled noise is a floor, not a prior: a
+series whose few differences read far quieter than its family's is raised toward it (the
+same moderation, weight at most PRIOR_DF), and nothing is lowered or gains degrees of freedom.
+
 Tails: a series (or its family) whose differences have more than HEAVY_TAIL_SHARE tail events
 (tail_share) is `heavy_tailed`; only such series have their short sides tested at their
 weakest point (changepoints.py). Heavy tails are measured, never assumed.
@@ -117,6 +122,9 @@ class Noise:
     #: the share of tail events among its own differences (tail_share), where it has at
     #: least TAIL_MIN_DIFFERENCES of them; None otherwise
     tail_share: float | None = None
+    #: `within` was raised toward its family's pooled noise in a span without a model
+    #: (Prior.span): its own differences read quieter than its family's
+    raised_to_family: bool = False
 
     @property
     def df(self) -> int:
@@ -167,7 +175,7 @@ def _trimmed_rms_sigma(d: np.ndarray) -> float:
     return math.sqrt(float(np.mean(kept ** 2)) / factor) / math.sqrt(2.0)
 
 
-def _within_sigma(d: np.ndarray) -> float:
+def within_sigma(d: np.ndarray) -> float:
     """The larger of the MAD and the trimmed-RMS estimates (module docstring); the MAD alone
     for fewer than TRIM_MIN differences, where trimming 10% removes nothing and a series'
     few differences are as likely its real steps as its noise (the prior covers them)."""
@@ -205,6 +213,12 @@ class Prior:
     within: float | None  # prior within-run sigma (prior_for)
     runs: float | None  # prior run-to-run sigma
     heavy_tailed: bool = False  # the family's long series have heavy tails (tail_share)
+    #: a span without a model: its family's pooled sigma (span_prior.py) and that sigma's
+    #: weight in differences. It only raises the series' own estimate (to the moderated
+    #: value, where that is larger) and adds no degrees of freedom: on recorded histories the
+    #: family's series differ more than their few differences can show.
+    span: float | None = None
+    span_df: int = 0
 
 
 def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Iterable[int] = (),
@@ -213,7 +227,8 @@ def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Itera
 
     `runs[i]` is the measurement run of point i; `exclude` holds indices i whose difference
     log x[i] - log x[i-1] crosses a detected step; each component is moderated toward
-    `prior` (weight PRIOR_DF differences) where the prior has it."""
+    `prior` (weight PRIOR_DF differences) where the prior has it. Without a within prior, a
+    span prior (Prior.span) can only raise the within estimate."""
     x = np.asarray(log_values, dtype=float)
     prior = prior or Prior(None, None)
     skip = set(exclude)
@@ -222,13 +237,13 @@ def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Itera
     cross = np.array([x[i] - x[i - 1] for i in pairs if runs[i] != runs[i - 1]])
     crossing = 0
     if len(same) >= MIN_DIFFERENCES:
-        within, used = _within_sigma(same), len(same)
+        within, used = within_sigma(same), len(same)
         between_runs, crossing = 0.0, len(cross)
         if crossing:
             between_runs = math.sqrt(max(float(np.mean(cross ** 2)) / 2.0 - within ** 2, 0.0))
     elif len(same) + len(cross) >= MIN_DIFFERENCES:
         every = np.concatenate([same, cross])
-        within, used, between_runs = _within_sigma(every), len(every), 0.0
+        within, used, between_runs = within_sigma(every), len(every), 0.0
     elif prior.within is not None:
         within, used, between_runs = prior.within, 0, 0.0
     else:
@@ -236,9 +251,13 @@ def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Itera
     prior_df = 0
     if prior.within is not None:
         prior_df = PRIOR_DF
-        within = _moderate(within, used, prior.within)
+        within = _moderate(within, used, prior.within, PRIOR_DF)
+    raised = False
+    if prior.within is None and prior.span is not None and used:
+        floor = _moderate(within, used, prior.span, prior.span_df)
+        raised, within = floor > within, max(within, floor)
     if prior.runs is not None and crossing:
-        between_runs = _moderate(between_runs, crossing, prior.runs)
+        between_runs = _moderate(between_runs, crossing, prior.runs, PRIOR_DF)
     within = max(within, within_process or 0.0, SIGMA_FLOOR)
     own = np.concatenate([same, cross])
     share = tail_share(own) if len(own) >= TAIL_MIN_DIFFERENCES else None
@@ -246,8 +265,9 @@ def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Itera
                                    and share * len(own) >= HEAVY_TAIL_EVENTS - 1e-9)
     return Noise(within=within, runs=between_runs, differences=used,
                  within_process=within_process, prior=prior.within, prior_df=prior_df,
-                 run_differences=crossing, heavy_tailed=heavy, tail_share=share)
+                 run_differences=crossing, heavy_tailed=heavy, tail_share=share,
+                 raised_to_family=raised)
 
 
-def _moderate(own: float, own_df: int, prior: float) -> float:
-    return math.sqrt((PRIOR_DF * prior ** 2 + own_df * own ** 2) / (PRIOR_DF + own_df))
+def _moderate(own: float, own_df: int, prior: float, prior_df: int) -> float:
+    return math.sqrt((prior_df * prior ** 2 + own_df * own ** 2) / (prior_df + own_df))

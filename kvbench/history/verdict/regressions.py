@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvbench.core import progress
-from kvbench.history.verdict import changepoints, devices, host_speed, noise, noise_model
+from kvbench.history.verdict import (
+    changepoints,
+    devices,
+    host_speed,
+    noise,
+    noise_model,
+    span_prior,
+)
 from kvbench.history.verdict.context import Fact, SidecarCache, case_key
 from kvbench.history.verdict.results import History, Series
 
@@ -196,6 +203,7 @@ class SeriesVerdict:
             "not_judged_because": self.why_not or None,
             "df": None if n is None else n.df,
             "heavy_tailed": None if n is None else n.heavy_tailed,
+            "noise_raised_to_family": None if n is None else n.raised_to_family,
             "noise_pct": None if n is None else round(n.pct, 4),
             "noise_within_run_pct": None if n is None
             else round(100 * math.expm1(n.within), 4),
@@ -555,6 +563,8 @@ class _Prepared:
     runs: list[int]
     within_process: float | None
     own: noise.Noise | None
+    #: its successive differences without those at candidate steps (what `own` saw)
+    own_differences: np.ndarray = field(default_factory=lambda: np.empty(0))
     scaled: host_speed.Scaled | None = None
     device_offsets: dict[str, float] = field(default_factory=dict)
     #: the series with every point, where `series` is judged without some (`set_aside`)
@@ -621,8 +631,9 @@ def _prepare(series: Series, history: History, sidecars: SidecarCache) -> _Prepa
         x, runs = adjusted.x, adjusted.runs
     within_process = noise.within_process_sigma(
         values, [p.ci99_low for p in series.points], [p.ci99_high for p in series.points])
-    return _Prepared(series, x, runs, within_process, _own_noise(x, runs, within_process),
-                     scaled, {} if adjusted is None else adjusted.offsets)
+    own, own_differences = _own_noise(x, runs, within_process)
+    return _Prepared(series, x, runs, within_process, own, own_differences, scaled,
+                     {} if adjusted is None else adjusted.offsets)
 
 
 def _devices(series: Series, sidecars: SidecarCache) -> list[str | None]:
@@ -641,13 +652,39 @@ def _devices(series: Series, sidecars: SidecarCache) -> list[str | None]:
 
 def _own_noise(x: np.ndarray, runs: list[int], within_process: float | None):
     """The series' noise from its own history alone (no prior), without the differences at
-    candidate steps: what the machine's noise model learns from it."""
+    candidate steps: what the machine's noise model learns from it; and those differences
+    (what a span without a model pools, span_prior.py)."""
     est = noise.estimate(x, runs, within_process=within_process)
     if est is None:
-        return None
+        return None, np.empty(0)
     proposed = set(changepoints.candidates(x, est.total, penalty=PENALTY)) | {1, len(x) - 1}
     screened = _step_differences(x, runs, proposed, within_process, noise.Prior(None, None))
-    return noise.estimate(x, runs, exclude=screened, within_process=within_process) or est
+    kept = np.array([x[i] - x[i - 1] for i in range(1, len(x)) if i not in screened])
+    return noise.estimate(x, runs, exclude=screened, within_process=within_process) or est, kept
+
+
+def span_priors(ready: list[_Prepared],
+                model: noise_model.NoiseModel) -> dict[str, span_prior.SpanPrior]:
+    """Per family, the prior pooled from this run's series (span_prior.py) where `model`
+    gives none of them a within prior: a span that has no noise reference of its own."""
+    families: dict[str, list[span_prior.Member]] = {}
+    for p in ready:
+        if model.prior(p.family, p.series.name, p.within_process).within is None:
+            families.setdefault(p.family, []).append(
+                span_prior.Member(p.own_differences, np.diff(p.x), p.within_process))
+    learned = {family: span_prior.learn(members) for family, members in families.items()}
+    return {family: prior for family, prior in learned.items() if prior is not None}
+
+
+def _prior(p: _Prepared, model: noise_model.NoiseModel,
+           pooled: dict[str, span_prior.SpanPrior]) -> noise.Prior:
+    """The series' prior: the model's, else a floor from its family's series in this span."""
+    prior = model.prior(p.family, p.series.name, p.within_process)
+    span = pooled.get(p.family)
+    within = None if span is None or prior.within is not None else span.within(p.within_process)
+    if within is None:
+        return prior
+    return dataclasses.replace(prior, span=within, span_df=span.df)
 
 
 def learned_model(history: History, prepared: list[_Prepared]) -> noise_model.NoiseModel:
@@ -703,6 +740,7 @@ def analyze(history: History, *, since: str | None = None,
     ready = [p for _, p in prepared if isinstance(p, _Prepared)]
     learned = learned_model(history, ready)
     used = learned if model is None else model.updated_by(learned)
+    pooled = span_priors(ready, used)
     fits: list[tuple[_Prepared, _Fit]] = []
     verdicts: list[SeriesVerdict] = []
     for i, (s, p) in enumerate(prepared):
@@ -710,7 +748,7 @@ def analyze(history: History, *, since: str | None = None,
         if not isinstance(p, _Prepared):
             verdicts.append(SeriesVerdict(s, None, None, why_not=p))
             continue
-        prior = used.prior(p.family, p.series.name, p.within_process)
+        prior = _prior(p, used, pooled)
         fit = _fit(p.x, p.runs, p.within_process, prior)
         reduced = None if fit.noise is None else _without_isolated_slow(p, fit.noise)
         if reduced is not None:
