@@ -47,12 +47,12 @@ MIN_SERIES = 8
 #: Each pooled series needs at least this many screened differences (noise.MIN_DIFFERENCES:
 #: below it, the series itself estimates nothing).
 MIN_OWN = noise.MIN_DIFFERENCES
-#: Pseudo-series drawn from the pooled differences to learn the spread of the estimator on
-#: identical series. Fixed seed: one history always gets the same verdict.
+#: Pseudo-series drawn from all the family's differences to learn the spread of the estimator
+#: on identical series. Fixed seed: one history always gets the same verdict.
 PSEUDO_SERIES = 400
 SEED = 20261207
-#: A prior weaker than this many differences adds nothing a series' own four do not: below it
-#: the family is too mixed to pool and no prior is given.
+#: A weight below this many differences adds nothing a series' own four do not: the family is
+#: then too mixed to pool and gets no floor.
 MIN_PRIOR_DF = 2
 
 
@@ -61,7 +61,7 @@ class SpanPrior:
     """A family's pooled noise in a span without a model."""
 
     sigma: float  # log sigma of one commit, or its ratio to the within-process spread
-    df: int  # its weight in differences (noise.Prior.df)
+    df: int  # its weight in differences (noise.Prior.span_df)
     normalised: bool  # sigma is a ratio to each series' within-process spread
     series: int  # series pooled
 
@@ -115,7 +115,8 @@ def prior_weight(own_log_sigmas: np.ndarray, pseudo_log_sigmas: np.ndarray) -> i
 
 
 def learn(members: Iterable[Member]) -> SpanPrior | None:
-    """The family's prior from its series, or None where too few series can be pooled."""
+    """The family's pooled noise, or None where too few of its series have differences of
+    their own or they are too mixed to stand for each other."""
     usable = [m for m in members if len(m.differences) >= MIN_OWN]
     if len(usable) < MIN_SERIES:
         return None
