@@ -120,15 +120,28 @@ class Comparison:
                 "series": [s.to_json() for s in self.series], "unmatched": self.unmatched}
 
 
+#: A side whose log run values spread less than this is constant: float rounding, far below
+#: any timer's resolution (a rounded timer repeating one value reads exactly constant).
+CONSTANT_LOG_SPREAD = 1e-12
+
+
 def welch_p(before: Sequence[float], after: Sequence[float]) -> float:
-    """Two-sided Welch t-test of the log run values (1.0 where both sides are constant)."""
+    """Two-sided Welch t-test of the log run values; where both sides are constant, 1.0 when
+    they are equal and 0.0 when they differ."""
+    import warnings
+
     import numpy as np
     from scipy import stats
 
     a, b = np.log(np.asarray(before, float)), np.log(np.asarray(after, float))
-    if np.ptp(a) == 0 and np.ptp(b) == 0:
-        return 0.0 if a[0] != b[0] else 1.0
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    if np.ptp(a) <= CONSTANT_LOG_SPREAD and np.ptp(b) <= CONSTANT_LOG_SPREAD:
+        return 0.0 if abs(float(a.mean() - b.mean())) > CONSTANT_LOG_SPREAD else 1.0
+    with warnings.catch_warnings():
+        # one constant side: its variance is 0 and enters Welch's t as such, but scipy warns of
+        # cancellation in computing it (a warning per such series in compare's output)
+        warnings.filterwarnings("ignore", message="Precision loss occurred",
+                                category=RuntimeWarning)
+        return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
 def judge(base: str, head: str, runs: dict[str, tuple[list[float], list[float]]],

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from kvbench.history.bisect import abtest
 from kvbench.history.gate import compare
@@ -117,3 +118,18 @@ def test_the_exit_status_follows_fail_on():
     assert exit_status(verdicts, "regression") == 0  # a suspect is not a regression yet
     assert exit_status(verdicts, "suspect") == 1
     assert exit_status(verdicts, "never") == 0
+
+
+def test_welch_p_with_one_constant_side_is_exact_and_quiet(recwarn):
+    """A rounded host timer can repeat one value in every run of a side: its variance is 0,
+    Welch's t is then the other side's one-sample t, and no warning reaches compare's output."""
+    from scipy import stats
+
+    before, after = [6.9e-6] * 3, [6.9e-6, 7.2e-6, 7.0e-6]
+    p = compare.welch_p(before, after)
+    b = np.log(after)
+    t = (b.mean() - math.log(6.9e-6)) / (b.std(ddof=1) / math.sqrt(len(b)))
+    assert p == pytest.approx(2 * stats.t.sf(abs(t), len(b) - 1), rel=1e-9)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    assert compare.welch_p([1e-5] * 2, [1e-5 * (1 + 1e-15)] * 2) == 1.0  # float noise only
+    assert compare.welch_p([1e-5] * 2, [1.1e-5] * 2) == 0.0
