@@ -27,6 +27,7 @@ from kvbench.history.verdict.text import (
     plot_findings,
     plot_name,
     readable_by_all,
+    run_boundary_lines,
     summary_line,
 )
 
@@ -124,7 +125,12 @@ def render_page(by_machine: dict[str, Verdicts | str], plots: dict[str, dict[str
             parts.append("<h3>By commit</h3><table><tr>" + "".join(
                 f"<th>{html.escape(h)}</th>" for h in COMMIT_HEADERS) + "</tr>")
             parts += [_culprit_row(c) for c in verdicts.culprits()]
-            parts.append("</table><h3>By series</h3>")
+            parts.append("</table>")
+            boundary = run_boundary_lines(verdicts)
+            if boundary:
+                parts.append("<p>" + "<br>".join(html.escape(line) for line in boundary)
+                             + "</p>")
+            parts.append("<h3>By series</h3>")
             parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>"
                                                   for h in (*HEADERS, "")) + "</tr>")
             machine_plots = plots.get(machine, {})

@@ -262,9 +262,16 @@ class Culprit:
     def parent(self) -> str:
         return self.findings[0].parent
 
+    @property
+    def at_run_boundary(self) -> bool:
+        """No measurement run has commits on both sides of any of its steps: the commit
+        starts a new run (another lease, host or day), whose level and a code change read
+        alike; a fresh A/B of parent and commit on one machine tells them apart."""
+        return not any(f.within_run for f in self.findings)
+
     def to_json(self) -> dict:
         return {"commit": self.commit, "parent": self.parent, "subject": self.subject,
-                "suspect": self.suspect,
+                "suspect": self.suspect, "at_run_boundary": self.at_run_boundary,
                 "slower": [f.series.name for f in self.slower],
                 "faster": [f.series.name for f in self.faster],
                 "worst_pct": round(self.worst_pct, 4), "median_pct": round(self.median_pct, 4),

@@ -123,6 +123,20 @@ def set_aside_lines(verdicts: Verdicts, *, top: int = 5) -> list[str]:
     return lines
 
 
+def run_boundary_lines(verdicts: Verdicts) -> list[str]:
+    """The culprit commits that start a new measurement run, with the command that tells a
+    run's level from a change of the code there ([] when there are none)."""
+    found = [c for c in verdicts.culprits() if c.at_run_boundary]
+    if not found:
+        return []
+    lines = [(f"{len(found)} culprit commit(s) start a new measurement run: a new run's level "
+              "(another lease or host) reads like a step there; to tell: kvbench compare "
+              "PARENT COMMIT")]
+    lines += [f"  {c.commit[:8]} (parent {c.parent[:8]}): {len(c.slower)} slower, "
+              f"{len(c.faster)} faster" for c in found]
+    return lines
+
+
 def summary_line(verdicts: Verdicts) -> str:
     h = verdicts.history
     judged = sum(v.noise is not None for v in verdicts.verdicts)
@@ -206,6 +220,8 @@ def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | N
     for f in verdicts.dismissed:
         print(f"dismissed suspect {f.series.name} at {f.commit[:8]}: a fresh A/B found "
               f"{f.confirmation.get('outcome') if f.confirmation else 'nothing'}", file=out)
+    for line in run_boundary_lines(verdicts):
+        print(line, file=out)
     for line in host_mde_lines(verdicts):
         print(line, file=out)
     for line in set_aside_lines(verdicts):

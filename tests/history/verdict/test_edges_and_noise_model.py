@@ -217,3 +217,37 @@ def test_a_fast_point_and_a_slow_point_at_a_step_are_not_set_aside():
     gbps_prepared.series.unit = "GB/s"
     assert [e.commit for e in _without_isolated_slow(gbps_prepared, est).set_aside] == \
         [f"{4:040x}"]
+
+
+def test_a_step_where_a_new_measurement_run_starts_is_named_as_such():
+    """Eight runs of three commits: a 30% step in three series exactly where run 5 starts
+    (no run has commits on both sides: a new lease's level would read the same) and a 10%
+    step inside run 3. The first culprit is flagged at a run boundary, with the command that
+    tells the two apart; the second is not."""
+    import io
+
+    from kvbench.history.verdict import text
+
+    rng = np.random.default_rng(2)
+    n = 24
+    rows = _rows(rng, n, k=40)
+    for k in range(3):
+        rows[f"s{k}"][12:] += math.log1p(0.30)
+    rows["s3"][7:] += math.log1p(0.10)
+    history = _history(rows)
+    history = History(history.machine, history.results_dir, history.head, history.commits,
+                      history.first_parent, history.series, [],
+                      runs={c: i // 3 for i, c in enumerate(history.commits)})
+    report = analyze(history)
+    culprits = {c.commit: c for c in report.culprits()}
+    boundary, inside = culprits[history.commits[12]], culprits[history.commits[7]]
+    assert boundary.at_run_boundary and len(boundary.slower) == 3
+    assert not inside.at_run_boundary
+    assert [c["at_run_boundary"] for c in report.to_json()["culprits"]] == [True, False]
+    out = io.StringIO()
+    text.print_table(report, out, rich=False)
+    assert "1 culprit commit(s) start a new measurement run" in out.getvalue()
+    assert f"  {history.commits[12][:8]} (parent {history.commits[11][:8]})" in out.getvalue()
+    from kvbench.history.verdict import page
+
+    assert "1 culprit commit(s) start a new measurement run" in page.render_page({"sim": report}, {})
