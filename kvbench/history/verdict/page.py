@@ -124,9 +124,10 @@ def render_page(by_machine: dict[str, Verdicts | str], plots: dict[str, dict[str
         if verdicts.findings:
             parts.append("<h3>By commit</h3><table><tr>" + "".join(
                 f"<th>{html.escape(h)}</th>" for h in COMMIT_HEADERS) + "</tr>")
-            parts += [_culprit_row(c) for c in verdicts.culprits()]
+            culprits = verdicts.culprits()
+            parts += [_culprit_row(c) for c in culprits]
             parts.append("</table>")
-            boundary = run_boundary_lines(verdicts)
+            boundary = run_boundary_lines(culprits)
             if boundary:
                 parts.append("<p>" + "<br>".join(html.escape(line) for line in boundary)
                              + "</p>")

@@ -123,10 +123,10 @@ def set_aside_lines(verdicts: Verdicts, *, top: int = 5) -> list[str]:
     return lines
 
 
-def run_boundary_lines(verdicts: Verdicts) -> list[str]:
-    """The culprit commits that start a new measurement run, with the command that tells a
-    run's level from a change of the code there ([] when there are none)."""
-    found = [c for c in verdicts.culprits() if c.at_run_boundary]
+def run_boundary_lines(culprits: list[Culprit]) -> list[str]:
+    """The culprit commits (Verdicts.culprits) that start a new measurement run, with the
+    command that tells a run's level from a change of the code there ([] when none do)."""
+    found = [c for c in culprits if c.at_run_boundary]
     if not found:
         return []
     lines = [(f"{len(found)} culprit commit(s) start a new measurement run: a new run's level "
@@ -182,9 +182,10 @@ def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | N
     if by not in VIEWS:
         raise ValueError(f"by must be one of {', '.join(VIEWS)}, got {by!r}")
     out = sys.stdout if out is None else out
+    culprits = verdicts.culprits() if verdicts.findings else []
     if by == "commit":
         headers = COMMIT_HEADERS
-        rows = [commit_row(c) for c in verdicts.culprits()]
+        rows = [commit_row(c) for c in culprits]
         contexts = [""] * len(rows)
     else:
         headers = HEADERS
@@ -220,7 +221,7 @@ def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | N
     for f in verdicts.dismissed:
         print(f"dismissed suspect {f.series.name} at {f.commit[:8]}: a fresh A/B found "
               f"{f.confirmation.get('outcome') if f.confirmation else 'nothing'}", file=out)
-    for line in run_boundary_lines(verdicts):
+    for line in run_boundary_lines(culprits):
         print(line, file=out)
     for line in host_mde_lines(verdicts):
         print(line, file=out)
