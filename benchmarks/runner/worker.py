@@ -13,6 +13,7 @@ crash). A declaration module's measure function receives the worker and calls ba
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import glob
@@ -191,10 +192,17 @@ def quick_cpu_ceilings(calibrate: Any, device_name: str) -> Any:
     value = calibrate.calibrate(size_bytes=CPU_PLAUSIBILITY_CALIBRATION_BYTES, store=False)
     if path:
         kept[device_name] = dataclasses.asdict(value)
+        # temp file + rename written here, not kvbench.core.jsonfile: the runner measures
+        # commits whose kvbench predates that module. A cache that cannot be kept costs the
+        # next commit a calibration, never this one its measurement.
         tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(kept, f)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(kept, f)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
     return value
 
 

@@ -69,3 +69,17 @@ def test_outside_asv_nothing_is_written(tmp_path, monkeypatch):
     w.quick_cpu_ceilings(cal, "cpu-x")
     assert len(cal.calls) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_that_cannot_keep_it_still_gives_the_measurement(tmp_path, monkeypatch):
+    """The environment's folder refuses the file: this commit's measuring goes on with the
+    value just measured, and no temporary file is left behind."""
+    monkeypatch.setenv("ASV_ENV_DIR", str(tmp_path))
+
+    def refuse(src, dst):
+        raise PermissionError(f"read-only: {dst}")
+
+    monkeypatch.setattr(w.os, "replace", refuse)
+    cal = CountingCalibrate()
+    assert w.quick_cpu_ceilings(cal, "cpu-x") == cal._value
+    assert list(tmp_path.iterdir()) == []

@@ -3,10 +3,11 @@
 Why: asv installs each commit with `pip install --force-reinstall {wheel_file}`, so
 `kvbench record` pays a pip start per commit (pip imports itself and reads the installed
 distributions, which through kvbench-offline's .pth include the parent's whole
-site-packages: on the GPU image, torch, CUDA and the NVIDIA wheels). A pure-Python wheel needs none of that: its files are unpacked into the environment's
-scheme directories. pypa's `installer` does that (the wheel spec's unpacking, RECORD, entry-point
-scripts); what pip's --force-reinstall adds, removing the previous install's files, is done
-here from the old distribution's RECORD, as pip does.
+site-packages: on the GPU image, torch, CUDA and the NVIDIA wheels). A pure-Python wheel
+needs none of that: its files are unpacked into the environment's scheme directories.
+pypa's `installer` does that (the wheel spec's unpacking, RECORD, entry-point scripts); what
+pip's --force-reinstall adds, removing the previous install's files, is done here from the
+old distribution's RECORD, as pip does.
 """
 
 from __future__ import annotations
