@@ -52,12 +52,14 @@ import functools
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import uuid
 
 from asv import environment, util
 from asv.console import log
+from asv.machine import MachineCollection
 from asv.plugins.virtualenv import Virtualenv
 from asv.results import Results
 
@@ -403,13 +405,41 @@ def promote_on_save(save):
     return wrapper
 
 
+def whole_machine_file(save):
+    """Wrap asv.machine.MachineCollection.save so ~/.asv-machine.json is replaced whole: asv
+    rewrites it in place on every `asv run --machine` (Machine.load saves what it loaded), and
+    the workers of `kvbench record --gpus` or a scheduler's array tasks sharing one HOME then
+    read one another's half-written file ("Error parsing JSON"). The new content is written
+    to a copy beside it and renamed over it; two writers at once still keep only one's entry
+    (they write the same machine's record there). A wrapper for the reason
+    keep_stored_results gives."""
+
+    @functools.wraps(save)
+    def wrapper(machine_name, machine_info, _path=None):
+        path = MachineCollection.get_machine_file_path() if _path is None else _path
+        tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            if os.path.isfile(path):
+                shutil.copyfile(path, tmp)
+            save(machine_name, machine_info, _path=tmp)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+    wrapper._kvbench_guard = True
+    return wrapper
+
+
 def install_result_guards() -> None:
-    """Wrap Results.add_result and Results.save once (idempotent: a second import of this
-    module, or a second call, wraps nothing again)."""
+    """Wrap Results.add_result, Results.save and MachineCollection.save once (idempotent: a
+    second import of this module, or a second call, wraps nothing again)."""
     if not getattr(Results.add_result, "_kvbench_guard", False):
         Results.add_result = keep_stored_results(Results.add_result)
     if not getattr(Results.save, "_kvbench_guard", False):
         Results.save = promote_on_save(Results.save)
+    if not getattr(MachineCollection.save, "_kvbench_guard", False):
+        MachineCollection.save = staticmethod(whole_machine_file(MachineCollection.save))
 
 
 install_result_guards()
