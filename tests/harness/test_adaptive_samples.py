@@ -84,7 +84,9 @@ def test_unset_or_explicit_repeat_is_one_fixed_loop(monkeypatch):
 
 
 def test_proof_runs_on_the_last_call_of_the_second_loop(monkeypatch):
-    monkeypatch.setattr(timers_mod, "BENCH_STOP_CI", 0.5)  # any pilot passes: 15 + 5 calls
+    # any pilot passes (its interval is always within an infinite target): 15 + 5 calls; a
+    # finite target failed on a loaded runner, where a 0.1 us call has 1 us outliers
+    monkeypatch.setattr(timers_mod, "BENCH_STOP_CI", float("inf"))
     seen = {}
 
     class Proof(TimedProof):
