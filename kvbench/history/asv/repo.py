@@ -65,3 +65,10 @@ def subjects(repo: Path, commits: list[str]) -> dict[str, str]:
     except ValueError:
         return {}
     return dict(line.split("\0", 1) for line in out.splitlines() if "\0" in line)
+
+
+def changed_paths(repo: Path, parent: str, commit: str) -> list[str]:
+    """The paths that differ between two commits (renames as their delete and add): what a
+    change landing between them could have changed. ValueError when git cannot tell."""
+    out = git(repo, "diff", "--name-only", "--no-renames", "-z", parent, commit)
+    return [p for p in out.split("\0") if p]

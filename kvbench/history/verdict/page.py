@@ -24,6 +24,7 @@ from kvbench.history.verdict.text import (
     HEADERS,
     commit_row,
     format_value,
+    no_code_change_lines,
     plot_findings,
     plot_name,
     readable_by_all,
@@ -127,7 +128,7 @@ def render_page(by_machine: dict[str, Verdicts | str], plots: dict[str, dict[str
             culprits = verdicts.culprits()
             parts += [_culprit_row(c) for c in culprits]
             parts.append("</table>")
-            boundary = run_boundary_lines(culprits)
+            boundary = run_boundary_lines(culprits) + no_code_change_lines(culprits)
             if boundary:
                 parts.append("<p>" + "<br>".join(html.escape(line) for line in boundary)
                              + "</p>")

@@ -24,6 +24,7 @@ import numpy as np
 from kvbench.core import progress
 from kvbench.history.verdict import (
     changepoints,
+    code_scope,
     devices,
     host_speed,
     noise,
@@ -233,6 +234,9 @@ class Culprit:
     commit: str
     subject: str
     findings: tuple[Finding, ...]
+    #: The paths that differ between its findings' parents and it (None when git cannot
+    #: tell, e.g. results read outside their repository).
+    changed: tuple[str, ...] | None = None
 
     @property
     def slower(self) -> list[Finding]:
@@ -269,13 +273,35 @@ class Culprit:
         alike; a fresh A/B of parent and commit on one machine tells them apart."""
         return not any(f.within_run for f in self.findings)
 
+    @property
+    def changed_measured_code(self) -> bool | None:
+        """Whether its range changed a file a measurement reads (code_scope.py); False: only
+        docs, tests, results or the suite changed, so the step is the machine's; None when
+        git cannot tell."""
+        return None if self.changed is None else bool(code_scope.measured_paths(self.changed))
+
     def to_json(self) -> dict:
         return {"commit": self.commit, "parent": self.parent, "subject": self.subject,
                 "suspect": self.suspect, "at_run_boundary": self.at_run_boundary,
+                "changed_measured_code": self.changed_measured_code,
                 "slower": [f.series.name for f in self.slower],
                 "faster": [f.series.name for f in self.faster],
                 "worst_pct": round(self.worst_pct, 4), "median_pct": round(self.median_pct, 4),
                 "findings": len(self.findings)}
+
+
+def _changed(repo, findings: list[Finding]) -> tuple[str, ...] | None:
+    """Every path changed between a culprit's findings' parents and its commit (the union:
+    series measured at different commits have different parents); None when git fails."""
+    from kvbench.history.asv.repo import changed_paths
+
+    paths: set[str] = set()
+    try:
+        for parent in sorted({f.parent for f in findings}):
+            paths.update(changed_paths(repo, parent, findings[0].commit))
+    except ValueError:
+        return None
+    return tuple(sorted(paths))
 
 
 def _fold(findings: list[Finding]) -> list[Finding]:
@@ -330,10 +356,13 @@ class Verdicts:
         for f in self.findings:
             groups.setdefault(f.commit, []).append(f)
         try:
-            names = subjects(repository_of(self.history.results_dir), list(groups))
+            repo = repository_of(self.history.results_dir)
         except ValueError:
-            names = {}
-        out = [Culprit(c, names.get(c, ""), tuple(fs)) for c, fs in groups.items()]
+            repo = None
+        names = {} if repo is None else subjects(repo, list(groups))
+        out = [Culprit(c, names.get(c, ""), tuple(fs),
+                       None if repo is None else _changed(repo, fs))
+               for c, fs in groups.items()]
         return sorted(out, key=lambda c: (not c.slower, c.suspect, -c.worst_pct))
 
     def to_json(self) -> dict:

@@ -86,6 +86,8 @@ def commit_row(c: Culprit) -> tuple[str, ...]:
     verdict = "regression" if c.slower else "improvement"
     if c.suspect:
         verdict = f"suspect {verdict}"
+    if c.changed_measured_code is False:
+        verdict += " (no code changed)"
     return (verdict, c.commit[:8], c.subject[:60], str(len(c.slower)), str(len(c.faster)),
             f"{c.worst_pct:+.1f}%", f"{c.median_pct:+.1f}%", worst.series.name)
 
@@ -134,6 +136,23 @@ def run_boundary_lines(culprits: list[Culprit]) -> list[str]:
               "PARENT COMMIT")]
     lines += [f"  {c.commit[:8]} (parent {c.parent[:8]}): {len(c.slower)} slower, "
               f"{len(c.faster)} faster" for c in found]
+    return lines
+
+
+def no_code_change_lines(culprits: list[Culprit], *, shown: int = 3) -> list[str]:
+    """The culprit commits whose range changed no file a measurement reads
+    (Culprit.changed_measured_code is False), with what they did change ([] when none)."""
+    found = [c for c in culprits if c.changed_measured_code is False]
+    if not found:
+        return []
+    lines = [(f"{len(found)} culprit commit(s) changed no file a measurement reads (docs, "
+              "tests, results, scripts, the suite or asv's config only): the machine's level "
+              "moved there, not the code; kvbench compare PARENT COMMIT measures both on one "
+              "machine")]
+    for c in found:
+        more = f" and {len(c.changed) - shown} more" if len(c.changed) > shown else ""
+        lines.append(f"  {c.commit[:8]} (parent {c.parent[:8]}): {len(c.slower)} slower, "
+                     f"{len(c.faster)} faster; changed {', '.join(c.changed[:shown]) or 'nothing'}{more}")
     return lines
 
 
@@ -221,7 +240,7 @@ def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | N
     for f in verdicts.dismissed:
         print(f"dismissed suspect {f.series.name} at {f.commit[:8]}: a fresh A/B found "
               f"{f.confirmation.get('outcome') if f.confirmation else 'nothing'}", file=out)
-    for line in run_boundary_lines(culprits):
+    for line in run_boundary_lines(culprits) + no_code_change_lines(culprits):
         print(line, file=out)
     for line in host_mde_lines(verdicts):
         print(line, file=out)
