@@ -29,10 +29,10 @@ kvbench.measure.pipeline.measure_row, with the OpInputs the op module builds): t
 selects cases, groups them by fixture and records results; it does not time, check or assert
 a row itself. Old commits lack parts of kvbench: the suite imports kvbench only inside
 setup_cache and turns a missing module or name into a recorded skip (benchmarks/runner/
-says how), so `asv run` over old history skips those rows instead of failing (commits before kvbench.measure.pipeline are
-measured with the suite of their own tree: docs/history.md). The params stay literal here:
-nothing imports torch at module level, so discovery and the lookup processes stay fast, and
-no CUDA state exists before asv forks.
+says how), so `asv run` over old history skips those rows instead of failing (commits before
+kvbench.measure.pipeline are measured with the suite of their own tree: docs/history.md). The params
+stay literal here: nothing imports torch at module level, so discovery and the lookup processes stay
+fast, and no CUDA state exists before asv forks.
 
 Measuring one class or one case (`kvbench bisect`). When KVBENCH_ASV_SELECT names a class
 ("KVAlloc") the measuring process measures that class only; when it names one case as

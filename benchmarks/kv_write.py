@@ -22,9 +22,9 @@ SELECTORS = ["auto", "triton/scatter", "torch/index_copy"]
 DTYPES = ["fp16", "bf16", "fp8"]
 #: case -> (num_seqs, tokens per sequence in the pool, tokens written, pool storage, slot
 #: order). "scattered": slots drawn at random from the sequences' (fragmented) pages; "pages":
-#: a prefill's order, page after page (kvbench.ops.kv_write.make_write_inputs). On a GPU the pool itself is
-#: >= 8x L2. prefill_16k_v_dim_major tracks the write side of the dim-major V pages that the
-#: fp8 decode reads fastest (docs/decisions.md, "Dim-major V writes"): its 16-byte stores
+#: a prefill's order, page after page (kvbench.ops.kv_write.make_write_inputs). On a GPU the pool
+#: itself is >= 8x L2. prefill_16k_v_dim_major tracks the write side of the dim-major V pages that
+#: the fp8 decode reads fastest (docs/decisions.md, "Dim-major V writes"): its 16-byte stores
 #: need a prefill's page order.
 CASES = {
     "prefill_16k": (1, 16384, 16384, "combined", "scattered"),

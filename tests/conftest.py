@@ -85,7 +85,8 @@ def pytest_collection_modifyitems(config, items):
         return
     for item in items:
         if "gpu" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason="needs CUDA: run `pytest -m gpu` on the device"))
+            item.add_marker(
+                pytest.mark.skip(reason="needs CUDA: run `pytest -m gpu` on the device"))
 
 
 @pytest.fixture

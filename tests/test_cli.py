@@ -82,7 +82,8 @@ def test_machine_file_problems_are_named_and_other_entries_survive(tmp_path, cap
     data = json.loads(target.read_text())
     assert {"first", "second"} <= set(data)  # the second write kept the first entry
     assert sorted(p.name for p in tmp_path.iterdir()) == ["machines.json"]  # no temporaries
-    for bad, why in ((tmp_path, "is a directory"), (target / "x.json", "cannot create its directory")):
+    for bad, why in ((tmp_path, "is a directory"),
+                     (target / "x.json", "cannot create its directory")):
         with pytest.raises(SystemExit) as exc:
             main(["machine", "--name", "third", "--file", str(bad)])
         assert exc.value.code == 2
@@ -97,7 +98,8 @@ def test_env_names_a_selector_that_names_no_row(monkeypatch, capsys):
     monkeypatch.setenv("KVBENCH_KV_WRITE", "torch/index_copy")
     assert main(["env"]) == 2
     out = capsys.readouterr().out
-    assert "invalid selector: KVBENCH_PAGED_DECODE='triton/fastest' is not a row of paged_decode" in out
+    assert ("invalid selector: KVBENCH_PAGED_DECODE='triton/fastest' is not a row of paged_decode"
+            in out)
     assert "triton/split_kv" in out  # the accepted values
     assert sum(line.startswith("invalid selector") for line in out.splitlines()) == 1
     assert main(["env", "--json"]) == 2

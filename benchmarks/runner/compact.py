@@ -6,10 +6,10 @@ Result files written before the suite summarised its samples hold every raw samp
 case (up to 1000 a case, megabytes per commit). The suite now stores STORED_SAMPLES
 representative quantiles a case (representative_samples below, which the suite's track_us
 calls too); this rewrites an older file the same way. Only the `samples` column changes, and
-only where a case holds more than STORED_SAMPLES samples: `result` (the median asv computed from all the samples when the
-file was written), the quartiles, the 99% interval and every other column keep their stored
-values. The file is written in asv's own format (asv.util.write_json, compact) to a temporary
-file beside it and renamed over it, so an interrupted run leaves each file whole.
+only where a case holds more than STORED_SAMPLES samples: `result` (the median asv computed from all
+the samples when the file was written), the quartiles, the 99% interval and every other column keep
+their stored values. The file is written in asv's own format (asv.util.write_json, compact) to a
+temporary file beside it and renamed over it, so an interrupted run leaves each file whole.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ def result_files(folder: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.runner.compact", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.runner.compact",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, metavar="RESULTS/MACHINE",
                         help="machine folders of an asv results directory")

@@ -5,7 +5,8 @@ is fast at that moment. On shared machines (a VM whose vCPUs share physical core
 tenants, the host slice of a GPU server) a core runs the same work ~1.5-1.9x slower for tens of
 milliseconds to seconds at a time, and every host series of a process moves with it
 (docs/harness.md, "Host-side series noise"). A fixed pure-Python loop, the canary, reads that
-state; the suite uses it three ways, through one HostGate object per measuring process (the worker's):
+state; the suite uses it three ways, through one HostGate object per measuring process
+(the worker's):
 
 - the reference: the fastest canary this gate has seen on any of the process's cores, probed
   when the process pins itself (`HostGate.pin_fastest_core`) and lowered by every later

@@ -323,8 +323,9 @@ def write_sidecar(group: str, classes: dict[str, dict], states: list[dict] | Non
                   ) -> str | None:
     """Write this process's sidecar for `group` atomically; return its path (None when not in
     a kvbench asv run). `states` is the machine state around each measurement group, in the
-    order the cases' "state" indices count (the manager collects them from its workers). Inside an asv command of kvbench's plugin (RUN_VAR set) the path is the
-    pending name the plugin promotes once asv saved the result file (module docstring).
+    order the cases' "state" indices count (the manager collects them from its workers). Inside an
+    asv command of kvbench's plugin (RUN_VAR set) the path is the pending name the plugin promotes
+    once asv saved the result file (module docstring).
     Never raises: a failed write is reported on stderr, the numbers stay.
     Compact JSON, no indentation: a commit's sidecars are most of what kvbench adds to its
     results (docs/harness.md, "Result size"); `python -m json.tool FILE` reads one."""

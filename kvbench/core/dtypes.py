@@ -14,7 +14,8 @@ KV_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp8")
 #: Dtype names a registry row may serve: the KV dtypes and the allocator's row indices.
 ROW_DTYPES: tuple[str, ...] = (*KV_DTYPES, "int64")
 #: KV dtype name -> the torch dtype a fixture stores it in.
-STORAGE: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.uint8}
+STORAGE: dict[str, torch.dtype] = {"fp16": torch.float16, "bf16": torch.bfloat16,
+                                   "fp8": torch.uint8}
 #: KV dtype name -> bytes per element.
 BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp8": 1}
 #: torch dtype of a cache tensor -> its KV dtype name (fp8 in either container).

@@ -2,8 +2,8 @@
 
 Measuring a table takes minutes; without a sign of life a user cannot tell a slow run from a
 hung one. The status line (a spinner, what is being measured now, rows done, elapsed time)
-is drawn with `rich` on stderr, only where stdout and stderr are terminals: under `--json`, in CI logs,
-in asv's captured output or piped into a file the output stays exactly the plain text it was.
+is drawn with `rich` on stderr, only where stdout and stderr are terminals: under `--json`, in CI
+logs, in asv's captured output or piped into a file the output stays exactly the plain text it was.
 `rich` is imported lazily and is optional: the GPU image has only torch/triton/numpy, and
 there the status is simply not drawn.
 """

@@ -142,7 +142,8 @@ def repair_stored_table(device_name: str, op: str) -> Path | None:
                 errors.append(str(exc))
         if not errors:
             return None
-        problem = (f"{len(errors)} of its {len(entries)} entries are unusable ({'; '.join(errors)});"
+        problem = (f"{len(errors)} of its {len(entries)} entries are unusable "
+                   f"({'; '.join(errors)});"
                    f" its {len(kept)} valid entries stay in the table")
     try:
         aside = move_aside(path)

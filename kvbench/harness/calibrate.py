@@ -2,8 +2,8 @@
 
 The spec peak (clock x bus) is never reached (an H200 copies at under 90% of it), so a decode
 kernel's share of the spec peak understates how close it is to what the memory system
-delivers, and that second number is the one that says whether there is anything left to win. calibrate()
-measures three streams with the same cold-L2 timer the benchmarks use:
+delivers, and that second number is the one that says whether there is anything left to win.
+calibrate() measures three streams with the same cold-L2 timer the benchmarks use:
 
 - copy  dst.copy_(src):   bytes = read + write  (the ceiling of a scatter/gather)
 - read  the faster of torch.sum(x) and, on CUDA, kvbench's streaming read kernel
@@ -156,8 +156,9 @@ def load_ceilings(device_name: str) -> Ceilings | None:
     bad = {k: v for k, v in entry.items() if not _valid_value(k, v)}
     if bad:
         warnings.warn(
-            f"ignoring cached ceilings for {device_name!r} in {_cache_file(create=False)}: {bad} (the *_gbps "
-            "fields must be positive finite numbers, the others strings); re-run `kvbench calibrate`",
+            f"ignoring cached ceilings for {device_name!r} in {_cache_file(create=False)}: {bad} "
+            "(the *_gbps fields must be positive finite numbers, the others strings); "
+            "re-run `kvbench calibrate`",
             stacklevel=2,
         )
         return None

@@ -55,7 +55,8 @@ def cpu_llc_bytes(sysfs_glob: str = "/sys/devices/system/cpu/cpu0/cache/index*/s
 
 
 def flush_bytes(device: object = None) -> int:
-    """Bytes l2_flush() streams through the cache of `device`: FLUSH_MULTIPLE x its last-level cache."""
+    """Bytes l2_flush() streams through the cache of `device`: FLUSH_MULTIPLE x its last-level
+    cache."""
     dev = resolve_device(device)
     if dev.type == "cuda":
         return _cuda_flush_bytes(dev.index)
@@ -145,8 +146,9 @@ def flusher(device: object = None) -> Callable[[], None]:
 def l2_flush(device: object = None) -> None:
     """Evict the last-level cache of `device` by streaming a buffer >= 2x its size through it.
 
-    CUDA: enqueues one read (reduction) kernel on the current stream and returns without synchronising,
-    so timers can call it between CUDA events. The buffer is allocated once per device.
+    CUDA: enqueues one read (reduction) kernel on the current stream and returns without
+    synchronising, so timers can call it between CUDA events. The buffer is allocated once per
+    device.
     CPU: writes a numpy buffer of 2x the LLC (a changing value each call, so no layer can
     skip the store as redundant).
     """

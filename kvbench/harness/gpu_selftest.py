@@ -271,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         Row.from_timing(
             "torch/copy_", "8 MiB copy (L2-resident)", warm, small_work, note="ablation: no flush"
         ),
-        Row.from_timing("torch/sum", "8 MiB read (L2-resident)", cold_read, Work(moved=SMALL_COPY_BYTES)),
+        Row.from_timing(
+            "torch/sum", "8 MiB read (L2-resident)", cold_read, Work(moved=SMALL_COPY_BYTES)
+        ),
         Row.from_timing(
             "torch/sum", "8 MiB read (L2-resident)", warm_read, Work(moved=SMALL_COPY_BYTES),
             note="ablation: no flush",

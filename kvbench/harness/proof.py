@@ -26,7 +26,8 @@ every call would cost a reference per sample; the last call is the one a kernel 
 from the others. prepare() must only enqueue device work (no synchronize, no ``.item()``): the
 event loop must stay ahead of the GPU.
 
-The per-op proofs (what to poison, what to perturb, which reference) live in the op modules (kvbench.ops.<op>: proof_<op>).
+The per-op proofs (what to poison, what to perturb, which reference) live in the op modules
+(kvbench.ops.<op>: proof_<op>).
 """
 
 from __future__ import annotations

@@ -115,7 +115,8 @@ def violations(rows: Iterable[Row], peaks: DevicePeaks, ceilings: object = None)
         if peaks.mem_gbps and row.gbps > peaks.mem_gbps:
             found.append(
                 f"VIOLATION {row.impl} | {row.case}: {_num(row.gbps)} GB/s is "
-                f"{_pct_exact(row.gbps, peaks.mem_gbps)} of the {_num(peaks.mem_gbps)} GB/s spec peak"
+                f"{_pct_exact(row.gbps, peaks.mem_gbps)} of the {_num(peaks.mem_gbps)} GB/s "
+                "spec peak"
             )
         if peaks.tc_tflops and row.tflops > peaks.tc_tflops:
             found.append(
@@ -262,7 +263,8 @@ def report(
     if "event" in near_floor:
         lines.append(
             f"event-timer floor {_num(float(event_floor_us))} us (a trivial kernel under the same "
-            f"timer): bench rows near it measure the timer (marked ~floor: within {FLOOR_FACTOR:g}x)"
+            "timer): bench rows near it measure the timer "
+            f"(marked ~floor: within {FLOOR_FACTOR:g}x)"
         )
     if "host" in near_floor:
         lines.append(

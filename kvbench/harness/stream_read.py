@@ -122,8 +122,8 @@ def page_words(cache: torch.Tensor) -> torch.Tensor:
     """``cache`` ([num_pages, ...], each page one dense block of memory in any dim order) as an
     int32 ``[num_pages, words_per_page]`` view of the same memory.
 
-    Accepts every pool storage (combined, split, head_major, v_dim_major: the K or V half of a page is
-    dense in all of them); raises ValueError for a page that is not one dense block or whose
+    Accepts every pool storage (combined, split, head_major, v_dim_major: the K or V half of a page
+    is dense in all of them); raises ValueError for a page that is not one dense block or whose
     bytes are not whole 4-byte words.
     """
     inner = sorted((st, n) for st, n in zip(cache.stride()[1:], cache.shape[1:]) if n > 1)
@@ -165,7 +165,9 @@ def page_read_fn(
     cfg = PAGE_READ_CONFIG if config is None else config
     k_words, v_words = page_words(k_cache), page_words(v_cache)
     if k_words.shape != v_words.shape:
-        raise ValueError(f"K pages {tuple(k_words.shape)} and V pages {tuple(v_words.shape)} differ")
+        raise ValueError(
+            f"K pages {tuple(k_words.shape)} and V pages {tuple(v_words.shape)} differ"
+        )
     if (page_ids.dtype != torch.int32 or page_ids.dim() != 1 or page_ids.numel() == 0
             or not page_ids.is_contiguous() or page_ids.device != k_cache.device):
         raise ValueError(
@@ -175,7 +177,9 @@ def page_read_fn(
         )
     low, high = (int(x) for x in torch.aminmax(page_ids))  # read once, here, not per call
     if low < 0 or high >= k_words.shape[0]:
-        raise ValueError(f"page_ids span [{low}, {high}]; the caches have pages [0, {k_words.shape[0] - 1}]")
+        raise ValueError(
+            f"page_ids span [{low}, {high}]; the caches have pages [0, {k_words.shape[0] - 1}]"
+        )
     words_per_page = k_words.shape[1]
     chunk = min(cfg["CHUNK"], words_per_page)
     if words_per_page % chunk or chunk & (chunk - 1):

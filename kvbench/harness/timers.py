@@ -91,7 +91,9 @@ def _check_callable(name: str, value: object) -> None:
 
 def _check_proof(proof: object) -> None:
     if proof is not None and not isinstance(proof, TimedProof):
-        raise ValueError(f"proof must be None or a harness.proof.TimedProof, got {type(proof).__name__}")
+        raise ValueError(
+            f"proof must be None or a harness.proof.TimedProof, got {type(proof).__name__}"
+        )
 
 
 def _check_repeat(repeat: object) -> int | None:

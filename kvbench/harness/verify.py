@@ -273,7 +273,9 @@ def error_figures(out: object, ref: object) -> SystematicError:
     if tuple(out_t.shape) != tuple(ref_t.shape):
         raise ValueError(f"shape mismatch: out {tuple(out_t.shape)} vs ref {tuple(ref_t.shape)}")
     if not (out_t.is_floating_point() and ref_t.is_floating_point()):
-        raise ValueError(f"error_figures compares float tensors, got {out_t.dtype} and {ref_t.dtype}")
+        raise ValueError(
+            f"error_figures compares float tensors, got {out_t.dtype} and {ref_t.dtype}"
+        )
     o = out_t.to(torch.float64).reshape(-1)
     r = ref_t.to(device=o.device, dtype=torch.float64).reshape(-1)
     keep = torch.isfinite(o) & torch.isfinite(r)

@@ -70,7 +70,8 @@ def percent(text: str) -> float:
     try:
         value = float(text.rstrip("%"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage > 0 (e.g. 2 or 2%), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a percentage > 0 (e.g. 2 or 2%), got {text!r}") from None
     if not 0 < value < 1000:
         raise argparse.ArgumentTypeError(f"expected a percentage in (0, 1000), got {text!r}")
     return value / 100

@@ -197,7 +197,8 @@ def validate_scale(name: str, scale: object, device: torch.device | None = None,
         return
     if not isinstance(scale, torch.Tensor):
         raise ValueError(  # noqa: TRY004 (one exception type for bad input, see validate_tensor)
-            f"{name} must be a python float or a 1-element float32 tensor, got {type(scale).__name__}"
+            f"{name} must be a python float or a 1-element float32 tensor, "
+            f"got {type(scale).__name__}"
         )
     heads_ok = (per_head is not None and scale.dim() == 1 and scale.numel() == per_head
                 and scale.is_contiguous())

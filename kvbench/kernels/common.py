@@ -295,8 +295,8 @@ def used_entries(block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: i
 
 
 def validated_on_device(
-    validation: V.DeviceValidation, block_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
-    num_pages: int,
+    validation: V.DeviceValidation, block_table: torch.Tensor, seq_lens: torch.Tensor,
+    page_size: int, num_pages: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Safe mode on CUDA: validate_decode_values's rules evaluated on the device.
 

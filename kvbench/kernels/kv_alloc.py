@@ -474,7 +474,8 @@ class HostFreeListAllocator:
         top = self._top
         cursor = self._cursor
         if type(n) is not int or n < 1 or n > self.num_rows - cursor + top:
-            n = validate_count(n, self.num_rows - cursor + top)  # raises AllocError, nothing changed
+            # raises AllocError, nothing changed
+            n = validate_count(n, self.num_rows - cursor + top)
         if top == 0:
             # Bump: every row at or past the cursor is free, and they form a run.
             end = cursor + n

@@ -96,10 +96,11 @@ def _validate(kv_cache, page_table_flat, extra_rows, out):
     validation = device_validation(device)
     poison = None
     if values_validated(device):
-        validate_index_range("page_table_flat values", page_table_flat, kv_cache.shape[0], what=what)
+        validate_index_range("page_table_flat values", page_table_flat, kv_cache.shape[0],
+                             what=what)
     elif validation is not None:
-        validated = validation.bounds("page_table_flat values", page_table_flat, 0, kv_cache.shape[0],
-                                      what=what, replacement=0)
+        validated = validation.bounds("page_table_flat values", page_table_flat, 0,
+                                      kv_cache.shape[0], what=what, replacement=0)
         poison = validated != page_table_flat
         page_table_flat = validated
         validation.submit()

@@ -4,8 +4,8 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
 
 - ``k``, ``v``: [N, Hkv, D] fp16/bf16 new rows (strided views are fine; last dim stride 1).
 - ``k_cache``, ``v_cache``: [num_pages, page_size, Hkv, D], usually the two strided halves of
-  one combined per-layer buffer [num_pages, 2, page_size, Hkv, D] (kvbench.fixtures.pool). The kernels
-  take the views' strides and never ``.contiguous()`` a cache: that copy would write into a
+  one combined per-layer buffer [num_pages, 2, page_size, Hkv, D] (kvbench.fixtures.pool). The
+  kernels take the views' strides and never ``.contiguous()`` a cache: that copy would write into a
   temporary and lose the update (and, timed, it would measure a copy instead of the kernel).
   ``k_cache`` is token-major (stride 1 in head_dim); ``v_cache`` token-major or dim-major
   (stride 1 in page_size: the pool's ``v_dim_major`` storage, which the fp8 decode reads with
@@ -30,7 +30,8 @@ Op: ``kv_write(k, v, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=No
 
 Rows: ``kv_write_triton`` (one Triton kernel for prefill and decode shapes) and
 ``kv_write_torch`` (index_copy_ / index_put_, any device). Both are bit-exact to
-``kvbench.ops.kv_write.kv_write_ref``: tolerances are zero for every dtype (kvbench.ops.kv_write.RTOL/ATOL).
+``kvbench.ops.kv_write.kv_write_ref``: tolerances are zero for every dtype
+(kvbench.ops.kv_write.RTOL/ATOL).
 """
 
 from __future__ import annotations
@@ -132,8 +133,8 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, k_scale, v_scale):
     what = f"slot = page * page_size + offset, {pages} pages of {page_size}"
     validation = device_validation(device)
     if values_validated(device):
-        validate_index_range("slot_mapping values", slot_mapping, pages * page_size, skip_negative=True,
-                             what=what)
+        validate_index_range("slot_mapping values", slot_mapping, pages * page_size,
+                             skip_negative=True, what=what)
     elif validation is not None:
         slot_mapping = validation.bounds("slot_mapping values", slot_mapping, 0, pages * page_size,
                                          what=what, replacement=-1, skip_negative=True)
@@ -268,7 +269,8 @@ def _tiles(
     block_d = triton.next_power_of_2(dim)
     block_h = min(triton.next_power_of_2(heads), max(1, _HEAD_TILE_ELEMS // block_d))
     if min_tokens > 1:
-        block_h = min(block_h, max(1, _TILE_ELEMS // (block_d * triton.next_power_of_2(min_tokens))))
+        block_h = min(block_h,
+                      max(1, _TILE_ELEMS // (block_d * triton.next_power_of_2(min_tokens))))
     block_t = max(1, min(triton.next_power_of_2(max(n, 1)), _TILE_ELEMS // (block_h * block_d)))
 
     def programs() -> int:

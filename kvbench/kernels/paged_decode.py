@@ -30,12 +30,13 @@ sequences they feed get NaN outputs, and a later call or ``raise_pending()`` rai
 path on CUDA reads no value: a host read in the launcher would stall the launch queue inside
 every timed region. Accepted inputs:
 q fp16/bf16 ``[B, Hq, D]``; caches ``[num_pages, page_size, Hkv, D]`` of q's dtype, or fp8
-e4m3 bytes (uint8 or float8_e4m3fn) with ``k_scale``/``v_scale``, K token-major (D contiguous), V token-major or dim-major
-(page_size contiguous: ``_validate.v_cache_dim_major``); D in [16, 256] for the Triton rows
-(tiles padded to a power of two, see _attend_tile), in [1, 1024] for the torch row
+e4m3 bytes (uint8 or float8_e4m3fn) with ``k_scale``/``v_scale``, K token-major (D contiguous), V
+token-major or dim-major (page_size contiguous: ``_validate.v_cache_dim_major``); D in [16, 256] for
+the Triton rows (tiles padded to a power of two, see _attend_tile), in [1, 1024] for the torch row
 (common.HEAD_DIMS);
-page_size a power of two; block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens int32 ``[B]`` with
-values >= 0 (a length-0 sequence gets a zero output, as padded batch slots do in an engine).
+page_size a power of two; block_table int32 ``[B, >= ceil(max(seq_lens) / page_size)]``; seq_lens
+int32 ``[B]`` with values >= 0 (a length-0 sequence gets a zero output, as padded batch slots do in
+an engine).
 """
 
 from __future__ import annotations
@@ -692,7 +693,8 @@ def paged_decode_single_pass(
 
 @decode_row(triton_kernel=True, interpreted=lambda: _INTERPRET)
 def paged_decode_split_kv(
-    p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *, num_splits: int | None = None
+    p: DecodeProblem, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, *,
+    num_splits: int | None = None,
 ) -> torch.Tensor:
     """Triton flash-decode: KV split across programs, then a combine kernel.
 

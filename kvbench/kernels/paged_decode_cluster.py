@@ -115,7 +115,8 @@ def unavailable_reason(device: torch.device) -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
-def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int, splits: int) -> int:
+def max_active_clusters(device: torch.device, kv_dtype: torch.dtype, group: int,
+                        splits: int) -> int:
     """Clusters of ``splits`` CTAs that the device holds at once (CUDA's occupancy query), for
     a cache of ``kv_dtype`` (torch.uint8: fp8 bytes)."""
     args = DecodeArgs(q_heads=group, kv_heads=1, batch=1, splits=splits)

@@ -1,4 +1,5 @@
-"""`python -m kvbench.measure.alloc_table`: the allocator and dispatch-overhead table of docs/allocator.md.
+"""`python -m kvbench.measure.alloc_table`: the allocator and dispatch-overhead table of
+docs/allocator.md.
 
 Every number comes from the harness (bench_host, host_floor, metadata); this module only
 chooses the cases. Columns per row:
@@ -220,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kvbench.harness import host_floor, metadata
 
     parser = argparse.ArgumentParser(
-        prog="python -m kvbench.measure.alloc_table", description=__doc__.splitlines()[0]
+        prog="python -m kvbench.measure.alloc_table", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
     parser.add_argument("--num-rows", type=int, default=32768)

@@ -134,7 +134,9 @@ def load_flashinfer() -> ModuleType:
     try:
         import flashinfer
     except ImportError as exc:
-        raise PeerUnavailable(f"importing the carried FlashInfer from {site} failed: {exc}") from exc
+        raise PeerUnavailable(
+            f"importing the carried FlashInfer from {site} failed: {exc}"
+        ) from exc
     if flashinfer.__version__ != CARRIED_VERSION:
         raise PeerUnavailable(
             f"carried FlashInfer is {flashinfer.__version__}, expected {CARRIED_VERSION}"

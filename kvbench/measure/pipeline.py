@@ -237,7 +237,8 @@ def measure_row(inputs: OpInputs, row: str, *, l2: str = "cold", ceilings: Any =
     timing of the row it selected instead of timing the same callable twice. `golden`: record
     the full-size check as the row's golden record (dispatch.core.record_golden), as tune
     does. `check_hook(run)`: runs the check thunk and returns its result (the asv suite reads
-    the compiled kernels' resources around it). Raises RowMismatch, VerificationError, Implausible; nothing wrong is returned.
+    the compiled kernels' resources around it). Raises RowMismatch, VerificationError, Implausible;
+    nothing wrong is returned.
     """
     sel = select(inputs, row)
     run = lambda: check(inputs, sel.target)

@@ -30,7 +30,8 @@ CEILING_FOR_OP: dict[str, str] = {op: op_module(op).CEILING for op in OPS}
 
 #: Bar colour per impl family (the prefix before '/').
 FAMILY_COLOURS = {"triton": "#1f77b4", "cuda": "#2ca02c", "torch": "#9467bd",
-                  "peer:flashinfer": "#ff7f0e", "peer:torch": "#8c564b", "bound:page_read": "#7f7f7f"}
+                  "peer:flashinfer": "#ff7f0e", "peer:torch": "#8c564b",
+                  "bound:page_read": "#7f7f7f"}
 _OTHER_COLOUR = "#17becf"
 
 

@@ -97,7 +97,8 @@ DECODE_GRID_GPU = tuple(
 #: slow to time); the shapes are small so the main job finishes in minutes.
 DECODE_CASES_CPU: tuple[tuple[str, int, int], ...] = (("b2_c512", 2, 512), ("b4_c2k", 4, 2048))
 
-WRITE_CASES_GPU: tuple[tuple[str, int], ...] = (("prefill_16k", 16384), ("decode_64", 64), ("decode_1", 1))
+WRITE_CASES_GPU: tuple[tuple[str, int], ...] = (("prefill_16k", 16384), ("decode_64", 64),
+                                                ("decode_1", 1))
 WRITE_CASES_CPU: tuple[tuple[str, int], ...] = (("prefill_1k", 1024), ("decode_64", 64))
 
 GATHER_CASES_GPU: tuple[tuple[str, int], ...] = (("kv8k", 8192), ("kv32k", 32768), ("kv64k", 65536))
@@ -246,7 +247,8 @@ def decode_case(
         pool = geometry_pool(geometry, batch, context, dtype, dev, **layout_kw)
         inputs = geometry_inputs(geometry, pool)
         table.geometries[geometry.name] = geometry.as_dict()
-    case = f"{label} {dtype}" + ("" if (layout, storage) == ("fragmented", "combined") else f" {layout}/{storage}")
+    case = f"{label} {dtype}" + ("" if (layout, storage) == ("fragmented", "combined")
+                                 else f" {layout}/{storage}")
     if min_l2_multiple not in (None, 0, 8):
         case += f" pool>={min_l2_multiple:g}xL2"
     if geometry is not None:
@@ -308,7 +310,8 @@ def _page_read_row(table: Table, case: str, pool: Any, l2: str) -> None:
         kv_dtype=pool.kv_dtype_name, page_size=pool.page_size,
     )
     try:
-        read = page_read_fn(pool.k_cache, pool.v_cache, pool.attended_page_ids(), sm_count(pool.device))
+        read = page_read_fn(pool.k_cache, pool.v_cache, pool.attended_page_ids(),
+                            sm_count(pool.device))
         table.checks[name] = check_page_read(read, pool)
         timing = bench(read, l2=l2)
     except Exception as exc:  # noqa: BLE001 - reported like any row that cannot run
@@ -556,8 +559,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("op", choices=sorted(BUILDERS))
     parser.add_argument("--json", dest="json_path", type=output_path, default=None,
                         help="write the rows as JSON (the path is checked before measuring)")
-    parser.add_argument("--grid", action="store_true", help="paged_decode: full batch x context grid")
-    parser.add_argument("--no-ablations", action="store_true", help="paged_decode: skip ablation rows")
+    parser.add_argument("--grid", action="store_true",
+                        help="paged_decode: full batch x context grid")
+    parser.add_argument("--no-ablations", action="store_true",
+                        help="paged_decode: skip ablation rows")
     parser.add_argument("--geometry", metavar="NAME", default=None,
                         help="paged_decode: every row, auto and the peers at a model geometry "
                              f"instead (one of {', '.join(GEOMETRY_NAMES)}; or all)")

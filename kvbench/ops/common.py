@@ -112,7 +112,8 @@ def poison_next_alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.
 
 
 def poison_value(dtype: torch.dtype) -> float | int:
-    """NaN for float dtypes; 0xFF for bytes (the e4m3 NaN code kvbench.fixtures.quant never emits)."""
+    """NaN for float dtypes; 0xFF for bytes (the e4m3 NaN code kvbench.fixtures.quant never
+    emits)."""
     return float("nan") if dtype.is_floating_point and dtype.itemsize > 1 else 0xFF
 
 
@@ -204,8 +205,9 @@ class OpInputs:
 
     An op module builds it (``<op>_inputs``) from a fixture; the pipeline then selects a row
     (kvbench.dispatch.core.select(problem) under the op's selector), gates it (``check``),
-    and times it on ``timed_calls(row)`` with ``proof(row)`` verifying the last timed call. ``host``: the row
-    costs host time (the allocator), timed by the host timer per call and ranked by the worst.
+    and times it on ``timed_calls(row)`` with ``proof(row)`` verifying the last timed call.
+    ``host``: the row costs host time (the allocator), timed by the host timer per call and ranked
+    by the worst.
     """
 
     problem: Problem
@@ -225,7 +227,8 @@ class OpInputs:
     #: Tensors a caller may need beside the row's (the pool, q: table peers).
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def timed_calls(self, fn: Callable[..., Any], row: str = "") -> list[tuple[Callable[[], Any], Any]]:
+    def timed_calls(self, fn: Callable[..., Any],
+                    row: str = "") -> list[tuple[Callable[[], Any], Any]]:
         if self.calls is not None:
             return self.calls(fn, row)
         args, kwargs = self.args, self.kwargs

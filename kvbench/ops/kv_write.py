@@ -247,7 +247,8 @@ def golden_check_kv_write(fn, dtype: str, device) -> float:
         pool.free()
 
 
-def kv_write_work(n_tokens: int, *, kv_heads: int, head_dim: int, in_bytes: int, cache_dtype: str) -> Work:
+def kv_write_work(n_tokens: int, *, kv_heads: int, head_dim: int, in_bytes: int,
+                  cache_dtype: str) -> Work:
     """Scatter N new K and V rows: read them once (input dtype), write them once (cache dtype).
 
     The int64 slot mapping is read once. fp8 quantization's scales are two scalars.
@@ -275,7 +276,9 @@ def kv_write_ref(
     ``fp32(x) / fp32(scale)`` (correctly rounded fp32 quotient), saturated, ties to even.
     """
     if slot_mapping.shape != k.shape[:1]:
-        raise ValueError(f"slot_mapping must have shape ({k.shape[0]},), got {tuple(slot_mapping.shape)}")
+        raise ValueError(
+            f"slot_mapping must have shape ({k.shape[0]},), got {tuple(slot_mapping.shape)}"
+        )
     if cache_dtype in ("fp16", "bf16"):
         want = torch.float16 if cache_dtype == "fp16" else torch.bfloat16
         if k.dtype != want or v.dtype != want:

@@ -51,7 +51,8 @@ def test_conf_uses_the_offline_plugin_and_offline_build():
     from kvbench.history.asv.asv_env import TOOL_NAME
 
     conf = _conf()
-    assert conf.plugins == [".kvbench.history.asv.asv_env"]  # leading dot: imported from the repo root
+    # leading dot: imported from the repo root
+    assert conf.plugins == [".kvbench.history.asv.asv_env"]
     assert conf.environment_type == TOOL_NAME
     assert conf.repo == "." and conf.branches == ["main"]
     assert (conf.benchmark_dir, conf.results_dir, conf.html_dir) == ("benchmarks", "results",
@@ -68,7 +69,8 @@ def test_conf_uses_the_offline_plugin_and_offline_build():
 
 
 def test_plugin_registers_through_asv_plugin_manager():
-    """asv imports ".kvbench.history.asv.asv_env" from the config's folder and finds the env type."""
+    """asv imports ".kvbench.history.asv.asv_env" from the config's folder and finds the env
+    type."""
     code = (
         "from asv.config import Config; from asv.plugin_manager import plugin_manager;"
         "from asv import environment as e; c = Config.load('asv.conf.json');"

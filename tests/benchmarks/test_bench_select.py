@@ -45,7 +45,8 @@ def test_selected_run_measures_one_case_and_builds_nothing_else(monkeypatch):
     alloc = _common.class_results(out, "KVAlloc")
     measured = [k for k, v in alloc.items() if "samples_s" in v]
     assert measured == [SELECTED]
-    assert all(v["skip"].startswith(_common.NOT_SELECTED) for k, v in alloc.items() if k != SELECTED)
+    assert all(v["skip"].startswith(_common.NOT_SELECTED)
+               for k, v in alloc.items() if k != SELECTED)
     assert built == ["host/freelist"], "only the selected selector's manager is built"
     assert len(alloc) == len(kv_alloc.SELECTORS) * len(kv_alloc.STATES) * len(kv_alloc.NS)
     suite = kv_alloc.KVAlloc()

@@ -1,4 +1,5 @@
-"""The suite's host gate (benchmarks/runner/host.py: HostGate): core choice, reference and canary gate.
+"""The suite's host gate (benchmarks/runner/host.py: HostGate): core choice, reference
+and canary gate.
 
 The canary is replaced by a scripted sequence of readings (the host's speed is what the gate
 reacts to, and a real CPU's cannot be scripted); affinity calls are recorded, not made.

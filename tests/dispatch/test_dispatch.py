@@ -686,11 +686,13 @@ def test_perf_table_for_another_device_is_ignored():
     table_a = perf_tables.load_perf_table("GPU A")
     assert table_a(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
     assert table_a(OP, "any", "a/x", "GPU B", "fp16", PAGED_TAGS) is None
-    assert perf_tables.load_perf_table("GPU B")(OP, "any", "a/x", "GPU B", "fp16", PAGED_TAGS) is None
+    assert perf_tables.load_perf_table("GPU B")(
+        OP, "any", "a/x", "GPU B", "fp16", PAGED_TAGS) is None
     # Same file name (slug) but a different recorded device name: not used, and said so.
     _write_table("GPU_A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0}], file_device="GPU A")
     with pytest.warns(UserWarning, match="measured on 'GPU_A', not 'GPU A'"):
-        assert perf_tables.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
+        assert perf_tables.load_perf_table("GPU A")(
+            OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
 
 
 def test_a_perf_table_ranks_only_the_dtype_it_was_measured_at():
@@ -707,7 +709,8 @@ def test_a_perf_table_ranks_only_the_dtype_it_was_measured_at():
     assert provider(OP, "any", "a/y", "GPU A", "fp16", PAGED_TAGS) is None
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0, "dtype": "fp4"}])
     with pytest.warns(UserWarning, match="dtype 'fp4'; accepted"):
-        assert perf_tables.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
+        assert perf_tables.load_perf_table("GPU A")(
+            OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
 
 
 def test_measured_rows_rank_the_problems_of_their_dtype_only(checks):
@@ -750,7 +753,8 @@ def test_a_malformed_perf_table_is_skipped_with_a_warning_not_a_crash(content, w
         provider = perf_tables.load_perf_table("GPU A")
     assert str(bad) in str(record[0].message) and f"kvbench tune {OP}" in str(record[0].message)
     assert provider(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
-    assert provider("kv_write", "decode", "w/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.005)
+    assert (provider("kv_write", "decode", "w/x", "GPU A", "fp16", PAGED_TAGS)
+            == pytest.approx(0.005))
 
 
 def test_a_perf_table_from_another_torch_or_triton_is_used_with_a_warning():
@@ -764,7 +768,8 @@ def test_a_perf_table_from_another_torch_or_triton_is_used_with_a_warning():
     data = json.loads(path.read_text())
     data["metadata"] = {"torch": "1.0.0", "triton": triton_version()}
     path.write_text(json.dumps(data))
-    with pytest.warns(UserWarning, match=rf"torch 1\.0\.0 \(now {re.escape(torch.__version__)}\)") as rec:
+    with pytest.warns(UserWarning,
+                      match=rf"torch 1\.0\.0 \(now {re.escape(torch.__version__)}\)") as rec:
         provider = perf_tables.load_perf_table("GPU A")
     assert "triton" not in str(rec[0].message) and f"kvbench tune {OP}" in str(rec[0].message)
     assert provider(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) == pytest.approx(0.25)
@@ -851,7 +856,8 @@ def test_cluster_row_layout_depends_on_the_dtype():
 
 
 def test_layout_by_dtype_names_only_served_dtypes():
-    with pytest.raises(ValueError, match=r"layout_by_dtype names dtypes it does not serve: \['fp8'\]"):
+    with pytest.raises(ValueError,
+                       match=r"layout_by_dtype names dtypes it does not serve: \['fp8'\]"):
         KernelSpec(name="x/y", op="paged_decode", dtypes=("fp16",), target=lambda: None,
                    golden_check=lambda *a: 0.0,
                    layout_by_dtype={"fp8": LayoutRequirement(required=("kv:paged",))})
@@ -879,7 +885,8 @@ def test_a_perf_table_entry_answers_its_layout_tags_only():
     assert provider(OP, "any", "a/y", "GPU A", "fp8", token_major) is None
     _write_table("GPU A", OP, [{"bucket": "any", "spec": "a/x", "us": 1.0, "tags": "kv:paged"}])
     with pytest.warns(UserWarning, match="tags 'kv:paged'; a list of strings"):
-        assert perf_tables.load_perf_table("GPU A")(OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
+        assert perf_tables.load_perf_table("GPU A")(
+            OP, "any", "a/x", "GPU A", "fp16", PAGED_TAGS) is None
 
 
 def test_tune_at_another_dtype_keeps_the_other_dtypes_entries():

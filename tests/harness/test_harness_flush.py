@@ -78,7 +78,8 @@ def test_a_device_without_an_l2_size_is_flushed_with_a_warning(monkeypatch):
                         lambda index: SimpleNamespace(L2_cache_size=0))
     flush_mod._cuda_flush_bytes.cache_clear()
     try:
-        with pytest.warns(UserWarning, match="reports no L2 size; the cold-L2 flush assumes 128 MiB"):
+        with pytest.warns(UserWarning,
+                          match="reports no L2 size; the cold-L2 flush assumes 128 MiB"):
             assert flush_mod._cuda_flush_bytes(7) == flush_mod.FLUSH_MULTIPLE * (128 << 20)
     finally:
         flush_mod._cuda_flush_bytes.cache_clear()

@@ -187,7 +187,8 @@ def test_host_timer_has_its_own_budget(monkeypatch):
     budgets = []
     real = timers_mod._choose_repeat
     monkeypatch.setattr(timers_mod, "_choose_repeat",
-                        lambda per, budget, bounds: budgets.append(budget) or real(per, budget, bounds))
+                        lambda per, budget, bounds: (budgets.append(budget)
+                                                     or real(per, budget, bounds)))
     bench_stateful(lambda: None, lambda: None, device="cpu")
     bench_host(lambda: None, device="cpu")
     assert budgets == [timers_mod.STATEFUL_BUDGET_S, 0.05]

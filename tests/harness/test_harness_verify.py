@@ -137,7 +137,8 @@ def test_bool_is_compared_exactly():
     assert verify("mask", ref.clone(), ref, rtol=0, atol=0) == 0.0
     out = ref.clone()
     out[1, 0] = True
-    with pytest.raises(VerificationError, match=r"1 of 4 elements mismatch; worst at index \(1, 0\)"):
+    with pytest.raises(VerificationError,
+                       match=r"1 of 4 elements mismatch; worst at index \(1, 0\)"):
         verify("mask", out, ref, rtol=0, atol=0)
 
 

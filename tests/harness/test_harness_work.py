@@ -73,7 +73,8 @@ def test_row_from_timing_copies_median_and_labels():
     row = Row.from_timing("host/freelist", "bump", t, Work(moved=4e3))
     assert (row.us, row.timer, row.l2, row.host_syncs) == (4.0, "bench_host", "warm", False)
     assert row.gbps == pytest.approx(1.0)
-    syncing = TimingResult(300.0, (300.0,), "bench", "cold", "cuda:0", host_us=20.0, host_syncs=True)
+    syncing = TimingResult(300.0, (300.0,), "bench", "cold", "cuda:0", host_us=20.0,
+                           host_syncs=True)
     assert Row.from_timing("torch/index_copy", "c", syncing, Work()).host_syncs
     with pytest.raises(ValueError, match="timing"):
         Row.from_timing("x", "c", 4.0, Work())

@@ -48,7 +48,8 @@ def test_page_read_reads_exactly_the_attended_pages(dtype, storage):
         .reshape(-1).view(np.int32)
         for c in (pool.k_cache, pool.v_cache)
     ]))
-    got = np.bitwise_xor.reduce(page_read_fn(pool.k_cache, pool.v_cache, ids, 4, CFG)().cpu().numpy())
+    got = np.bitwise_xor.reduce(
+        page_read_fn(pool.k_cache, pool.v_cache, ids, 4, CFG)().cpu().numpy())
     assert got == want
 
 
@@ -64,7 +65,8 @@ def test_page_words_views_each_page_and_refuses_a_page_that_is_not_dense():
     pool = _pool("fp16", "head_major")
     words = page_words(pool.k_cache)
     assert words.shape == (40, 4 * 2 * 16 // 2) and words.dtype == torch.int32
-    assert torch.equal(words[7].view(torch.float16).reshape(2, 4, 16), pool.k_cache[7].transpose(0, 1))
+    assert torch.equal(words[7].view(torch.float16).reshape(2, 4, 16),
+                       pool.k_cache[7].transpose(0, 1))
     with pytest.raises(ValueError, match="dense block"):
         page_words(pool.k_cache[:, :, :, ::2])
 
@@ -75,9 +77,12 @@ def test_page_read_refuses_bad_ids_and_chunks():
     for bad in (ids.long(), ids[:0], pool.block_table[:, 0], ids.reshape(1, -1)):
         with pytest.raises(ValueError, match="non-empty, contiguous 1-D int32"):
             page_read_fn(pool.k_cache, pool.v_cache, bad, 4, CFG)
-    with pytest.raises(ValueError, match=r"page_ids span \[.*, 40\]; the caches have pages \[0, 39\]"):
-        page_read_fn(pool.k_cache, pool.v_cache, torch.tensor([0, 40], dtype=torch.int32, device=DEV), 4, CFG)
-    with pytest.raises(ValueError, match="CHUNK must be a power of two that divides the page's 64 words; got CHUNK=24"):
+    with pytest.raises(ValueError,
+                       match=r"page_ids span \[.*, 40\]; the caches have pages \[0, 39\]"):
+        page_read_fn(pool.k_cache, pool.v_cache,
+                     torch.tensor([0, 40], dtype=torch.int32, device=DEV), 4, CFG)
+    with pytest.raises(ValueError, match="CHUNK must be a power of two that divides the page's "
+                                         "64 words; got CHUNK=24"):
         page_read_fn(pool.k_cache, pool.v_cache, ids, 4, {**CFG, "CHUNK": 24})
 
 
@@ -97,7 +102,8 @@ def test_page_read_work_counts_whole_pages_and_their_indices():
 def test_table_bound_row_is_checked_and_below_the_decode_it_bounds():
     """On the GPU every decode case of the table carries bound:page_read, checked first. A
     load-only read of the pages slower than the decode that reads them and does the math
-    would mean its launch config is wrong (PAGE_READ_CONFIG; docs/decisions.md, "Bytes-only bound per decode case")."""
+    would mean its launch config is wrong (PAGE_READ_CONFIG; docs/decisions.md, "Bytes-only bound
+    per decode case")."""
     from kvbench.measure.table import Table, bound_ratios, decode_case
 
     table = Table("paged_decode")

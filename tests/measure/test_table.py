@@ -80,7 +80,8 @@ def _filled(impl: str, case: str, us: float, moved: float, *, then: BaseExceptio
     return build
 
 
-def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, monkeypatch, capsys):
+def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(
+        tmp_path, monkeypatch, capsys):
     """A number above a spec peak is a measurement bug: printed, written, and the run fails."""
     from kvbench.harness.peaks import DevicePeaks
     from kvbench.measure import table as table_mod
@@ -92,7 +93,8 @@ def test_a_row_above_the_spec_peak_is_in_the_json_and_the_exit_status(tmp_path, 
     out = tmp_path / "w.json"
     assert main(["kv_write", "--json", str(out)]) == 2
     data = json.loads(out.read_text())
-    assert data["violations"] == ["VIOLATION triton/scatter | c: 6000 GB/s is 125.0% of the 4800 GB/s spec peak"]
+    assert data["violations"] == [
+        "VIOLATION triton/scatter | c: 6000 GB/s is 125.0% of the 4800 GB/s spec peak"]
     assert data["event_floor_us"] == 1.0
     assert "VIOLATION triton/scatter | c" in capsys.readouterr().out
 

@@ -544,7 +544,7 @@ def test_golden_check_catches_a_fast_but_wrong_allocator():
         golden_check_kv_alloc(ReusesRowZero, "int64", "cpu")
 
 
-# ---- timing (host cost is real on CPU) -------------------------------------------------------------
+# ---- timing (host cost is real on CPU) -----------------------------------------------------------
 
 BATCH = 64  # allocs per timed sample: see test docstring
 

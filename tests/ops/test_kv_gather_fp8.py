@@ -255,7 +255,8 @@ def test_out_of_range_rows_are_refused_by_name(variant, pool_cpu, device, monkey
     kv = _pool(pool_cpu, device)
     pt = build_page_table_flat([8], POOL_TOKENS, device=device)
     for bad in (pt + POOL_TOKENS, pt - POOL_TOKENS):
-        with pytest.raises(ValueError, match=rf"page_table_flat values must lie in \[0, {POOL_TOKENS}\) "
+        with pytest.raises(ValueError, match=r"page_table_flat values must lie in "
+                                             rf"\[0, {POOL_TOKENS}\) "
                                              rf"\(rows of the {POOL_TOKENS}-row kv_cache\); got"):
             VARIANTS[variant](kv, bad, extra_rows=0)
             raise_pending()

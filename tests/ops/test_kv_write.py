@@ -1,4 +1,5 @@
-"""kv_write rows (Triton scatter, torch index_copy_) against the op's reference (kvbench.ops.kv_write.kv_write_ref), bit for bit.
+"""kv_write rows (Triton scatter, torch index_copy_) against the op's reference
+(kvbench.ops.kv_write.kv_write_ref), bit for bit.
 
 CPU: the Triton kernel runs through the interpreter at small shapes. GPU (`-m gpu`): the
 prefill and decode shapes (16k tokens, 64 tokens) on a full-size pool, plus proof that
@@ -281,7 +282,8 @@ def test_bad_input(impl, device):
     pool = _small_pool(device, "fp16")
     kc, vc = pool.k_cache, pool.v_cache
     k, v, slots = make_write_inputs(pool, 8, seed=0)
-    strided = torch.zeros(kc.shape[:3] + (2 * kc.shape[3],), dtype=kc.dtype, device=device)[..., ::2]
+    strided = torch.zeros(kc.shape[:3] + (2 * kc.shape[3],), dtype=kc.dtype,
+                          device=device)[..., ::2]
     cases = [
         ((k, v, kc, vc, slots.to(torch.int32)), {}, "slot_mapping"),
         ((k, v, kc, vc, slots[:5]), {}, "slot_mapping"),
@@ -325,7 +327,8 @@ def test_out_of_range_slots_are_refused_by_name(impl, device, monkeypatch):
     capacity = pool.k_cache.shape[0] * pool.k_cache.shape[1]
     for bad in (slots + capacity, slots.clone().fill_(capacity)):
         with pytest.raises(ValueError, match=rf"slot_mapping values must lie in \[0, {capacity}\) "
-                                             r"\(slot = page \* page_size \+ offset.*or be negative"):
+                                             r"\(slot = page \* page_size \+ offset"
+                                             r".*or be negative"):
             fn(k, v, pool.k_cache, pool.v_cache, bad)
             raise_pending()
     skipped = slots.clone()

@@ -287,9 +287,9 @@ def test_cached_dispatch_overhead_is_a_few_us():
             if windows[-1] <= CACHED_DISPATCH_GUARD_US:
                 break
     # The target is <= 2 us (an idle 2-core machine meets it, a busy one may not);
-    # that number is tracked by the asv dispatch_overhead series and docs/allocator.md. This CI test guards the hot path
-    # against a structural regression (an explain() build, a registry scan, logging: tens
-    # of us) with a margin that a shared CPU cannot trip.
+    # that number is tracked by the asv dispatch_overhead series and docs/allocator.md. This CI test
+    # guards the hot path against a structural regression (an explain() build, a registry scan,
+    # logging: tens of us) with a margin that a shared CPU cannot trip.
     assert min(windows) <= CACHED_DISPATCH_GUARD_US, windows
 
 

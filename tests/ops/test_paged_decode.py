@@ -301,7 +301,8 @@ def test_fp8_python_float_scales(device, fn):
     args = (q, pool.k_cache, pool.v_cache, pool.block_table, pool.seq_lens)
     out = fn(*args, k_scale=ks, v_scale=vs)
     ref = paged_decode_ref(*args, k_scale=pool.k_scale, v_scale=pool.v_scale)
-    torch.testing.assert_close(out.float(), ref.float(), rtol=pd_op.RTOL["fp8"], atol=pd_op.ATOL["fp8"])
+    torch.testing.assert_close(out.float(), ref.float(), rtol=pd_op.RTOL["fp8"],
+                               atol=pd_op.ATOL["fp8"])
 
 
 @pytest.mark.parametrize("fn", ALL, ids=_name)
@@ -600,7 +601,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
                                   capture_output=True, text=True, check=True).stdout
         line = next(l for l in usage.splitlines() if "REG:" in l)
         fcvt = collections.Counter(re.findall(r"\\bcvt\\.[\\w.]*(?:e4m3|f16|bf16|f32)[\\w.]*", ptx))
-        ops = collections.Counter(re.findall(r"^\\s+/\\*[0-9a-f]{4}\\*/\\s+(?:@!?U?P\\w+\\s+)?([A-Z0-9]+)",
+        ops = collections.Counter(re.findall(r"^\\s+/\\*[0-9a-f]{4}\\*/\\s+"
+                                             r"(?:@!?U?P\\w+\\s+)?([A-Z0-9]+)",
                                              sass, re.M))
         print(f"{qdt} kv={kvdt} split={split} v_dim_major={vdm} d={head_dim} {line.strip()}")
         print(f"  ptx float cvt: {dict(fcvt)}")
@@ -609,7 +611,8 @@ _COMPILE_SCRIPT = textwrap.dedent(
         smem = collections.Counter(re.findall(r"\\b(ldmatrix[\\w.]*|ld\\.shared\\.b8)\\b", ptx))
         print(f"  ptx smem operand loads: {dict(smem)}")
         print("  sass: " + " ".join(f"{op}={ops[op]}" for op in
-              ("F2F", "F2FP", "PRMT", "LOP3", "IMAD", "SHF", "HMMA")) + f" total={sum(ops.values())}")
+              ("F2F", "F2FP", "PRMT", "LOP3", "IMAD", "SHF", "HMMA"))
+              + f" total={sum(ops.values())}")
         if vdm:
             # The point of dim-major V: vector cp.async of whole pages, no byte reads of V.
             assert "ld.shared.b8" not in ptx and "ld.global.b8" not in ptx, dict(smem)

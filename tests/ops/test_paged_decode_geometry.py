@@ -24,7 +24,8 @@ from kvbench.fixtures.pool import paged_pool
 from kvbench.kernels import paged_decode as pd
 from kvbench.ops.paged_decode import ATOL, RTOL, check_paged_decode, make_decode_query
 
-SINGLE, SPLIT, SDPA = pd.paged_decode_single_pass, pd.paged_decode_split_kv, pd.paged_decode_gather_sdpa
+SINGLE, SPLIT, SDPA = (pd.paged_decode_single_pass, pd.paged_decode_split_kv,
+                       pd.paged_decode_gather_sdpa)
 SPLIT2 = functools.partial(SPLIT, num_splits=2)
 SPLIT2.__name__ = "paged_decode_split_kv[2 splits]"
 ROWS = (SINGLE, SPLIT2, SDPA)

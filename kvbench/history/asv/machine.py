@@ -31,7 +31,8 @@ from kvbench.core.jsonfile import check_writable
 EXTRA_KEYS = ("gpu", "sm_count", "l2_bytes", "mem_peak_gbps", "driver", "cuda", "torch", "triton")
 #: asv's keys that describe the host a run happened to get (its share of cores and memory,
 #: its kernel build), not the machine kind: `kvbench publish` folds them onto the machine's
-#: stored record so the dashboard draws one line per machine kind (kvbench.history.dashboard.publish).
+#: stored record so the dashboard draws one line per machine kind
+#: (kvbench.history.dashboard.publish).
 HOST_KEYS = ("num_cpu", "ram", "os")
 UNKNOWN = "unknown"
 NOT_APPLICABLE = "n/a"

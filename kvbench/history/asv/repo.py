@@ -35,7 +35,9 @@ def resolve(repo: Path, rev: str) -> str:
     try:
         return git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
     except ValueError:
-        raise ValueError(f"{rev!r} names no commit in {repo} (give a hash, branch or tag)") from None
+        raise ValueError(
+            f"{rev!r} names no commit in {repo} (give a hash, branch or tag)"
+        ) from None
 
 
 def resolve_range(repo: Path, text: str) -> list[str]:

@@ -25,8 +25,8 @@ reach p <= 0.01 (0.0079, complete separation), so MIN_ROUNDS is 5.
 The effect is the relative change of the median run, B over A (+0.04: B's value 4% higher),
 with a percentile-bootstrap interval (scipy.stats.bootstrap). The MDE defaults to
 NOISE_MULTIPLE x the between-process noise (pooled standard deviation of the run medians,
-each side relative to its own median), at least MDE_FLOOR; a caller that knows the series' noise from its
-history passes its own.
+each side relative to its own median), at least MDE_FLOOR; a caller that knows the series' noise
+from its history passes its own.
 """
 
 from __future__ import annotations
@@ -262,7 +262,8 @@ SIDE_BAND = 0.3
 GOOD, BAD, UNCLEAR = "good", "bad", "unclear"
 
 
-def side_of(runs: Sequence[float], good: Sequence[float], bad: Sequence[float]) -> tuple[str, float]:
+def side_of(runs: Sequence[float], good: Sequence[float],
+            bad: Sequence[float]) -> tuple[str, float]:
     """Which side of a known step a commit's runs sit on: (GOOD | BAD | UNCLEAR, position).
 
     position = (median(runs) - median(good)) / (median(bad) - median(good)): 0 at the good

@@ -25,22 +25,26 @@ DESCRIPTION = ("Bisect one asv series over RANGE with fresh process-level runs: 
 def add_arguments(parser) -> None:
     parser.add_argument("range", help="BASE..END, e.g. HEAD~32..HEAD (first-parent history)")
     parser.add_argument("series", help="asv's name of one param combination, e.g. "
-                        "\"paged_decode.PagedDecode.track_us('triton/split_kv', 'fp16', 'b64_c8k')\"")
+                        "\"paged_decode.PagedDecode.track_us("
+                        "'triton/split_kv', 'fp16', 'b64_c8k')\"")
     parser.add_argument("--machine", type=command.machine_name, default=None,
-                        help="asv machine name (default: this hardware's, as `kvbench machine` names it)")
+                        help="asv machine name (default: this hardware's, as `kvbench machine` "
+                             "names it)")
     parser.add_argument("--rounds", type=command.positive_int, default=5,
                         help="A/B rounds (one run per side each) for the end points and the "
                              "confirmation (default 5, the fewest that can reach p <= 0.01)")
     parser.add_argument("--max-rounds", type=command.positive_int, default=10,
                         help="cap on A/B rounds while inconclusive (default 10)")
     parser.add_argument("--search-runs", type=command.positive_int, default=3,
-                        help="runs per commit visited by the search (default 3; more while unclear)")
+                        help="runs per commit visited by the search "
+                             "(default 3; more while unclear)")
     parser.add_argument("--mde", type=command.percent, default=None,
                         help="minimum detectable effect in %% for 'no change' (default: 3x the "
                              "between-process noise of the runs, at least 0.5%%)")
     parser.add_argument("--json", default=None, metavar="PATH", help="write the evidence as JSON")
     parser.add_argument("--log-dir", default=None, help="keep asv's output (asv.log) here")
-    parser.add_argument("--config", default=None, help="asv.conf.json (default: the project root's)")
+    parser.add_argument("--config", default=None,
+                        help="asv.conf.json (default: the project root's)")
 
 
 def run(args) -> int:

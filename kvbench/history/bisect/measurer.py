@@ -135,8 +135,8 @@ class AsvMeasurer:
     A copy of the project's asv.conf.json goes into `workdir` with results_dir and html_dir
     pointing there (the user's results/ is never read or written); repo, benchmark_dir and
     env_dir stay the project's, so asv reuses the environment and the wheels it already
-    built. asv imports the environment plugin (".kvbench.history.asv.asv_env") from the directory of the
-    config it runs, so the project root goes on the asv process's PYTHONPATH (asv strips
+    built. asv imports the environment plugin (".kvbench.history.asv.asv_env") from the directory of
+    the config it runs, so the project root goes on the asv process's PYTHONPATH (asv strips
     PYTHONPATH from the benchmark processes it starts). One `asv run` per call, commits in the
     given order, KVBENCH_ASV_SELECT naming the series; each result file is read and removed.
     """

@@ -231,7 +231,8 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
         while side == abtest.UNCLEAR and len(got) < search_runs * SEARCH_RUNS_CAP_FACTOR:
             got += [r.value for r in session.measure([commits[m]], "search") if r.value is not None]
             side, position = abtest.side_of(got, good, bad)
-        placed = side if side != abtest.UNCLEAR else (abtest.BAD if position >= 0.5 else abtest.GOOD)
+        placed = (side if side != abtest.UNCLEAR
+                  else (abtest.BAD if position >= 0.5 else abtest.GOOD))
         outcome.search.append({"commit": commits[m], "runs": got, "side": side, "placed": placed,
                               "position": position, "good_median": abtest.median(good),
                               "bad_median": abtest.median(bad)})

@@ -155,7 +155,8 @@ def fetch_assets(html_dir: str | os.PathLike, *, cache: Path | None = None) -> l
     return written
 
 
-def _unpack(path: Path, package: str, version: str, members: list[str], html_dir: Path) -> list[Path]:
+def _unpack(path: Path, package: str, version: str, members: list[str],
+            html_dir: Path) -> list[Path]:
     """Write `members` of the npm tarball at `path` under html_dir/vendor/package/."""
     written = []
     with tarfile.open(path, "r:gz") as tar:
@@ -187,7 +188,8 @@ def rewrite_html(text: str) -> str:
             if tag.lower().startswith("<link") and "stylesheet" not in tag.lower():
                 return tag  # e.g. rel="alternate" feeds: not loaded by the page
             raise RuntimeError(
-                f"asv's HTML loads {url}, which kvbench.history.dashboard.publish does not vendor: add it to ASSETS")
+                f"asv's HTML loads {url}, which kvbench.history.dashboard.publish "
+                "does not vendor: add it to ASSETS")
         tag = tag.replace(url_match.group(0), f'{url_match.group(1)}="{by_url[url]}"')
         return _DROP_ATTRS.sub("", tag)
 
@@ -262,8 +264,8 @@ _PATH_KEYS = ("repo", "benchmark_dir", "results_dir", "html_dir", "env_dir")
 def fold_host_keys(result: dict, record: dict) -> bool:
     """Give one result's params the machine record's values for HOST_KEYS (in place); True
     when anything changed. Hosts of one machine kind (one GPU or two of the same model) differ
-    in num_cpu and ram, and every boot in its kernel build: asv draws one line per distinct params, so
-    unfolded they split one machine kind into several lines."""
+    in num_cpu and ram, and every boot in its kernel build: asv draws one line per distinct params,
+    so unfolded they split one machine kind into several lines."""
     from kvbench.history.asv.machine import HOST_KEYS
 
     params = result.get("params")
@@ -345,11 +347,12 @@ def set_default_machines(html_dir: Path, machines: list[str]) -> None:
 #: asv 0.6.6's graphdisplay.js writes each git tag's name into the graph as HTML, so a tag
 #: named like an <img onerror=...> element runs script in the dashboard. kvbench's copy puts
 #: the name in as a text node instead (jQuery's .text()).
-_TAG_AS_HTML_JS = """                    graph_div.append(
+_TAG_AS_HTML_JS = ("""                    graph_div.append(
                         "<div style='position:absolute;" +
                             "left:" + p.left + "px;" +
                             "top: -2ex;" +
-                            "color:#666;background:white;padding-left:0.25em;font-size:smaller;'>" + tag + "</div>");"""
+                            "color:#666;background:white;padding-left:0.25em;"""
+                   """font-size:smaller;'>" + tag + "</div>");""")
 _TAG_AS_TEXT_JS = """                    graph_div.append(
                         $("<div style='position:absolute;" +
                             "left:" + p.left + "px;" +

@@ -35,7 +35,8 @@ def add_arguments(parser) -> None:
                         help="measure only this class in the suite's measuring process "
                              "(KVBENCH_ASV_SELECT; e.g. KVAlloc), saving the others' cost")
     parser.add_argument("--rounds", type=command.positive_int, default=DEFAULT_ROUNDS,
-                        help=f"process runs per commit (default: %(default)s, at most {MAX_ROUNDS})")
+                        help="process runs per commit "
+                             f"(default: %(default)s, at most {MAX_ROUNDS})")
     parser.add_argument("--machine", type=command.machine_name, default=None,
                         help="asv machine name (default: this host's `kvbench machine` name)")
     parser.add_argument("--config", default=None, metavar="PATH",

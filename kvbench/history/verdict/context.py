@@ -1,8 +1,9 @@
 """What else changed across a step: the sidecar facts of the commits on both sides of it.
 
 A finding of `kvbench regressions` (or bisect's confirmed pair) says a series moved between
-two commits. The suite's sidecars (benchmarks/runner/sidecar.py, read by kvbench/history/verdict/sidecar.py)
-say what else differed between those two measurements, which is often the explanation:
+two commits. The suite's sidecars (benchmarks/runner/sidecar.py, read by
+kvbench/history/verdict/sidecar.py) say what else differed between those two measurements, which is
+often the explanation:
 
 - `auto_switch`: the registry row `auto` (or the selector) actually ran changed
   ("auto switched cuda/cluster_decode -> triton/split_kv");
@@ -183,9 +184,9 @@ def resource_facts(before: object, after: object) -> list[Fact]:
 
 
 def host_gate_facts(before: object, after: object) -> list[Fact]:
-    """A fact when the suite's host gate (benchmarks/runner/host.py, HostGate.on_fast_host) could not measure a
-    host-side case at the host's fast speed on one side (in the process whose number was kept,
-    where the suite used several): that side's number was taken on a slow host, and a step
+    """A fact when the suite's host gate (benchmarks/runner/host.py, HostGate.on_fast_host) could
+    not measure a host-side case at the host's fast speed on one side (in the process whose number
+    was kept, where the suite used several): that side's number was taken on a slow host, and a step
     there may be the machine's."""
     facts = []
     for side, record in (("parent", before), ("settled", after)):

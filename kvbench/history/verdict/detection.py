@@ -146,8 +146,8 @@ def format_table(result: dict) -> str:
     1,000 series."""
     rows = result["rows"]
     effects = sorted({r["effect"] for r in rows if r["position"] != "flat"})
-    head = ["model", "noise", "n", "flat: reported /1000", "suspect /1000"] + [f"{p[:3]} {e:.0%}" for p in POSITIONS
-                                                    for e in effects]
+    head = (["model", "noise", "n", "flat: reported /1000", "suspect /1000"]
+            + [f"{p[:3]} {e:.0%}" for p in POSITIONS for e in effects])
     out = [" | ".join(head), " | ".join("---" for _ in head)]
     keys = sorted({(r["model"], r["noise"], r["n"]) for r in rows},
                   key=lambda k: (not k[0], k[1], k[2]))

@@ -3,9 +3,9 @@
 A host-side series (the suite's KVAlloc and DispatchOverhead) moves with the speed of the
 machine that measured it, and that speed drifts over minutes: every host series of a commit
 moves together, more between machine allocations than within one (docs/harness.md gives the
-measured spread). Commits of an asv run are measured minutes apart, so a slow spell covering a few consecutive commits looks to the verdict engine like a
-step of one series, which the engine's noise model (independent per commit, plus a shift per
-run) cannot tell from a code change.
+measured spread). Commits of an asv run are measured minutes apart, so a slow spell covering a few
+consecutive commits looks to the verdict engine like a step of one series, which the engine's noise
+model (independent per commit, plus a shift per run) cannot tell from a code change.
 
 The suite records, with each host case, the fastest canary its measuring process read
 (benchmarks/runner/host.py: `reference_us` in the case's sidecar record): a fixed pure-Python loop

@@ -6,7 +6,8 @@ processes; the samples inside one process are correlated and understate it (docs
 "What asv's own tools answer"). The history adds a second component:
 commits measured in one asv invocation (a *run*, results.run_ids) share a host, a GPU and its
 state, and two runs of one machine name may differ by a few percent as a whole with the same
-kernel (each allocation of a machine is its own GPU, clocks and host). The model, on log values (0.01 ~ 1%):
+kernel (each allocation of a machine is its own GPU, clocks and host). The model, on log values
+(0.01 ~ 1%):
 
     log x_i = level_i + run_effect[run(i)] + e_i,   e ~ sigma_within,   run_effect ~ sigma_runs
 

@@ -1,7 +1,8 @@
 """The dashboard's regressions view: kvbench's verdicts, not asv's bigger-is-worse step detection.
 
 asv's own regressions page runs its step detection on every series with bigger = worse, so it
-flags a GB/s *gain* as a regression and a GB/s loss not at all (docs/history.md, "The dashboard"). `kvbench publish` therefore
+flags a GB/s *gain* as a regression and a GB/s loss not at all (docs/history.md, "The dashboard").
+`kvbench publish` therefore
 - refuses a config whose asv regression detection still covers a series whose unit is
   lower-is-worse (`check_asv_config`: `regressions_first_commits` must map it to null), and
 - writes html/kvbench/regressions.html and regressions.json from `kvbench regressions` for

@@ -447,7 +447,8 @@ def _step_differences(x: np.ndarray, runs: list[int], proposed: set[int], within
     for i in sorted(proposed - same, key=lambda k: -abs(d[k - 1])):
         others = [v for k, v in cross.items() if k != i and k not in out]
         if len(others) < noise.MIN_DIFFERENCES or \
-                abs(d[i - 1]) <= CROSS_RUN_CANDIDATE_Z * math.sqrt(float(np.mean(np.square(others)))):
+                abs(d[i - 1]) <= CROSS_RUN_CANDIDATE_Z * math.sqrt(
+                    float(np.mean(np.square(others)))):
             break
         out.add(i)
     rest = noise.estimate(x, runs, exclude=proposed, within_process=within_process, prior=prior)

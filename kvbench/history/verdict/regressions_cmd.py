@@ -30,7 +30,8 @@ FAIL_ON = ("regression", "suspect", "never")
 
 def add_arguments(parser) -> None:
     parser.add_argument("--machine", type=command.machine_name, default=None,
-                        help="results/<machine> to read (default: this host's `kvbench machine` name)")
+                        help="results/<machine> to read "
+                             "(default: this host's `kvbench machine` name)")
     parser.add_argument("--results", default="results",
                         help="asv results directory (default: %(default)s)")
     parser.add_argument("--since", default=None, metavar="REV",

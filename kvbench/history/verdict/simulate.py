@@ -537,7 +537,8 @@ def main(argv: list[str] | None = None) -> int:
         result = replay(args.replay, lease_ends=ends, canaries=not args.no_canaries,
                         first=args.first, processes=args.processes)
         print(format_table(result))
-        print(f"findings on the recorded (identical-commit) series: {len(result['false_on_recorded'])}")
+        print("findings on the recorded (identical-commit) series: "
+              f"{len(result['false_on_recorded'])}")
         for f in result["false_on_recorded"]:
             print(f"  {f['verdict']} {f['series']} {f['effect_pct']:+.1f}% commits {f['commits']}")
         if args.json:

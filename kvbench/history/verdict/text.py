@@ -1,4 +1,5 @@
-"""Presenting one machine's Verdicts: the table (rich on a terminal, plain text otherwise) and plots.
+"""Presenting one machine's Verdicts: the table (rich on a terminal, plain text otherwise)
+and plots.
 
 Two views. By commit (the default, what a CI gate reads): one line per culprit commit, with
 its subject line, how many series it made slower and faster (a µs series and its GB/s twin
@@ -152,7 +153,8 @@ def no_code_change_lines(culprits: list[Culprit], *, shown: int = 3) -> list[str
     for c in found:
         more = f" and {len(c.changed) - shown} more" if len(c.changed) > shown else ""
         lines.append(f"  {c.commit[:8]} (parent {c.parent[:8]}): {len(c.slower)} slower, "
-                     f"{len(c.faster)} faster; changed {', '.join(c.changed[:shown]) or 'nothing'}{more}")
+                     f"{len(c.faster)} faster; "
+                     f"changed {', '.join(c.changed[:shown]) or 'nothing'}{more}")
     return lines
 
 
@@ -265,7 +267,8 @@ def plot_name(series_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.=-]+", "_", series_name).strip("_")[:180] + ".png"
 
 
-def plot_findings(verdicts: Verdicts, out_dir: str | Path, *, verdict: str = "regression") -> list[Path]:
+def plot_findings(verdicts: Verdicts, out_dir: str | Path, *,
+                  verdict: str = "regression") -> list[Path]:
     """One PNG per series with a `verdict` finding: its history, its runs, its steps."""
     import matplotlib
 

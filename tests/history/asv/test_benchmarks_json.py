@@ -44,7 +44,8 @@ def test_write_and_differences_round_trip(tmp_path):
                 repo=str(ROOT))
     config = tmp_path / "asv.conf.json"
     config.write_text(json.dumps(conf))
-    assert suite.differences(config) == [f"{tmp_path / 'results' / 'benchmarks.json'} does not exist"]
+    assert suite.differences(config) == [
+        f"{tmp_path / 'results' / 'benchmarks.json'} does not exist"]
     path = suite.write(config)
     assert suite.differences(config) == []
     stale = json.loads(path.read_text())

@@ -185,22 +185,26 @@ def test_cli_rejects_bad_input_with_usage_errors(capsys):
         assert message in capsys.readouterr().err
 
 
-ASV_OUTPUT = """\
+ASV_OUTPUT = (
+    """\
 [ 0.00%] · For kvbench commit 210c51db <main~5>:
 [ 0.00%] ·· Benchmarking kvbench-offline-py3.11
 [50.00%] ···· For parameters: 'host/freelist', 'fragmented', 64
-               asv: skipped: NotImplementedError('this commit has no kvbench.ops.kv_alloc.checked_alloc')
+               asv: skipped: NotImplementedError('this commit has no """
+    """kvbench.ops.kv_alloc.checked_alloc')
 [50.00%] · For kvbench commit 7b8df986 <main>:
 [100.00%] ···· For parameters: 'host/freelist', 'fragmented', 64
                Traceback (most recent call last):
                RuntimeError: case ('host/freelist', 'fragmented', 64) failed in setup_cache
 """
+)
 
 
 def test_asv_output_is_split_per_commit_and_the_reason_found():
     first = am._segment(ASV_OUTPUT, "210c51db" + "0" * 32)
     second = am._segment(ASV_OUTPUT, "7b8df986" + "0" * 32)
-    assert am._reason(first) == "NotImplementedError('this commit has no kvbench.ops.kv_alloc.checked_alloc')"
+    assert am._reason(first) == ("NotImplementedError('this commit has no "
+                                 "kvbench.ops.kv_alloc.checked_alloc')")
     assert am._reason(second).startswith("RuntimeError: case ('host/freelist'")
     assert am._segment(ASV_OUTPUT, "deadbeef" + "0" * 32) == ""
     assert am._reason("nothing useful") == ""

@@ -1,10 +1,10 @@
 """`kvbench publish`: the asv dashboard must render with no internet.
 
 Unit tests pin the HTML rewrite (no network). The browser test makes a real results folder
-(a two-commit history, allocator benchmark only), publishes it with kvbench.history.dashboard.publish (which
-fetches jQuery/flot/bootstrap with `npm pack`), serves html/ on 127.0.0.1, and loads a
-benchmark's graph page in headless Chromium with every other host unresolvable: the DOM must
-hold flot's canvas and the screenshot must not be blank.
+(a two-commit history, allocator benchmark only), publishes it with
+kvbench.history.dashboard.publish (which fetches jQuery/flot/bootstrap with `npm pack`), serves
+html/ on 127.0.0.1, and loads a benchmark's graph page in headless Chromium with every other host
+unresolvable: the DOM must hold flot's canvas and the screenshot must not be blank.
 
 Needs Chromium (Debian: apt-get install chromium) and npm with the registry reachable (or a
 filled KVBENCH_NPM_CACHE). A missing Chromium FAILS the test with that message; set
@@ -73,7 +73,8 @@ def test_a_corrupt_cached_tarball_is_named(tmp_path, content):
     asset = publish.ASSETS[0]
     bad = tmp_path / f"{asset.package}-{asset.version}.tgz"
     bad.write_bytes(content)
-    with pytest.raises(RuntimeError, match=rf"corrupt cached tarball {re.escape(str(bad))}.*delete it"):
+    with pytest.raises(RuntimeError,
+                       match=rf"corrupt cached tarball {re.escape(str(bad))}.*delete it"):
         publish.fetch_assets(tmp_path / "html", cache=tmp_path)
 
 
@@ -169,7 +170,8 @@ def test_published_dashboard_renders_offline(tmp_path):
     hist.asv("run", "--machine", MACHINE, "--launch-method", "forkserver",
              "--bench", r"kv_alloc\.KVAlloc\.track_us", "ALL")
     proc = subprocess.run(
-        [sys.executable, "-m", "kvbench.history.dashboard.publish_cmd", "--config", str(hist.repo / "asv.conf.json")],
+        [sys.executable, "-m", "kvbench.history.dashboard.publish_cmd",
+         "--config", str(hist.repo / "asv.conf.json")],
         env=hist.env, capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -250,4 +250,5 @@ def test_a_step_where_a_new_measurement_run_starts_is_named_as_such():
     assert f"  {history.commits[12][:8]} (parent {history.commits[11][:8]})" in out.getvalue()
     from kvbench.history.verdict import page
 
-    assert "1 culprit commit(s) start a new measurement run" in page.render_page({"sim": report}, {})
+    assert ("1 culprit commit(s) start a new measurement run"
+            in page.render_page({"sim": report}, {}))

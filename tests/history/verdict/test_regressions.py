@@ -194,7 +194,8 @@ def test_host_noise_does_not_flood_the_report(tmp_path):
     series = {f"h{k}": (sim.LATENCY, 60e-6 * np.exp(
         0.31 * rng.standard_t(3, size=45) / sim.T3_ROBUST_SIGMA)) for k in range(40)}
     history, _ = _history(tmp_path, series)
-    ratios = [max(s.points, key=lambda p: p.value).value / min(s.points, key=lambda p: p.value).value
+    ratios = [max(s.points, key=lambda p: p.value).value
+              / min(s.points, key=lambda p: p.value).value
               for s in history.series]
     assert min(ratios) > 2.0  # every series holds a 2x swing between identical commits
     report = analyze(history)
@@ -289,7 +290,8 @@ def test_a_planted_step_in_a_new_run_on_top_of_the_h200_history():
     (0.3%) is above some series' recorded noise, which makes suspects at the newest commit (and
     a 0.4% step in one), and a run shift beyond a series' recorded run-to-run noise is a step
     at the run change (judged across runs)."""
-    out = sim.plant_on_history(load_history(ROOT / "results", "h200", rev=H200_UP_TO), size=0.04, seed=12)
+    out = sim.plant_on_history(load_history(ROOT / "results", "h200", rev=H200_UP_TO),
+                               size=0.04, seed=12)
     assert len(out["planted"]) == 6
     assert out["found"] <= out["planted"] and len(out["found"]) >= 4
     others = [f for f in out["others"] if f.series.name not in out["planted"]]
@@ -398,7 +400,8 @@ def test_default_machine_is_kvbench_machines_name(tmp_path, capsys, monkeypatch)
     import kvbench.history.asv.machine
 
     res, _ = _cli_history(tmp_path)
-    monkeypatch.setattr(kvbench.history.asv.machine, "machine_record", lambda name=None: {"machine": sim.MACHINE})
+    monkeypatch.setattr(kvbench.history.asv.machine, "machine_record",
+                        lambda name=None: {"machine": sim.MACHINE})
     proc = _run_cli("--results", str(res), capsys=capsys)
     assert proc.returncode == 0 and proc.stdout.startswith(f"{sim.MACHINE}: 24 measured commits")
 

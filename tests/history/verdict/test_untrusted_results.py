@@ -88,7 +88,8 @@ def test_a_file_larger_than_a_result_file_is_refused(history, monkeypatch):
     monkeypatch.setattr(results, "MAX_RESULT_BYTES", path.stat().st_size + 100)
     path.write_text(path.read_text() + " " * 1000)  # still valid JSON, but too large
     reasons = _reasons(res)
-    assert list(reasons) == [path.name] and "more than a file of its kind holds" in reasons[path.name]
+    assert (list(reasons) == [path.name]
+            and "more than a file of its kind holds" in reasons[path.name])
 
 
 @pytest.mark.parametrize("value", [True, -1e-4, 0, 1e308, "fast"])
