@@ -5,12 +5,11 @@ code's.
 What asv measures at a commit is the package it builds and installs there, run by the
 benchmark suite of the working tree that runs asv (asv never checks out a commit's own
 benchmarks/, and reads the asv.conf.json of that tree too). So of a commit's diff only the
-files its build reads can move a number. The
-rule is written as the paths that can NOT, and every other path counts as measured: a file
-this list does not know (a new source folder, a build script) is assumed to matter, so a
-real change is never labelled harmless by omission. A culprit the rule clears is still
-reported as found; the label says where to look (`kvbench compare PARENT COMMIT` measures
-both commits on one machine).
+files its build reads can move a number. The rule is written as the paths that can NOT, and
+every other path counts as measured: a file this list does not know (a new source folder, a
+build script) is assumed to matter, so a real change is never labelled harmless by omission.
+A culprit the rule clears is still reported as found; the label says where to look
+(`kvbench compare PARENT COMMIT` measures both commits on one machine).
 """
 
 from __future__ import annotations

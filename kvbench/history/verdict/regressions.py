@@ -276,8 +276,8 @@ class Culprit:
     @property
     def changed_measured_code(self) -> bool | None:
         """Whether its range changed a file a measurement reads (code_scope.py); False: only
-        docs, tests, results or the suite changed, so the step is the machine's; None when
-        git cannot tell."""
+        files code_scope.UNMEASURED names changed, so the step is the machine's; None when git
+        cannot tell."""
         return None if self.changed is None else bool(code_scope.measured_paths(self.changed))
 
     def to_json(self) -> dict:
