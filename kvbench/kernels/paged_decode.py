@@ -72,6 +72,23 @@ CONFIG: dict[str, dict[str, int | bool]] = {
     "split_kv_fp8": {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3, "bt_ahead": True},
     "reduce": {"SPLIT_BLOCK": 32, "num_warps": 4},
 }
+#: The K/V tile width (BLOCK_D, head_dim padded to a power of two) CONFIG was swept at. A
+#: wider tile keeps that sweep's tile bytes: BLOCK_N shrinks by the same factor
+#: (launch_config), so the shared-memory ring of the pipelined K/V loads stays the size the
+#: sweep chose, two to three programs per SM, where a 256-lane tile at the swept BLOCK_N
+#: needs most of an SM's shared memory for one program.
+SWEPT_BLOCK_D = 128
+
+
+def launch_config(split: bool, fp8: bool, block_d: int) -> dict[str, int | bool]:
+    """The CONFIG entry of the decode kernel a launch runs, with BLOCK_N scaled for tiles
+    wider than SWEPT_BLOCK_D (never below 16, tl.dot's smallest K)."""
+    cfg = dict(CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")])
+    if block_d > SWEPT_BLOCK_D:
+        cfg["BLOCK_N"] = max(16, int(cfg["BLOCK_N"]) * SWEPT_BLOCK_D // block_d)
+    return cfg
+
+
 # Split policy (see choose_num_splits). Programs already >= FILL_WAVES x SMs: no split.
 # Otherwise aim for TARGET_WAVES x SMs programs, each split >= MIN_TOKENS_PER_SPLIT tokens.
 SPLIT_POLICY: dict[str, float] = {
@@ -597,7 +614,8 @@ def _launch(
     if p.fp8:  # e4m3 bytes as uint8: the kernels widen the codes themselves
         k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
     split = num_splits > 1
-    cfg = CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if p.fp8 else "")]
+    block_d = triton.next_power_of_2(p.head_dim)
+    cfg = launch_config(split, p.fp8, block_d)
     group = p.q_heads // p.kv_heads
     scale_ptr = isinstance(p.k_scale, torch.Tensor)
     pdl = split and _pdl_supported(q.device)
@@ -648,7 +666,7 @@ def _launch(
         GROUP=group,
         GROUP_PAD=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=p.head_dim,
-        BLOCK_D=triton.next_power_of_2(p.head_dim),
+        BLOCK_D=block_d,
         PAGE_SIZE=p.page_size,
         BLOCK_N=cfg["BLOCK_N"],
         FP8=p.fp8,

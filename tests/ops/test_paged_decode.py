@@ -553,7 +553,7 @@ _COMPILE_SCRIPT = textwrap.dedent(
 
     def compile_one(qdt, kvdt, split, v_dim_major=False, head_dim=128):
         fp8 = kvdt == "u8"
-        cfg = pd.CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")]
+        cfg = pd.launch_config(split, fp8, triton.next_power_of_2(head_dim))
         part = "*fp32" if split else f"*{qdt}"
         sig = {n: "i32" for n in names}
         sig.update({"q_ptr": f"*{qdt}", "k_ptr": f"*{kvdt}", "v_ptr": f"*{kvdt}",
@@ -588,7 +588,9 @@ _COMPILE_SCRIPT = textwrap.dedent(
     cases = [("fp16", "fp16", False, False, 128), ("fp16", "u8", False, False, 128),
              ("bf16", "u8", True, False, 128), ("fp16", "fp16", False, True, 128),
              ("fp16", "u8", False, True, 128), ("bf16", "u8", True, True, 128),
-             ("fp16", "fp16", True, False, 96), ("fp16", "u8", False, True, 96)]
+             ("fp16", "fp16", True, False, 96), ("fp16", "u8", False, True, 96),
+             ("fp16", "fp16", False, False, 256), ("fp16", "fp16", True, False, 256),
+             ("bf16", "u8", True, False, 192), ("fp16", "u8", False, True, 256)]
     for qdt, kvdt, split, vdm, head_dim in cases:
         k, cap = compile_one(qdt, kvdt, split, vdm, head_dim)
         ptx = k.asm["ptx"]
@@ -604,7 +606,11 @@ _COMPILE_SCRIPT = textwrap.dedent(
         ops = collections.Counter(re.findall(r"^\\s+/\\*[0-9a-f]{4}\\*/\\s+"
                                              r"(?:@!?U?P\\w+\\s+)?([A-Z0-9]+)",
                                              sass, re.M))
-        print(f"{qdt} kv={kvdt} split={split} v_dim_major={vdm} d={head_dim} {line.strip()}")
+        print(f"{qdt} kv={kvdt} split={split} v_dim_major={vdm} d={head_dim} {line.strip()} "
+              f"shared {k.metadata.shared}")
+        # At least two programs per SM (an sm_90 SM has 228 KiB, 1 KiB of it reserved per
+        # program): a wider tile at the swept BLOCK_N would leave one (pd.SWEPT_BLOCK_D).
+        assert k.metadata.shared <= (228 * 1024) // 2 - 1024, k.metadata.shared
         print(f"  ptx float cvt: {dict(fcvt)}")
         # How dot operands leave shared memory: ldmatrix (16-bit tiles, .trans for V) versus
         # scalar byte loads (ld.shared.b8: fp8 V gathered into the mma B-operand layout).
