@@ -67,7 +67,7 @@ def decode_peers(pool: Any, q: torch.Tensor, *, window: int | None = None,
         try:
             from torch.nn.attention.flex_attention import flex_attention
 
-            flex = torch.compile(flex_attention, dynamic=False)
+            flex = compile_for_one_case(flex_attention)
             mod = None if softcap is None else softcap_score_mod(float(softcap))
 
             def flex_contiguous(*_: Any, **__: Any) -> torch.Tensor:
@@ -77,6 +77,20 @@ def decode_peers(pool: Any, q: torch.Tensor, *, window: int | None = None,
         except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
             peers["peer:torch/flex_attention"] = partial(_raise, exc)
     return peers
+
+
+def compile_for_one_case(fn: Callable[..., Any], **compile_kwargs: Any) -> Callable[..., Any]:
+    """``torch.compile(fn)`` for one case's shapes, never dynamo's eager fallback.
+
+    Dynamo keys compiled graphs on ``fn``'s code object, which every case of a table shares:
+    past ``torch._dynamo.config.recompile_limit`` distinct shapes or score_mods it runs ``fn``
+    uncompiled with only a logged warning, and flex_attention run that way is orders of
+    magnitude slower, so a table of more cases than the limit would time the fallback as the
+    peer. Resetting dynamo first gives each case its own compile, made on the peer's first
+    call, which the pipeline leaves untimed.
+    """
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False, **compile_kwargs)
 
 
 def softcap_score_mod(cap: float) -> Callable[..., torch.Tensor]:
