@@ -20,6 +20,7 @@ def decode_peers(pool: Any, q: torch.Tensor, *, window: int | None = None,
     - torch/sdpa_contiguous: SDPA on a contiguous copy of the same KV (the unpaged upper
       bound; timing the copy would measure a copy, not the attention, so it is made
       here, untimed, and only when every sequence has the same length).
+    - torch/sdpa_cudnn: the same SDPA held to cuDNN's attention kernel (GPU only).
     - torch/flex_attention: torch.compile'd flex_attention on that contiguous copy (GPU only).
     - flashinfer/decode, flashinfer/decode_tc: FlashInfer's paged decode (CUDA-core and
       tensor-core kernels) on the pool's own combined buffer (GPU, fp16/bf16; see
@@ -60,9 +61,14 @@ def decode_peers(pool: Any, q: torch.Tensor, *, window: int | None = None,
 
     if softcap is None:
         peers["peer:torch/sdpa_contiguous"] = sdpa_contiguous
+        if q.is_cuda:
+            peers["peer:torch/sdpa_cudnn"] = cudnn_sdpa(q4, k, v)
     else:
-        peers["peer:torch/sdpa_contiguous"] = partial(_raise, RuntimeError(
-            "torch SDPA has no logit soft-cap (peer:torch/flex_attention applies it)"))
+        no_cap = RuntimeError("torch SDPA has no logit soft-cap "
+                              "(peer:torch/flex_attention applies it)")
+        peers["peer:torch/sdpa_contiguous"] = partial(_raise, no_cap)
+        if q.is_cuda:
+            peers["peer:torch/sdpa_cudnn"] = partial(_raise, no_cap)
     if q.is_cuda:
         try:
             from torch.nn.attention.flex_attention import flex_attention
@@ -77,6 +83,27 @@ def decode_peers(pool: Any, q: torch.Tensor, *, window: int | None = None,
         except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
             peers["peer:torch/flex_attention"] = partial(_raise, exc)
     return peers
+
+
+def cudnn_sdpa(q4: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor) -> Callable[..., torch.Tensor]:
+    """SDPA held to cuDNN's attention kernel on the contiguous copy: the vendor's decode a
+    kernel engineer compares against (SDPA's own choice may be flash or cuDNN per shape).
+    Tried once here, untimed: where cuDNN cannot run the shape the peer carries torch's
+    reason instead of timing another backend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def sdpa_cudnn(*_: Any, **__: Any) -> torch.Tensor:
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return sdpa(q4, k, v, enable_gqa=True).squeeze(2)
+
+    try:
+        sdpa_cudnn()
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+        return partial(_raise, exc)
+    return sdpa_cudnn
 
 
 def compile_for_one_case(fn: Callable[..., Any], **compile_kwargs: Any) -> Callable[..., Any]:

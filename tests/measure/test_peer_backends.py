@@ -1,7 +1,8 @@
-"""The flex_attention peer is compiled for every case of a table, never dynamo's eager fallback.
+"""Peers run the backend they are named for: flex_attention compiled for every case of a
+table (never dynamo's eager fallback), SDPA held to cuDNN's kernel.
 
 Dynamo counts recompiles of one code object across every ``torch.compile`` wrapper of it; past
-its limit it silently runs the function uncompiled. These tests drive that limit with the
+its limit it silently runs the function uncompiled. The CPU tests drive that limit with the
 "eager" backend (no C++ toolchain, seconds on a CPU) and ask dynamo to raise where it would
 fall back, so a table longer than the limit cannot time the fallback.
 """
@@ -61,3 +62,17 @@ def test_flex_peer_matches_sdpa_past_the_recompile_limit(raise_on_fallback):
         peers = decode_peers(pool, inputs.extra["q"], **inputs.extra["options"])
         flex, sdpa = peers["peer:torch/flex_attention"](), peers["peer:torch/sdpa_contiguous"]()
         torch.testing.assert_close(flex, sdpa, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.gpu
+def test_cudnn_peer_runs_cudnn_and_matches_sdpa():
+    """The cuDNN peer runs (SDPA raises when a forced backend cannot serve the shape, and
+    the peer would then carry that reason and raise it) and agrees with SDPA's own choice."""
+    from kvbench.ops.decode_geometry import GEOMETRIES
+    from kvbench.ops.paged_decode import geometry_inputs, geometry_pool
+
+    pool = geometry_pool(GEOMETRIES["llama3-8b"], 4, 1024, "fp16", torch.device("cuda"))
+    inputs = geometry_inputs(GEOMETRIES["llama3-8b"], pool)
+    peers = decode_peers(pool, inputs.extra["q"])
+    torch.testing.assert_close(peers["peer:torch/sdpa_cudnn"](),
+                               peers["peer:torch/sdpa_contiguous"](), atol=2e-3, rtol=2e-3)
