@@ -152,6 +152,9 @@ def _add_table_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="PATH", default=None,
                    help="also draw the rows' GB/s against the spec peak and the measured "
                         "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
+    p.add_argument("--kernel-time", action="store_true",
+                   help="beside every GPU row, its CUPTI kernel time (the sum of its "
+                        "kernels, no launch gaps); needs a CUDA device")
 
 
 def _add_tune_arguments(p: argparse.ArgumentParser) -> None:

@@ -176,11 +176,13 @@ def _event_floor_us(device: str) -> float:
 
 
 def companion_timings(inputs: OpInputs, fn: Callable[..., Any], timing: TimingResult, *,
-                      l2: str = "cold") -> list[tuple[TimingResult, str]]:
+                      l2: str = "cold",
+                      kernel_time: bool = False) -> list[tuple[TimingResult, str]]:
     """The second timers a row's event timing needs, each with its note:
 
     - within KERNEL_TIMER_FLOOR_FACTOR of the event timer's floor the events may time the
-      timer, so the kernel time (CUPTI) is measured beside them;
+      timer, so the kernel time (CUPTI) is measured beside them; ``kernel_time`` asks for it
+      beside every GPU row (the sum of the call's kernels, without the gaps between them);
     - a call that makes the host wait for the GPU (host_syncs) holds host gaps in its event
       samples, so what the caller waits (the host timer) is measured beside them (cold L2
       only: the host timer flushes).
@@ -189,8 +191,9 @@ def companion_timings(inputs: OpInputs, fn: Callable[..., Any], timing: TimingRe
         return []
     ((call, _),) = inputs.timed_calls(fn)
     out = []
-    if (timing.timer == "bench" and timing.device.startswith("cuda")
-            and timing.median_us <= KERNEL_TIMER_FLOOR_FACTOR * _event_floor_us(timing.device)):
+    if timing.timer == "bench" and timing.device.startswith("cuda") and (
+            kernel_time
+            or timing.median_us <= KERNEL_TIMER_FLOOR_FACTOR * _event_floor_us(timing.device)):
         out.append((bench_kernel(call, l2=l2, device=inputs.problem.device), "CUPTI kernel time"))
     if timing.host_syncs and l2 == "cold":
         out.append((bench_host(call, device=inputs.problem.device),

@@ -134,6 +134,9 @@ class Table:
     #: The model geometries a `--geometry` table measured (kvbench.ops.decode_geometry), by
     #: name: what its case labels' geometry names stand for.
     geometries: dict[str, dict] = field(default_factory=dict)
+    #: `--kernel-time`: every GPU row also gets its CUPTI kernel time, not only the rows near
+    #: the event floor (pipeline.companion_timings).
+    kernel_time: bool = False
 
     def as_json(self, meta: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -200,7 +203,8 @@ def _measured_rows(table: Table, inputs: OpInputs, name: str, case: str,
     if timing.proof is not None:
         table.errors[f"{name} @ {case}"] = timing.proof
     rows = [Row.from_timing(name, case, timing, inputs.work)]
-    for extra, note in pipeline.companion_timings(inputs, fn, timing, l2=l2):
+    for extra, note in pipeline.companion_timings(inputs, fn, timing, l2=l2,
+                                                  kernel_time=table.kernel_time):
         rows.append(Row.from_timing(name, case, extra, inputs.work, note=note))
     return rows
 
@@ -569,6 +573,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plot", metavar="PATH", type=output_path, default=None,
                         help="also draw the rows' GB/s against the spec peak and the measured "
                              "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
+    parser.add_argument("--kernel-time", action="store_true",
+                        help="beside every GPU row, its CUPTI kernel time (the sum of its "
+                             "kernels, no launch gaps); needs a CUDA device")
     args = parser.parse_args(argv)
     if args.op != "paged_decode":
         for flag, given in (("--grid", args.grid), ("--no-ablations", args.no_ablations),
@@ -581,6 +588,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             geometries = select_geometries(args.geometry)
         except ValueError as exc:
             parser.error(f"--geometry: {exc}")
+    if args.kernel_time and not torch.cuda.is_available():
+        parser.error("--kernel-time reads CUPTI kernel times and needs a CUDA device; this "
+                     "machine has none (the table's event and host timers run without it)")
     if args.plot and args.op == "kv_alloc":
         parser.error("--plot draws GB/s: kv_alloc's rows move no bytes (read its table); "
                      "--plot takes paged_decode, kv_write or kv_gather_fp8")
@@ -588,7 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.op == "paged_decode":
         kwargs = {"grid": args.grid, "ablations": not args.no_ablations,
                   "geometries": geometries}
-    table = Table(args.op)
+    table = Table(args.op, kernel_time=args.kernel_time)
     try:
         with progress.status(f"kvbench table {args.op}"):
             table = BUILDERS[args.op](table=table, **kwargs)

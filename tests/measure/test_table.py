@@ -195,6 +195,71 @@ def test_a_row_that_syncs_the_host_gets_a_bench_host_row_beside_it():
     assert warm[0].l2 == "warm"
 
 
+@pytest.mark.gpu
+def test_kernel_time_row_beside_a_row_far_above_the_floor():
+    """A call of ~a millisecond: its event row alone, and with --kernel-time a CUPTI row
+    beside it that reads no more than the events (kernels without the launch gaps)."""
+    import torch
+
+    from kvbench.harness import Work
+    from kvbench.measure.table import Table, _measured_rows
+    from kvbench.ops.common import OpInputs, Problem
+
+    problem = Problem("kv_write", "fp16", frozenset(), {"n": 1}, torch.device("cuda", 0))
+    inputs = OpInputs(problem, (), {}, Work(moved=1 << 30), check=lambda fn: 0.0,
+                      calls=lambda fn, row: [(fn, None)])
+    x = torch.ones(1 << 28, device="cuda")
+    plain = _measured_rows(Table("kv_write"), inputs, "k", "c", lambda: x.mul_(1.0))
+    assert [r.timer for r in plain] == ["bench"]
+    both = _measured_rows(Table("kv_write", kernel_time=True), inputs, "k", "c",
+                          lambda: x.mul_(1.0))
+    assert [r.timer for r in both] == ["bench", "bench_kernel"]
+    assert both[1].us <= both[0].us * 1.05
+
+
+def test_kernel_time_asks_for_the_cupti_row_beside_every_gpu_row(monkeypatch):
+    """Without --kernel-time only a row near the event floor gets its kernel time; with it,
+    every GPU row does (a row far above the floor here), and a host-timed row never does."""
+    import torch
+
+    from kvbench.harness import Work
+    from kvbench.harness.timers import TimingResult
+    from kvbench.measure import pipeline
+    from kvbench.ops.common import OpInputs, Problem
+
+    kernel_calls = []
+    monkeypatch.setattr(pipeline, "_event_floor_us", lambda device: 5.0)
+    monkeypatch.setattr(pipeline, "bench_kernel",
+                        lambda call, **kw: kernel_calls.append(kw) or "cupti")
+    problem = Problem("paged_decode", "fp16", frozenset(), {"n": 1}, torch.device("cpu"))
+    inputs = OpInputs(problem, (), {}, Work(moved=4096), check=lambda fn: 0.0,
+                      calls=lambda fn, row: [(fn, None)])
+
+    def timing(median_us: float, timer: str = "bench") -> TimingResult:
+        return TimingResult(median_us, (median_us,), timer, "cold", "cuda:0")
+
+    far = timing(500.0)
+    assert pipeline.companion_timings(inputs, lambda: None, far) == []
+    assert pipeline.companion_timings(inputs, lambda: None, far, kernel_time=True) == [
+        ("cupti", "CUPTI kernel time")]
+    assert pipeline.companion_timings(inputs, lambda: None, timing(12.0)) == [
+        ("cupti", "CUPTI kernel time")]
+    assert pipeline.companion_timings(inputs, lambda: None, timing(500.0, "bench_host"),
+                                      kernel_time=True) == []
+    assert kernel_calls == [{"l2": "cold", "device": problem.device}] * 2
+
+
+def test_kernel_time_without_cuda_is_refused_by_name(monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        main(["paged_decode", "--kernel-time"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--kernel-time" in err and "CUDA device" in err
+
+
 @pytest.mark.parametrize("flag", [["--grid"], ["--no-ablations"], ["--geometry", "llama3-8b"]])
 def test_decode_only_flags_are_refused_for_other_ops(flag, capsys):
     """A flag that would be ignored is named instead: the user asked for rows that would
