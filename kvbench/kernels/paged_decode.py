@@ -78,14 +78,23 @@ CONFIG: dict[str, dict[str, int | bool]] = {
 #: sweep chose, two to three programs per SM, where a 256-lane tile at the swept BLOCK_N
 #: needs most of an SM's shared memory for one program.
 SWEPT_BLOCK_D = 128
+#: What a sweep at 256 lanes (head_dim 192 and 256) chose over the scaled CONFIG entry: the
+#: 16-bit single-pass kernel at half the BLOCK_N pipelines its K/V loads one stage deeper for
+#: about the same shared memory. Entries absent here (fp8, split) keep the scaled entry.
+WIDE_TILE_CONFIG: dict[str, dict[str, int | bool]] = {
+    "single_pass": {"num_stages": 3},
+}
 
 
 def launch_config(split: bool, fp8: bool, block_d: int) -> dict[str, int | bool]:
-    """The CONFIG entry of the decode kernel a launch runs, with BLOCK_N scaled for tiles
-    wider than SWEPT_BLOCK_D (never below 16, tl.dot's smallest K)."""
-    cfg = dict(CONFIG[("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")])
+    """The CONFIG entry of the decode kernel a launch runs; for tiles wider than
+    SWEPT_BLOCK_D, BLOCK_N scaled (never below 16, tl.dot's smallest K) and then
+    WIDE_TILE_CONFIG's entry applied."""
+    key = ("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")
+    cfg = dict(CONFIG[key])
     if block_d > SWEPT_BLOCK_D:
         cfg["BLOCK_N"] = max(16, int(cfg["BLOCK_N"]) * SWEPT_BLOCK_D // block_d)
+        cfg.update(WIDE_TILE_CONFIG.get(key, {}))
     return cfg
 
 

@@ -269,6 +269,25 @@ def test_page_sizes_and_head_dims(device, fn, page_size, head_dim):
     _run(fn, pool, 4)
 
 
+def test_launch_config_of_wide_tiles():
+    """Tiles wider than the swept 128 lanes halve BLOCK_N per doubling (the swept tile bytes)
+    and then take WIDE_TILE_CONFIG's measured entry; 128-lane tiles (head_dim 96 padded
+    included) launch CONFIG as it is."""
+    for split in (False, True):
+        for fp8 in (False, True):
+            key = ("split_kv" if split else "single_pass") + ("_fp8" if fp8 else "")
+            assert pd.launch_config(split, fp8, 128) == pd.CONFIG[key]
+            wide = pd.launch_config(split, fp8, 256)
+            assert wide["BLOCK_N"] == max(16, int(pd.CONFIG[key]["BLOCK_N"]) // 2)
+            expected_stages = pd.WIDE_TILE_CONFIG.get(key, {}).get(
+                "num_stages", pd.CONFIG[key]["num_stages"])
+            assert wide["num_stages"] == expected_stages
+            assert wide["num_warps"] == pd.CONFIG[key]["num_warps"]
+    assert pd.launch_config(False, False, 256)["num_stages"] == 3
+    assert pd.launch_config(False, True, 256)["num_stages"] == pd.CONFIG["single_pass_fp8"][
+        "num_stages"]
+
+
 @pytest.mark.parametrize("fn", TRITON, ids=_name)
 def test_block_n_smaller_than_page(device, fn, monkeypatch):
     """The token loop must not assume BLOCK_N >= page_size (a sweep may pick BLOCK_N=16)."""
