@@ -168,6 +168,18 @@ def test_an_interrupted_table_keeps_and_marks_what_it_measured(tmp_path, monkeyp
     assert after == []  # kv_alloc comes after the interrupted op: not started
 
 
+def _bare_call(device: str, moved: int = 4096):
+    """One bare call as the op (no gate, no proof): what the table's row plumbing sees."""
+    import torch
+
+    from kvbench.harness import Work
+    from kvbench.ops.common import OpInputs, Problem
+
+    problem = Problem("kv_write", "fp16", frozenset(), {"n": 1}, torch.device(device))
+    return OpInputs(problem, (), {}, Work(moved=moved), check=lambda fn: 0.0,
+                    calls=lambda fn, row: [(fn, None)])
+
+
 @pytest.mark.gpu
 def test_a_row_that_syncs_the_host_gets_a_bench_host_row_beside_it():
     """The event timer's samples of a call that waits for the GPU hold host gaps (the torch
@@ -176,14 +188,10 @@ def test_a_row_that_syncs_the_host_gets_a_bench_host_row_beside_it():
     time is printed beside it."""
     import torch
 
-    from kvbench.harness import Work
     from kvbench.measure.table import Table, _measured_rows
-    from kvbench.ops.common import OpInputs, Problem
 
-    def inputs() -> OpInputs:  # one bare call as the op: no gate, no proof
-        problem = Problem("kv_write", "fp16", frozenset(), {"n": 1}, torch.device("cuda", 0))
-        return OpInputs(problem, (), {}, Work(moved=4096), check=lambda fn: 0.0,
-                        calls=lambda fn, row: [(fn, None)])
+    def inputs():
+        return _bare_call("cuda:0")
 
     x = torch.ones(1 << 10, device="cuda")
     table = Table("kv_write")
@@ -201,13 +209,9 @@ def test_kernel_time_row_beside_a_row_far_above_the_floor():
     beside it that reads no more than the events (kernels without the launch gaps)."""
     import torch
 
-    from kvbench.harness import Work
     from kvbench.measure.table import Table, _measured_rows
-    from kvbench.ops.common import OpInputs, Problem
 
-    problem = Problem("kv_write", "fp16", frozenset(), {"n": 1}, torch.device("cuda", 0))
-    inputs = OpInputs(problem, (), {}, Work(moved=1 << 30), check=lambda fn: 0.0,
-                      calls=lambda fn, row: [(fn, None)])
+    inputs = _bare_call("cuda:0", moved=1 << 30)
     x = torch.ones(1 << 28, device="cuda")
     plain = _measured_rows(Table("kv_write"), inputs, "k", "c", lambda: x.mul_(1.0))
     assert [r.timer for r in plain] == ["bench"]
@@ -220,20 +224,14 @@ def test_kernel_time_row_beside_a_row_far_above_the_floor():
 def test_kernel_time_asks_for_the_cupti_row_beside_every_gpu_row(monkeypatch):
     """Without --kernel-time only a row near the event floor gets its kernel time; with it,
     every GPU row does (a row far above the floor here), and a host-timed row never does."""
-    import torch
-
-    from kvbench.harness import Work
     from kvbench.harness.timers import TimingResult
     from kvbench.measure import pipeline
-    from kvbench.ops.common import OpInputs, Problem
 
     kernel_calls = []
     monkeypatch.setattr(pipeline, "_event_floor_us", lambda device: 5.0)
     monkeypatch.setattr(pipeline, "bench_kernel",
                         lambda call, **kw: kernel_calls.append(kw) or "cupti")
-    problem = Problem("paged_decode", "fp16", frozenset(), {"n": 1}, torch.device("cpu"))
-    inputs = OpInputs(problem, (), {}, Work(moved=4096), check=lambda fn: 0.0,
-                      calls=lambda fn, row: [(fn, None)])
+    inputs = _bare_call("cpu")
 
     def timing(median_us: float, timer: str = "bench") -> TimingResult:
         return TimingResult(median_us, (median_us,), timer, "cold", "cuda:0")
@@ -246,7 +244,7 @@ def test_kernel_time_asks_for_the_cupti_row_beside_every_gpu_row(monkeypatch):
         ("cupti", "CUPTI kernel time")]
     assert pipeline.companion_timings(inputs, lambda: None, timing(500.0, "bench_host"),
                                       kernel_time=True) == []
-    assert kernel_calls == [{"l2": "cold", "device": problem.device}] * 2
+    assert kernel_calls == [{"l2": "cold", "device": inputs.problem.device}] * 2
 
 
 def test_kernel_time_without_cuda_is_refused_by_name(monkeypatch, capsys):
