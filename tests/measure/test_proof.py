@@ -290,3 +290,29 @@ def test_bench_kernel_refuses_a_cpu_device():
 
     with pytest.raises(ValueError, match="bench_kernel needs a CUDA device"):
         bench_kernel(lambda: None, device="cpu")
+
+
+def test_bench_kernel_reads_device_time_without_touching_the_deprecated_cuda_time():
+    """torch >= 2.6 events carry device_time and warn when cuda_time is read; older ones
+    carry cuda_time only. The kernel time reads the first where it exists, so a table run
+    prints no deprecation warning per profiled call."""
+    import warnings
+
+    from kvbench.harness.timers import _kernel_us
+
+    class Current:
+        device_time = 12.5
+
+        @property
+        def cuda_time(self):
+            warnings.warn("`cuda_time` is deprecated", FutureWarning, stacklevel=2)
+            return self.device_time
+
+    class Old:
+        cuda_time = 7.0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _kernel_us(Current()) == 12.5
+    assert _kernel_us(Old()) == 7.0
+    assert _kernel_us(object()) == 0
