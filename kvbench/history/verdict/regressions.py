@@ -77,21 +77,30 @@ NOISE_PASSES = 3
 #: Rounds of (propose candidate steps, estimate the noise without those that stand out).
 CANDIDATE_PASSES = 3
 #: An interior point slower than both of its neighbours by more than this many noise sigmas
-#: is one slow process, not a level: the series is judged without it (_without_isolated_slow).
+#: is one slow process, not a level: the series is judged without it (_without_slow_stretches).
 #: One point is never a level (changepoints.MIN_SIZE), but left in, it drags the level of its
 #: segment: an outlier two commits before a step at the newest commit made one level of
 #: itself, the point after it and the step's point, and the step was placed at the outlier.
+#: For a stretch of consecutive slow points (SLOW_STRETCH_MAX) it is their mean's bar.
 ISOLATED_SLOW_Z = 5.0
+#: The longest run of consecutive interior points set aside as slow processes: a host busy
+#: through several consecutive measurements reads as a level that comes and goes (a
+#: regression and the improvement that undoes it, at two innocent commits); each point of
+#: such a stretch must also be EDGE_CANDIDATE_Z sigmas slower than both points around it.
+SLOW_STRETCH_MAX = 3
 
 
 @dataclass(frozen=True)
 class Excursion:
-    """One point slower than both neighbours, set aside as one slow process: what a reader
-    needs to tell it from a change undone by the next commit (`kvbench compare parent commit`)."""
+    """One to SLOW_STRETCH_MAX consecutive points slower than the agreeing points either side,
+    set aside as slow processes: what a reader needs to tell them from a change undone a few
+    commits later (`kvbench compare parent commit`)."""
 
-    commit: str
+    commit: str  # the first slow point's commit
     parent: str  # the measured commit before it
-    slower_pct: float  # how much slower than its neighbours' mean
+    slower_pct: float  # how much slower the stretch's mean is than the two points around it
+    last: str = ""  # the last slow point's commit ("" or commit: the stretch is one point)
+    points: int = 1  # measured commits in the stretch
 
 
 @dataclass(frozen=True)
@@ -191,7 +200,7 @@ class SeriesVerdict:
     why_not: str = ""
     #: the per-device offsets (log) subtracted before judging (devices.py); {} for one device
     device_offsets: dict[str, float] = field(default_factory=dict)
-    #: points judged one slow process and left out (_without_isolated_slow)
+    #: points judged slow processes and left out (_without_slow_stretches)
     set_aside: tuple[Excursion, ...] = ()
 
     def to_json(self) -> dict:
@@ -216,8 +225,9 @@ class SeriesVerdict:
             "host_speed_scaled": self.host_speed_scaled,
             "device_offsets_pct": {d: round(100 * math.expm1(v), 4)
                                    for d, v in self.device_offsets.items()},
-            "set_aside": [{"commit": e.commit, "parent": e.parent,
-                           "slower_pct": round(e.slower_pct, 4)} for e in self.set_aside],
+            "set_aside": [{"commit": e.commit, "last": e.last or e.commit, "points": e.points,
+                           "parent": e.parent, "slower_pct": round(e.slower_pct, 4)}
+                          for e in self.set_aside],
         }
 
 
@@ -606,7 +616,7 @@ class _Prepared:
     device_offsets: dict[str, float] = field(default_factory=dict)
     #: the series with every point, where `series` is judged without some (`set_aside`)
     whole: Series | None = None
-    set_aside: tuple[Excursion, ...] = ()  # points not judged (one slow process)
+    set_aside: tuple[Excursion, ...] = ()  # points not judged (slow processes)
 
     @property
     def family(self) -> str:
@@ -618,31 +628,57 @@ class _Prepared:
         return self.whole or self.series
 
 
-def _without_isolated_slow(p: _Prepared, est: noise.Noise) -> _Prepared | None:
-    """`p` without its interior points slower than both neighbours by more than
-    ISOLATED_SLOW_Z sigmas of `est`, where the two neighbours agree (within EDGE_CANDIDATE_Z
-    difference sigmas: one level on both sides), or None where there is none or too few points
-    would be left.
+def _slow_stretch(s: np.ndarray, i: int, sigma: float, level: float) -> int:
+    """The length of the shortest stretch of slow points starting at interior index i (0:
+    none). `s` is worse-positive; a stretch s[i..j] qualifies when the points either side of
+    it (i-1, j+1) agree within `level`, each of its points is EDGE_CANDIDATE_Z sigmas and
+    their mean ISOLATED_SLOW_Z sigmas slower than the slower of those two."""
+    for k in range(1, SLOW_STRETCH_MAX + 1):
+        j = i + k - 1
+        if j + 1 >= len(s):
+            return 0
+        around = max(s[i - 1], s[j + 1])
+        if abs(s[j + 1] - s[i - 1]) > level:
+            continue
+        stretch = s[i:j + 1]
+        if (min(stretch) - around > EDGE_CANDIDATE_Z * sigma
+                and float(np.mean(stretch)) - around > ISOLATED_SLOW_Z * sigma):
+            return k
+    return 0
+
+
+def _without_slow_stretches(p: _Prepared, est: noise.Noise) -> _Prepared | None:
+    """`p` without its stretches of 1 to SLOW_STRETCH_MAX interior points slower than the two
+    points around them, where those two agree (within EDGE_CANDIDATE_Z difference sigmas: one
+    level on both sides): one point ISOLATED_SLOW_Z sigmas slower; several, each
+    EDGE_CANDIDATE_Z and their mean ISOLATED_SLOW_Z sigmas slower (_slow_stretch). None where
+    there is none or too few points would be left.
 
     Slower only: a GPU kernel's process can be slow (a busy host, a clock that had not come
     up) but not faster than its code, so a fast point is a level and a lone slow one is not.
     The first and newest points have one neighbour and stay: there one point is a suspect,
-    for --confirm to settle."""
+    for --confirm to settle; so does a slow stretch that reaches the newest point."""
     if len(p.x) < 3:
         return None
     s = WORSE_SIGN[p.series.unit] * p.x
     level = EDGE_CANDIDATE_Z * math.sqrt(2.0) * est.total  # two points of one level
-    drop = {i for i in range(1, len(s) - 1)
-            if s[i] - max(s[i - 1], s[i + 1]) > ISOLATED_SLOW_Z * est.total
-            and abs(s[i + 1] - s[i - 1]) <= level}
+    stretches: list[tuple[int, int]] = []
+    i = 1
+    while i < len(s) - 1:
+        k = _slow_stretch(s, i, est.total, level)
+        if k:
+            stretches.append((i, k))
+        i += max(k, 1)
+    drop = {i + m for i, k in stretches for m in range(k)}
     if not drop or len(s) - len(drop) < MIN_POINTS:
         return None
     keep = [i for i in range(len(s)) if i not in drop]
     points = p.series.points
     excursions = tuple(
         Excursion(points[i].commit, points[i - 1].commit,
-                  100.0 * math.expm1(s[i] - (s[i - 1] + s[i + 1]) / 2.0))
-        for i in sorted(drop))
+                  100.0 * math.expm1(float(np.mean(s[i:i + k])) - (s[i - 1] + s[i + k]) / 2.0),
+                  last=points[i + k - 1].commit, points=k)
+        for i, k in stretches)
     return dataclasses.replace(
         p, series=dataclasses.replace(p.series, points=[points[i] for i in keep]),
         x=p.x[keep], runs=[p.runs[i] for i in keep], whole=p.series, set_aside=excursions)
@@ -787,7 +823,7 @@ def analyze(history: History, *, since: str | None = None,
             continue
         prior = _prior(p, used, pooled)
         fit = _fit(p.x, p.runs, p.within_process, prior)
-        reduced = None if fit.noise is None else _without_isolated_slow(p, fit.noise)
+        reduced = None if fit.noise is None else _without_slow_stretches(p, fit.noise)
         if reduced is not None:
             refit = _fit(reduced.x, reduced.runs, reduced.within_process, prior)
             if refit.noise is not None:

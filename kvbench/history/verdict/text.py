@@ -104,25 +104,28 @@ def not_judged_lines(verdicts: Verdicts) -> list[str]:
 
 
 def set_aside_lines(verdicts: Verdicts, *, top: int = 5) -> list[str]:
-    """The commits whose points were set aside as one slow process, the most series first:
-    many series at one commit, and only the rows one change touches, is more likely a change
-    undone by the next commit than a slow process, which a fresh A/B of the pair tells."""
-    by_commit: dict[tuple[str, str], list[float]] = {}
+    """The stretches of commits whose points were set aside as slow processes, the most
+    series first: many series at one stretch, and only the rows one change touches, is more
+    likely a change undone a few commits later than a slow process, which a fresh A/B of the
+    parent and the stretch's first commit tells."""
+    by_stretch: dict[tuple[str, str, str, int], list[float]] = {}
     for v in verdicts.verdicts:
         for e in v.set_aside:
-            by_commit.setdefault((e.commit, e.parent), []).append(e.slower_pct)
-    if not by_commit:
+            key = (e.commit, e.last or e.commit, e.parent, e.points)
+            by_stretch.setdefault(key, []).append(e.slower_pct)
+    if not by_stretch:
         return []
-    ranked = sorted(by_commit.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    points = sum(len(v) for v in by_commit.values())
-    lines = [(f"{points} point(s) set aside as one slow process (slower than both "
-              "neighbours); to tell one from a change undone by the next commit: "
-              "kvbench compare PARENT COMMIT")]
-    for (commit, parent), pcts in ranked[:top]:
-        lines.append(f"  {commit[:8]} (parent {parent[:8]}): {len(pcts)} series, median "
+    ranked = sorted(by_stretch.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    points = sum(len(v) * key[3] for key, v in by_stretch.items())
+    lines = [(f"{points} point(s) set aside as slow processes (one to a few consecutive "
+              "commits slower than the agreeing points either side); to tell them from a "
+              "change undone a few commits later: kvbench compare PARENT COMMIT")]
+    for (commit, last, parent, n), pcts in ranked[:top]:
+        where = commit[:8] if n == 1 else f"{commit[:8]}..{last[:8]} ({n} commits)"
+        lines.append(f"  {where} (parent {parent[:8]}): {len(pcts)} series, median "
                      f"{statistics.median(pcts):+.1f}%")
     if len(ranked) > top:
-        lines.append(f"  ... and {len(ranked) - top} more commits (the JSON's series[].set_aside)")
+        lines.append(f"  ... and {len(ranked) - top} more (the JSON's series[].set_aside)")
     return lines
 
 

@@ -183,7 +183,7 @@ def test_one_slow_process_before_a_newest_step_is_set_aside_and_the_step_found()
     from kvbench.history.verdict.text import set_aside_lines
 
     head, line = set_aside_lines(report)
-    assert head.startswith("10 point(s) set aside as one slow process")
+    assert head.startswith("10 point(s) set aside as slow processes")
     assert "kvbench compare PARENT COMMIT" in head
     assert line.split()[:5] == [commits[7][:8], "(parent", f"{commits[6][:8]}):", "10", "series,"]
 
@@ -193,7 +193,7 @@ def test_a_fast_point_and_a_slow_point_at_a_step_are_not_set_aside():
     is the code's level (a process is not faster than its code), and a slow point whose
     neighbours sit at two levels is where a step landed."""
     from kvbench.history.verdict import noise
-    from kvbench.history.verdict.regressions import _Prepared, _without_isolated_slow
+    from kvbench.history.verdict.regressions import _Prepared, _without_slow_stretches
 
     def prepared(values):
         x = np.log(np.asarray(values))
@@ -205,18 +205,79 @@ def test_a_fast_point_and_a_slow_point_at_a_step_are_not_set_aside():
     flat = [1.0, 1.002, 0.998, 1.001, 0.999, 1.0]
     slow = flat.copy()
     slow[3] = 1.05
-    assert [e.commit for e in _without_isolated_slow(prepared(slow), est).set_aside] == \
+    assert [e.commit for e in _without_slow_stretches(prepared(slow), est).set_aside] == \
         [f"{4:040x}"]
     fast = flat.copy()
     fast[3] = 0.95
-    assert _without_isolated_slow(prepared(fast), est) is None
+    assert _without_slow_stretches(prepared(fast), est) is None
     at_step = [1.0, 1.0, 1.0, 1.15, 1.10, 1.10]  # slow over both, but they are two levels
-    assert _without_isolated_slow(prepared(at_step), est) is None
+    assert _without_slow_stretches(prepared(at_step), est) is None
     gbps = [1 / v for v in slow]  # throughput: slow is low
     gbps_prepared = prepared(gbps)
     gbps_prepared.series.unit = "GB/s"
-    assert [e.commit for e in _without_isolated_slow(gbps_prepared, est).set_aside] == \
+    assert [e.commit for e in _without_slow_stretches(gbps_prepared, est).set_aside] == \
         [f"{4:040x}"]
+
+
+def test_a_slow_stretch_of_three_commits_is_set_aside_and_nothing_reported():
+    """A busy host through three consecutive measurements: 20 commits of 1% noise, points
+    8-10 at +60%, +30%, +90% (the middle one is faster than both of its neighbours: no
+    one-point rule sets it aside), the points either side at the old level. Judged with the
+    stretch in, it read as a regression and the improvement that undid it, at two innocent
+    commits; set aside as one stretch, nothing is reported and the footer names it."""
+    rng = np.random.default_rng(5)
+    rows = _rows(rng, 20, sigma=0.01)
+    for name in rows:
+        for k, pct in zip((8, 9, 10), (0.60, 0.30, 0.90)):
+            rows[name][k] = rows[name][7] + math.log1p(pct)
+    report = analyze(_history(rows))
+    commits = report.history.commits
+    for verdict in report.verdicts:
+        assert verdict.findings == [], verdict.findings
+        (e,) = verdict.set_aside
+        assert (e.commit, e.last, e.parent, e.points) == (commits[8], commits[10], commits[7], 3)
+        assert 50.0 < e.slower_pct < 70.0, e
+        (row,) = verdict.to_json()["set_aside"]
+        assert (row["commit"], row["last"], row["points"]) == (commits[8], commits[10], 3)
+    from kvbench.history.verdict.text import set_aside_lines
+
+    head, line = set_aside_lines(report)[:2]
+    assert head.startswith(f"{3 * len(rows)} point(s) set aside as slow processes")
+    assert line.startswith(f"  {commits[8][:8]}..{commits[10][:8]} (3 commits) "
+                           f"(parent {commits[7][:8]}): {len(rows)} series")
+
+
+def test_stretches_are_not_set_aside_at_a_step_at_the_newest_commit_or_when_not_all_slow():
+    """A stretch needs the same level on both sides, every point of it slow and room after it:
+    a step that stays, slow points that reach the newest commit, and a stretch with one point
+    at the old level are judged as they are."""
+    from kvbench.history.verdict import noise
+    from kvbench.history.verdict.regressions import _Prepared, _without_slow_stretches
+
+    def prepared(values):
+        x = np.log(np.asarray(values))
+        series = Series(BENCH, ("'s'",), ("series",), "seconds", "sim",
+                        [Point(f"{i:040x}", v) for i, v in enumerate(values, 1)])
+        return _Prepared(series, x, [0] * len(x), None, None)
+
+    est = noise.estimate(0.005 * np.random.default_rng(3).standard_normal(30), [0] * 30)
+    flat = [1.0, 1.002, 0.998, 1.001, 0.999, 1.0, 1.001, 0.999]
+    two = flat.copy()
+    two[3:5] = [1.06, 1.08]
+    (e,) = _without_slow_stretches(prepared(two), est).set_aside
+    assert (e.commit, e.last, e.points) == (f"{4:040x}", f"{5:040x}", 2)
+    stays = flat[:3] + [1.08] * 5  # a step: the points after it never come back
+    assert _without_slow_stretches(prepared(stays), est) is None
+    at_newest = flat[:5] + [1.08, 1.07, 1.09]
+    assert _without_slow_stretches(prepared(at_newest), est) is None
+    one_back = flat.copy()
+    one_back[3:6] = [1.08, 1.0, 1.08]  # two lone slow points, not one stretch of three
+    assert [(x.commit, x.points) for x in
+            _without_slow_stretches(prepared(one_back), est).set_aside] == \
+        [(f"{4:040x}", 1), (f"{6:040x}", 1)]
+    four = flat.copy()
+    four[2:6] = [1.08] * 4  # longer than SLOW_STRETCH_MAX: a level, judged
+    assert _without_slow_stretches(prepared(four), est) is None
 
 
 def test_a_step_where_a_new_measurement_run_starts_is_named_as_such():
