@@ -286,9 +286,9 @@ def report(
         )
     if any(r.timer == "bench_kernel" for r in rows):
         lines.append(
-            "timer bench_kernel: CUPTI kernel time (torch.profiler: the kernels' own durations, "
-            "no launch gap, no event); timer bench: CUDA events around the call. Rows near the "
-            "event floor carry both"
+            "timer bench_kernel: CUPTI kernel time (torch.profiler: the time the call's kernels "
+            "ran, the union of their intervals; no launch gap, no event); timer bench: CUDA "
+            "events around the call. Rows near the event floor carry both"
         )
     if any_host_sync:
         lines.append(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import statistics
 import time
 import warnings
@@ -550,9 +551,11 @@ def bench_kernel(
     l2: str = "cold",
     device: object = None,
 ) -> TimingResult:
-    """Median kernel time of an idempotent `fn` in microseconds: the summed durations of the
-    GPU kernels one call launches, as CUPTI records them (torch.profiler), with no launch gap,
-    event or host time in it. CUDA only.
+    """Median kernel time of an idempotent `fn` in microseconds: the time at least one of the
+    GPU kernels one call launches was running, as CUPTI records them (torch.profiler), with no
+    launch gap, event or host time in it. CUDA only. The union of the kernels' intervals, not
+    the sum of their durations: a kernel launched early (programmatic dependent launch, a
+    second stream) runs beside the one before it, and its wait is inside its own duration.
 
     Per call: the L2 flush (l2="cold") and a synchronize outside the profiler, then fn under
     its own profiler session, so only fn's kernels are in it. A call that launches no kernel
@@ -582,13 +585,30 @@ def bench_kernel(
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     fn()
                     torch.cuda.synchronize()
-            kernels = [t for t in (_kernel_us(e) for e in prof.events()
-                                   if getattr(e, "device_type", None)
-                                   == torch.autograd.DeviceType.CUDA) if t > 0]
+            kernels = [e for e in prof.events()
+                       if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+                       and _kernel_us(e) > 0]
             if not kernels:
                 raise ValueError("bench_kernel: fn launched no GPU kernel the profiler saw")
-            samples.append(sum(kernels))
+            samples.append(busy_us(kernels))
     return _result(samples, "bench_kernel", l2, dev)
+
+
+def busy_us(kernels) -> float:
+    """The µs during which at least one of `kernels` (profiler events of one call) ran: the
+    length of the union of their [start, end] intervals; an event without a time_range
+    counts its own duration."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in kernels
+                   if getattr(e, "time_range", None) is not None)
+    total = float(sum(_kernel_us(e) for e in kernels
+                      if getattr(e, "time_range", None) is None))
+    end = -math.inf
+    for start, stop in spans:
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
 
 
 #: torch.profiler warns on every session without a schedule that it "clears events at the end

@@ -70,3 +70,24 @@ def test_bench_kernel_reads_kernel_time_below_the_event_time_of_a_small_kernel()
         warnings.filterwarnings("error", message=".*cuda_time.* is deprecated")
         kt = bench_kernel(x.zero_)
     assert kt.timer == "bench_kernel" and 0 < kt.median_us < ev.median_us
+
+
+def test_bench_kernel_counts_kernels_running_side_by_side_once():
+    """Two spin kernels of one call on two streams run at the same time: the call's kernel
+    time is one kernel's, inside the events' window, where the sum of their durations would
+    read twice the events (a PDL-launched reduce overlaps its main kernel the same way)."""
+    from kvbench.harness import bench_kernel
+
+    side = torch.cuda.Stream()
+
+    def two_streams():
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(1_000_000)
+        torch.cuda._sleep(1_000_000)
+        main.wait_stream(side)
+
+    ev = bench(two_streams, repeat=20)
+    kt = bench_kernel(two_streams, repeat=20)
+    assert 0.5 * ev.median_us < kt.median_us <= ev.median_us * 1.05, (kt, ev)
