@@ -188,32 +188,41 @@ def test_one_slow_process_before_a_newest_step_is_set_aside_and_the_step_found()
     assert line.split()[:5] == [commits[7][:8], "(parent", f"{commits[6][:8]}):", "10", "series,"]
 
 
+def _prepared(values):
+    """One series of `values` ready for the set-aside rules (commits numbered from 1)."""
+    from kvbench.history.verdict.regressions import _Prepared
+
+    x = np.log(np.asarray(values))
+    series = Series(BENCH, ("'s'",), ("series",), "seconds", "sim",
+                    [Point(f"{i:040x}", v) for i, v in enumerate(values, 1)])
+    return _Prepared(series, x, [0] * len(x), None, None)
+
+
+def _half_percent_noise():
+    from kvbench.history.verdict import noise
+
+    return noise.estimate(0.005 * np.random.default_rng(3).standard_normal(30), [0] * 30)
+
+
 def test_a_fast_point_and_a_slow_point_at_a_step_are_not_set_aside():
     """Only a point slower than two neighbours of one level is one slow process: a fast point
     is the code's level (a process is not faster than its code), and a slow point whose
     neighbours sit at two levels is where a step landed."""
-    from kvbench.history.verdict import noise
-    from kvbench.history.verdict.regressions import _Prepared, _without_slow_stretches
+    from kvbench.history.verdict.regressions import _without_slow_stretches
 
-    def prepared(values):
-        x = np.log(np.asarray(values))
-        series = Series(BENCH, ("'s'",), ("series",), "seconds", "sim",
-                        [Point(f"{i:040x}", v) for i, v in enumerate(values, 1)])
-        return _Prepared(series, x, [0] * len(x), None, None)
-
-    est = noise.estimate(0.005 * np.random.default_rng(3).standard_normal(30), [0] * 30)
+    est = _half_percent_noise()
     flat = [1.0, 1.002, 0.998, 1.001, 0.999, 1.0]
     slow = flat.copy()
     slow[3] = 1.05
-    assert [e.commit for e in _without_slow_stretches(prepared(slow), est).set_aside] == \
+    assert [e.commit for e in _without_slow_stretches(_prepared(slow), est).set_aside] == \
         [f"{4:040x}"]
     fast = flat.copy()
     fast[3] = 0.95
-    assert _without_slow_stretches(prepared(fast), est) is None
+    assert _without_slow_stretches(_prepared(fast), est) is None
     at_step = [1.0, 1.0, 1.0, 1.15, 1.10, 1.10]  # slow over both, but they are two levels
-    assert _without_slow_stretches(prepared(at_step), est) is None
+    assert _without_slow_stretches(_prepared(at_step), est) is None
     gbps = [1 / v for v in slow]  # throughput: slow is low
-    gbps_prepared = prepared(gbps)
+    gbps_prepared = _prepared(gbps)
     gbps_prepared.series.unit = "GB/s"
     assert [e.commit for e in _without_slow_stretches(gbps_prepared, est).set_aside] == \
         [f"{4:040x}"]
@@ -249,35 +258,29 @@ def test_a_slow_stretch_of_three_commits_is_set_aside_and_nothing_reported():
 
 def test_stretches_are_not_set_aside_at_a_step_at_the_newest_commit_or_when_not_all_slow():
     """A stretch needs the same level on both sides, every point of it slow and room after it:
-    a step that stays, slow points that reach the newest commit, and a stretch with one point
-    at the old level are judged as they are."""
-    from kvbench.history.verdict import noise
-    from kvbench.history.verdict.regressions import _Prepared, _without_slow_stretches
+    a step that stays, slow points that reach the newest commit and four slow points (a
+    level) are judged as they are; two slow points with one at the old level between them
+    are two lone slow points, not one stretch of three."""
+    from kvbench.history.verdict.regressions import _without_slow_stretches
 
-    def prepared(values):
-        x = np.log(np.asarray(values))
-        series = Series(BENCH, ("'s'",), ("series",), "seconds", "sim",
-                        [Point(f"{i:040x}", v) for i, v in enumerate(values, 1)])
-        return _Prepared(series, x, [0] * len(x), None, None)
-
-    est = noise.estimate(0.005 * np.random.default_rng(3).standard_normal(30), [0] * 30)
+    est = _half_percent_noise()
     flat = [1.0, 1.002, 0.998, 1.001, 0.999, 1.0, 1.001, 0.999]
     two = flat.copy()
     two[3:5] = [1.06, 1.08]
-    (e,) = _without_slow_stretches(prepared(two), est).set_aside
+    (e,) = _without_slow_stretches(_prepared(two), est).set_aside
     assert (e.commit, e.last, e.points) == (f"{4:040x}", f"{5:040x}", 2)
     stays = flat[:3] + [1.08] * 5  # a step: the points after it never come back
-    assert _without_slow_stretches(prepared(stays), est) is None
+    assert _without_slow_stretches(_prepared(stays), est) is None
     at_newest = flat[:5] + [1.08, 1.07, 1.09]
-    assert _without_slow_stretches(prepared(at_newest), est) is None
+    assert _without_slow_stretches(_prepared(at_newest), est) is None
     one_back = flat.copy()
     one_back[3:6] = [1.08, 1.0, 1.08]  # two lone slow points, not one stretch of three
     assert [(x.commit, x.points) for x in
-            _without_slow_stretches(prepared(one_back), est).set_aside] == \
+            _without_slow_stretches(_prepared(one_back), est).set_aside] == \
         [(f"{4:040x}", 1), (f"{6:040x}", 1)]
     four = flat.copy()
     four[2:6] = [1.08] * 4  # longer than SLOW_STRETCH_MAX: a level, judged
-    assert _without_slow_stretches(prepared(four), est) is None
+    assert _without_slow_stretches(_prepared(four), est) is None
 
 
 def test_a_step_where_a_new_measurement_run_starts_is_named_as_such():
