@@ -99,8 +99,8 @@ class Excursion:
     commit: str  # the first slow point's commit
     parent: str  # the measured commit before it
     slower_pct: float  # how much slower the stretch's mean is than the two points around it
-    last: str = ""  # the last slow point's commit ("" or commit: the stretch is one point)
-    points: int = 1  # measured commits in the stretch
+    last: str  # the last slow point's commit (`commit` for a stretch of one point)
+    points: int  # measured commits in the stretch
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ class SeriesVerdict:
             "host_speed_scaled": self.host_speed_scaled,
             "device_offsets_pct": {d: round(100 * math.expm1(v), 4)
                                    for d, v in self.device_offsets.items()},
-            "set_aside": [{"commit": e.commit, "last": e.last or e.commit, "points": e.points,
+            "set_aside": [{"commit": e.commit, "last": e.last, "points": e.points,
                            "parent": e.parent, "slower_pct": round(e.slower_pct, 4)}
                           for e in self.set_aside],
         }

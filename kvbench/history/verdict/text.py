@@ -111,7 +111,7 @@ def set_aside_lines(verdicts: Verdicts, *, top: int = 5) -> list[str]:
     by_stretch: dict[tuple[str, str, str, int], list[float]] = {}
     for v in verdicts.verdicts:
         for e in v.set_aside:
-            key = (e.commit, e.last or e.commit, e.parent, e.points)
+            key = (e.commit, e.last, e.parent, e.points)
             by_stretch.setdefault(key, []).append(e.slower_pct)
     if not by_stretch:
         return []
