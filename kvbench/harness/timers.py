@@ -590,11 +590,11 @@ def bench_kernel(
                        and _kernel_us(e) > 0]
             if not kernels:
                 raise ValueError("bench_kernel: fn launched no GPU kernel the profiler saw")
-            samples.append(busy_us(kernels))
+            samples.append(_busy_us(kernels))
     return _result(samples, "bench_kernel", l2, dev)
 
 
-def busy_us(kernels) -> float:
+def _busy_us(kernels) -> float:
     """The µs during which at least one of `kernels` (profiler events of one call) ran: the
     length of the union of their [start, end] intervals; an event without a time_range
     counts its own duration."""

@@ -324,17 +324,17 @@ def test_kernel_time_is_the_union_of_a_calls_kernel_intervals():
     inside another adds nothing; gaps between kernels are not kernel time."""
     from types import SimpleNamespace
 
-    from kvbench.harness.timers import busy_us
+    from kvbench.harness.timers import _busy_us
 
     def kernel(start, end):
         return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end),
                                device_time=end - start)
 
     serial = [kernel(0.0, 10.0), kernel(12.0, 15.0)]
-    assert busy_us(serial) == 13.0  # the 2 us gap is not kernel time
+    assert _busy_us(serial) == 13.0  # the 2 us gap is not kernel time
     pdl = [kernel(0.0, 100.0), kernel(5.0, 108.0)]  # launched early, waits, then reduces
-    assert busy_us(pdl) == 108.0  # summed durations would read 203
+    assert _busy_us(pdl) == 108.0  # summed durations would read 203
     nested = [kernel(0.0, 50.0), kernel(10.0, 20.0), kernel(60.0, 61.0)]
-    assert busy_us(list(reversed(nested))) == 51.0
+    assert _busy_us(list(reversed(nested))) == 51.0
     no_range = SimpleNamespace(device_time=4.0)
-    assert busy_us([no_range, kernel(0.0, 1.0)]) == 5.0
+    assert _busy_us([no_range, kernel(0.0, 1.0)]) == 5.0
