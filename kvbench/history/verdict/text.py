@@ -173,11 +173,16 @@ def summary_line(verdicts: Verdicts) -> str:
                      "keep a noise model of this machine)")
     improvements = sum(f.verdict == "improvement" and f.kind != "suspect"
                        for f in verdicts.findings)
-    suspects = f", {len(verdicts.suspects)} suspects" if verdicts.suspects else ""
+    suspects = f", {_counted(len(verdicts.suspects), 'suspect')}" if verdicts.suspects else ""
     return (f"{h.machine}: {len(h.commits)} measured commits up to {h.head[:8]}, "
             f"{judged} of {len(verdicts.verdicts)} series judged{since}: "
-            f"{len(verdicts.regressions)} regressions, {improvements} improvements"
-            f"{suspects}{problems}")
+            f"{_counted(len(verdicts.regressions), 'regression')}, "
+            f"{_counted(improvements, 'improvement')}{suspects}{problems}")
+
+
+def _counted(n: int, noun: str) -> str:
+    """'1 regression', '0 regressions', '2 regressions'."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def host_mde_lines(verdicts: Verdicts) -> list[str]:

@@ -416,7 +416,7 @@ def test_rich_table_lists_the_findings(tmp_path):
     print_table(analyze(load_history(res, sim.MACHINE)), out, rich=True, by="series")
     text = out.getvalue()
     assert "regression" in text and "'slow'" in text and commits[11][:8] in text
-    assert "1 regressions" in text
+    assert "1 regression, " in text
 
 
 def test_the_default_table_is_one_line_per_culprit_commit_with_twins_folded(tmp_path):
