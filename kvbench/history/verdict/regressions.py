@@ -628,17 +628,25 @@ class _Prepared:
         return self.whole or self.series
 
 
-def _slow_stretch(s: np.ndarray, i: int, sigma: float, level: float) -> int:
+def _slow_stretch(s: np.ndarray, runs: list[int], i: int, est: noise.Noise) -> int:
     """The length of the shortest stretch of slow points starting at interior index i (0:
     none). `s` is worse-positive; a stretch s[i..j] qualifies when the points either side of
-    it (i-1, j+1) agree within `level`, each of its points is EDGE_CANDIDATE_Z sigmas and
-    their mean ISOLATED_SLOW_Z sigmas slower than the slower of those two."""
+    it (i-1, j+1) agree (within EDGE_CANDIDATE_Z difference sigmas: one level on both
+    sides), each of its points is EDGE_CANDIDATE_Z sigmas and their mean ISOLATED_SLOW_Z
+    sigmas slower than the slower of those two.
+
+    The sigma is the noise those points share: `est.within` where the stretch and both its
+    neighbours were measured in one run (they share its run effect, which then cancels),
+    `est.total` where a run boundary falls among them. Judged against the total, a busy
+    host inside one lease of a machine whose leases differ by more than its commits (run
+    noise several times the within-run noise) was read as a regression and its undoing."""
     for k in range(1, SLOW_STRETCH_MAX + 1):
         j = i + k - 1
         if j + 1 >= len(s):
             return 0
+        sigma = est.within if len(set(runs[i - 1:j + 2])) == 1 else est.total
         around = max(s[i - 1], s[j + 1])
-        if abs(s[j + 1] - s[i - 1]) > level:
+        if abs(s[j + 1] - s[i - 1]) > EDGE_CANDIDATE_Z * math.sqrt(2.0) * sigma:
             continue
         stretch = s[i:j + 1]
         if (min(stretch) - around > EDGE_CANDIDATE_Z * sigma
@@ -661,11 +669,10 @@ def _without_slow_stretches(p: _Prepared, est: noise.Noise) -> _Prepared | None:
     if len(p.x) < 3:
         return None
     s = WORSE_SIGN[p.series.unit] * p.x
-    level = EDGE_CANDIDATE_Z * math.sqrt(2.0) * est.total  # two points of one level
     stretches: list[tuple[int, int]] = []
     i = 1
     while i < len(s) - 1:
-        k = _slow_stretch(s, i, est.total, level)
+        k = _slow_stretch(s, p.runs, i, est)
         if k:
             stretches.append((i, k))
         i += max(k, 1)

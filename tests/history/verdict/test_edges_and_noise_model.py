@@ -188,14 +188,15 @@ def test_one_slow_process_before_a_newest_step_is_set_aside_and_the_step_found()
     assert line.split()[:5] == [commits[7][:8], "(parent", f"{commits[6][:8]}):", "10", "series,"]
 
 
-def _prepared(values):
-    """One series of `values` ready for the set-aside rules (commits numbered from 1)."""
+def _prepared(values, runs=None):
+    """One series of `values` ready for the set-aside rules (commits numbered from 1), all in
+    one run unless `runs` gives each commit's."""
     from kvbench.history.verdict.regressions import _Prepared
 
     x = np.log(np.asarray(values))
     series = Series(BENCH, ("'s'",), ("series",), "seconds", "sim",
                     [Point(f"{i:040x}", v) for i, v in enumerate(values, 1)])
-    return _Prepared(series, x, [0] * len(x), None, None)
+    return _Prepared(series, x, list(runs or [0] * len(x)), None, None)
 
 
 def _half_percent_noise():
@@ -281,6 +282,24 @@ def test_stretches_are_not_set_aside_at_a_step_at_the_newest_commit_or_when_not_
     four = flat.copy()
     four[2:6] = [1.08] * 4  # longer than SLOW_STRETCH_MAX: a level, judged
     assert _without_slow_stretches(_prepared(four), est) is None
+
+
+def test_a_slow_stretch_inside_one_run_is_judged_against_the_within_run_noise():
+    """Leases of one machine differ by more than its commits (run noise 5%, within a run
+    0.5%): two points 8% slower than the agreeing points around them, all four in one run,
+    are a busy host (their run effect cancels), set aside; the same values where a new run
+    starts among them are judged against the total noise, and 8% is within it."""
+    from kvbench.history.verdict import noise
+    from kvbench.history.verdict.regressions import _without_slow_stretches
+
+    est = noise.Noise(within=0.005, runs=0.05, differences=30, within_process=None)
+    values = [1.0, 1.002, 0.998, 1.001, 1.08, 1.07, 0.999, 1.0, 1.001, 0.999]
+    one_run = _without_slow_stretches(_prepared(values), est)
+    (e,) = one_run.set_aside
+    assert (e.commit, e.last, e.points) == (f"{5:040x}", f"{6:040x}", 2)
+    assert one_run.x.size == len(values) - 2
+    boundary = [0] * 5 + [1] * 5  # the second slow point opens a run
+    assert _without_slow_stretches(_prepared(values, boundary), est) is None
 
 
 def test_a_step_where_a_new_measurement_run_starts_is_named_as_such():
