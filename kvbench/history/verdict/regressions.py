@@ -637,9 +637,9 @@ def _slow_stretch(s: np.ndarray, runs: list[int], i: int, est: noise.Noise) -> i
 
     The sigma is the noise those points share: `est.within` where the stretch and both its
     neighbours were measured in one run (they share its run effect, which then cancels),
-    `est.total` where a run boundary falls among them. Judged against the total, a busy
-    host inside one lease of a machine whose leases differ by more than its commits (run
-    noise several times the within-run noise) was read as a regression and its undoing."""
+    `est.total` where a run boundary falls among them. Against the total, a busy host
+    inside one lease of a machine whose leases differ by more than its commits (run noise
+    several times the within-run noise) would read as a regression and its undoing."""
     for k in range(1, SLOW_STRETCH_MAX + 1):
         j = i + k - 1
         if j + 1 >= len(s):
