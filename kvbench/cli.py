@@ -153,8 +153,8 @@ def _add_table_arguments(p: argparse.ArgumentParser) -> None:
                    help="also draw the rows' GB/s against the spec peak and the measured "
                         "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
     p.add_argument("--kernel-time", action="store_true",
-                   help="beside every GPU row, its CUPTI kernel time (the sum of its "
-                        "kernels, no launch gaps); needs a CUDA device")
+                   help="beside every GPU row, its CUPTI kernel time (the time its "
+                        "kernels ran, no launch gaps); needs a CUDA device")
 
 
 def _add_tune_arguments(p: argparse.ArgumentParser) -> None:

@@ -182,7 +182,7 @@ def companion_timings(inputs: OpInputs, fn: Callable[..., Any], timing: TimingRe
 
     - within KERNEL_TIMER_FLOOR_FACTOR of the event timer's floor the events may time the
       timer, so the kernel time (CUPTI) is measured beside them; ``kernel_time`` asks for it
-      beside every GPU row (the sum of the call's kernels, without the gaps between them);
+      beside every GPU row (the time the call's kernels ran, without the gaps between them);
     - a call that makes the host wait for the GPU (host_syncs) holds host gaps in its event
       samples, so what the caller waits (the host timer) is measured beside them (cold L2
       only: the host timer flushes).

@@ -574,8 +574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also draw the rows' GB/s against the spec peak and the measured "
                              "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
     parser.add_argument("--kernel-time", action="store_true",
-                        help="beside every GPU row, its CUPTI kernel time (the sum of its "
-                             "kernels, no launch gaps); needs a CUDA device")
+                        help="beside every GPU row, its CUPTI kernel time (the time its "
+                             "kernels ran, no launch gaps); needs a CUDA device")
     args = parser.parse_args(argv)
     if args.op != "paged_decode":
         for flag, given in (("--grid", args.grid), ("--no-ablations", args.no_ablations),
