@@ -11,8 +11,8 @@ one value per series (the median of that process's samples). After the rounds, p
   series at once, so each series' Welch t-test on the log run values (parametric: five runs a
   side can reach a small p, which the rank tests of a single-series A/B cannot) is corrected
   by Benjamini-Hochberg at FDR_Q over every series compared; the raw p must also be at most
-  abtest.ALPHA (BH alone would pass a lone series at 5%), the effect interval exclude 0 and
-  the effect reach abtest.MDE_FLOOR;
+  ALPHA (BH alone would pass a lone series at 5%), the effect interval exclude 0 and the
+  effect reach abtest.MDE_FLOOR;
 - everything else is inconclusive, with why.
 
 The direction comes from the unit (latency up, GB/s down is a regression).
@@ -31,6 +31,11 @@ from kvbench.history.bisect.measurer import HIGHER_IS_BETTER, OK, AsvMeasurer, R
 
 #: False discovery rate over the compared series of a "different" claim.
 FDR_Q = 0.05
+#: Per-series false-positive rate of a "different" claim: the raw Welch p must be at most
+#: this. The verdict engine's goal for flat series is at most 1 false finding per 1,000
+#: series, and a gate run on two unchanged commits is the flat case. Stricter than bisect's
+#: abtest.ALPHA, which judges one commit a search has already singled out.
+ALPHA = 0.001
 
 
 class SuiteMeasurer(AsvMeasurer):
@@ -163,11 +168,11 @@ def judge(base: str, head: str, runs: dict[str, tuple[list[float], list[float]]]
     adjusted = benjamini_hochberg(p_values, len(tested), FDR_Q)
     for (name, unit, a, b), p, q in zip(tested, p_values, adjusted):
         ab = abtest.decide(a, b, higher_is_better=HIGHER_IS_BETTER[unit])
-        if q <= FDR_Q and p <= abtest.ALPHA and (ab.ci_low > 0 or ab.ci_high < 0) \
+        if q <= FDR_Q and p <= ALPHA and (ab.ci_low > 0 or ab.ci_high < 0) \
                 and abs(ab.effect) >= abtest.MDE_FLOOR:
             worse = (ab.effect < 0) if HIGHER_IS_BETTER[unit] else (ab.effect > 0)
             outcome = abtest.REGRESSION if worse else abtest.IMPROVEMENT
-            reason = (f"Welch p {p:.3g} <= {abtest.ALPHA}, {q:.3g} after BH over {len(tested)} "
+            reason = (f"Welch p {p:.3g} <= {ALPHA}, {q:.3g} after BH over {len(tested)} "
                       f"series <= {FDR_Q}; the effect interval excludes 0")
         elif ab.outcome == abtest.NO_CHANGE:
             outcome, reason = abtest.NO_CHANGE, ab.reason

@@ -53,6 +53,38 @@ def test_two_identical_commits_give_no_regression_and_few_rounds_stay_inconclusi
     assert one.series == [] and "2 a side" in one.unmatched["m.C.track_us('y')"]
 
 
+
+def test_a_lone_series_is_called_different_only_at_compares_alpha():
+    """One series, five runs a side, +8%: Welch p ~0.005 and an interval clear of 0, which
+    abtest.ALPHA would call a regression; compare's per-series rate keeps it inconclusive.
+    +25% is a regression."""
+    base = [v * 3e-6 for v in (1.0, 1.03, 0.97, 1.05, 0.99)]
+    for factor, expected in ((1.08, abtest.INCONCLUSIVE), (1.25, abtest.REGRESSION)):
+        runs = {"m.C.track_us('x')": (base, [v * factor for v in base])}
+        (only,) = compare.judge("a" * 40, "b" * 40, runs, UNITS, 5).series
+        assert only.outcome == expected, only.reason
+        if factor == 1.08:
+            assert compare.ALPHA < only.p_welch <= abtest.ALPHA and only.ab.ci_low > 0
+
+
+def test_a_flat_lone_series_under_host_noise_is_rarely_called_different():
+    """The gate on two unchanged commits: host-like run values (6% log spread, right-skewed
+    outliers of +15-60% in 8% of runs, as a loaded 2-core runner gives), five a side, one
+    series at a time (no BH help). At most 2 in 1,000 may reach compare.ALPHA (expected ~1);
+    the bisect threshold abtest.ALPHA would let ~5 in 1,000 through."""
+    rng = np.random.default_rng(7)
+
+    def side():
+        x = 0.06 * rng.standard_normal(5)
+        outlier = rng.random(5) < 0.08
+        x[outlier] += rng.uniform(0.15, 0.6, int(outlier.sum()))
+        return list(3e-6 * np.exp(x))
+
+    p = np.array([compare.welch_p(side(), side()) for _ in range(4000)])
+    assert (p <= compare.ALPHA).sum() <= 8
+    assert (p <= abtest.ALPHA).sum() > 8  # the stricter rate is what keeps the count down
+
+
 def _history_with_newest_step(step: float) -> History:
     rng = np.random.default_rng(3)
     commits = [f"{i:040x}" for i in range(1, 13)]
