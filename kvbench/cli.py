@@ -14,9 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from kvbench.history.command import positive_int
-from kvbench.ops.decode_geometry import GEOMETRIES
-
-OPS = ("paged_decode", "kv_write", "kv_gather_fp8", "kv_alloc")
+from kvbench.measure.options import add_table_arguments, add_tune_arguments
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
@@ -135,38 +133,6 @@ def _cmd_table(args: argparse.Namespace) -> int:
     return table_main(args.argv)
 
 
-def _add_table_arguments(p: argparse.ArgumentParser) -> None:
-    """`kvbench table`'s options, declared here so `--help` answers without importing torch
-    or a kernel; kvbench.measure.table.main parses the same arguments (tests/test_cli.py keeps the
-    two in step)."""
-    p.add_argument("op", choices=OPS)
-    p.add_argument("--json", dest="json_path", metavar="PATH", default=None,
-                   help="also write the rows (and skipped rows, checks, floors) as JSON")
-    p.add_argument("--grid", action="store_true",
-                   help="paged_decode: the full batch x context grid")
-    p.add_argument("--no-ablations", action="store_true",
-                   help="paged_decode: skip the layout/storage/L2 ablation rows")
-    p.add_argument("--geometry", metavar="NAME", default=None,
-                   help="paged_decode: every row, auto and the peers at a model geometry "
-                        f"instead (one of {', '.join(GEOMETRIES)}; or all)")
-    p.add_argument("--plot", metavar="PATH", default=None,
-                   help="also draw the rows' GB/s against the spec peak and the measured "
-                        "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
-    p.add_argument("--kernel-time", action="store_true",
-                   help="beside every GPU row, its CUPTI kernel time (the time its "
-                        "kernels ran, no launch gaps); needs a CUDA device")
-
-
-def _add_tune_arguments(p: argparse.ArgumentParser) -> None:
-    """`kvbench tune`'s options (kvbench.measure.tune.main parses the same; see above)."""
-    p.add_argument("op", choices=OPS)
-    p.add_argument("--device", default=None, help="torch device (default: cuda if present)")
-    p.add_argument("--dtype", default=None,
-                   help="KV dtype to measure at (default: the op's; any its rows serve)")
-    p.add_argument("--storage", default=None,
-                   help="paged pool storage for paged_decode / kv_write (default: combined)")
-
-
 def _cmd_main(args: argparse.Namespace) -> int:
     """The main job: the environment report first (a few seconds), then a
     correctness-checked table for every op (minutes, with a live status on a terminal)."""
@@ -198,9 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_history_command(sub, name)
 
     for name, func, add_arguments, text in (
-        ("tune", _cmd_tune, _add_tune_arguments,
+        ("tune", _cmd_tune, add_tune_arguments,
          "measure every verified row and store the perf table dispatch ranks on"),
-        ("table", _cmd_table, _add_table_arguments,
+        ("table", _cmd_table, add_table_arguments,
          "correctness-checked report table of every row and peer"),
     ):
         p = sub.add_parser(name, help=text, description=text)

@@ -149,6 +149,15 @@ def test_help_lists_the_real_options_fast_and_in_step(sub, capsys):
     assert len(_options(own)) >= 4
 
 
+def test_the_ops_a_table_or_tune_accepts_are_the_ones_they_build():
+    from kvbench.dispatch.registry import OPS as REGISTERED
+    from kvbench.measure.options import OPS
+    from kvbench.measure.table import BUILDERS
+    from kvbench.measure.tune import CASES
+
+    assert OPS == tuple(BUILDERS) == tuple(CASES) and set(OPS) == set(REGISTERED)
+
+
 def test_main_prints_the_environment_before_measuring(monkeypatch, capsys):
     """README promises the environment report first: it is out before any table starts."""
     import kvbench.measure.table

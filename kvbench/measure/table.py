@@ -37,7 +37,7 @@ import torch
 
 from kvbench.core import progress
 from kvbench.core.env import AUTO
-from kvbench.core.jsonfile import check_writable, output_path, write_json_atomic
+from kvbench.core.jsonfile import check_writable, write_json_atomic
 from kvbench.dispatch.core import dispatch, spec_names
 from kvbench.fixtures.gather_pool import (
     TOPK_PAD_ROWS,
@@ -61,10 +61,11 @@ from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.meta import format_metadata
 from kvbench.harness.report import EVENT_TIMERS
 from kvbench.measure import pipeline
+from kvbench.measure.options import add_table_arguments
 from kvbench.measure.peers import decode_peers
 from kvbench.measure.plots import CEILING_FOR_OP
 from kvbench.ops.common import OpInputs
-from kvbench.ops.decode_geometry import GEOMETRIES, Geometry, select_geometries
+from kvbench.ops.decode_geometry import Geometry, select_geometries
 from kvbench.ops.kv_alloc import alloc_inputs
 from kvbench.ops.kv_gather_fp8 import (
     gather_inputs,
@@ -109,8 +110,6 @@ ALLOC_STATES = ("bump", "run_search", "fragmented")
 ALLOC_SIZES = (1, 64)
 #: The impl name of each decode case's bytes-only bound row (GPU; _page_read_row).
 PAGE_READ_BOUND = "bound:page_read"
-#: What `--geometry` accepts besides "all" (kvbench.ops.decode_geometry).
-GEOMETRY_NAMES = tuple(GEOMETRIES)
 
 
 @dataclass
@@ -560,22 +559,7 @@ def skipped_summary(skipped: dict[str, str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvbench table")
-    parser.add_argument("op", choices=sorted(BUILDERS))
-    parser.add_argument("--json", dest="json_path", type=output_path, default=None,
-                        help="write the rows as JSON (the path is checked before measuring)")
-    parser.add_argument("--grid", action="store_true",
-                        help="paged_decode: full batch x context grid")
-    parser.add_argument("--no-ablations", action="store_true",
-                        help="paged_decode: skip ablation rows")
-    parser.add_argument("--geometry", metavar="NAME", default=None,
-                        help="paged_decode: every row, auto and the peers at a model geometry "
-                             f"instead (one of {', '.join(GEOMETRY_NAMES)}; or all)")
-    parser.add_argument("--plot", metavar="PATH", type=output_path, default=None,
-                        help="also draw the rows' GB/s against the spec peak and the measured "
-                             "ceiling, per case (PNG/SVG/PDF by suffix; not kv_alloc)")
-    parser.add_argument("--kernel-time", action="store_true",
-                        help="beside every GPU row, its CUPTI kernel time (the time its "
-                             "kernels ran, no launch gaps); needs a CUDA device")
+    add_table_arguments(parser)
     args = parser.parse_args(argv)
     if args.op != "paged_decode":
         for flag, given in (("--grid", args.grid), ("--no-ablations", args.no_ablations),

@@ -63,6 +63,7 @@ from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, TUNED_DTYPE, validate
 from kvbench.harness.calibrate import load_ceilings
 from kvbench.harness.verify import VerificationError
 from kvbench.measure import pipeline
+from kvbench.measure.options import add_tune_arguments
 from kvbench.ops import op_module
 from kvbench.ops.common import OpInputs
 
@@ -342,12 +343,7 @@ def check_table_writable(device_name: str, op: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvbench tune", description=__doc__.splitlines()[0])
-    parser.add_argument("op", choices=tuple(BUCKETS))
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if present)")
-    parser.add_argument("--dtype", default=None,
-                        help="KV dtype to measure at (default: the op's; any its rows serve)")
-    parser.add_argument("--storage", default=None,
-                        help="paged pool storage for paged_decode / kv_write (default: combined)")
+    add_tune_arguments(parser)
     args = parser.parse_args(argv)
     try:
         default_cases(args.op, args.device, dtype=args.dtype, storage=args.storage)
