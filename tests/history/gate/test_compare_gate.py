@@ -53,7 +53,6 @@ def test_two_identical_commits_give_no_regression_and_few_rounds_stay_inconclusi
     assert one.series == [] and "2 a side" in one.unmatched["m.C.track_us('y')"]
 
 
-
 def test_a_lone_series_is_called_different_only_at_compares_alpha():
     """One series, five runs a side, +8%: Welch p ~0.005 and an interval clear of 0, which
     abtest.ALPHA would call a regression; compare's per-series rate keeps it inconclusive.
