@@ -8,11 +8,11 @@ one value per series (the median of that process's samples). After the rounds, p
 - the effect and its interval, and "no change", come from kvbench bisect's A/B test
   (abtest.decide: median ratio, bootstrap interval, no change only inside the MDE);
 - "different" is claimed across the series, not per series: one comparison tests hundreds of
-  series at once, so each series' Welch t-test on the log run values (parametric: five runs a
-  side can reach a small p, which the rank tests of a single-series A/B cannot) is corrected
-  by Benjamini-Hochberg at FDR_Q over every series compared; the raw p must also be at most
-  ALPHA (BH alone would pass a lone series at 5%), the effect interval exclude 0 and the
-  effect reach abtest.MDE_FLOOR;
+  series at once, so each series' two-sample t-test on the log run values (parametric: five
+  runs a side can reach a small p, which the rank tests of a single-series A/B cannot) is
+  corrected by Benjamini-Hochberg at FDR_Q over every series compared; the raw p must also be
+  at most ALPHA (BH alone would pass a lone series at 5%), the effect interval exclude 0 and
+  the effect reach abtest.MDE_FLOOR;
 - everything else is inconclusive, with why.
 
 The direction comes from the unit (latency up, GB/s down is a regression).
@@ -29,9 +29,12 @@ from dataclasses import dataclass, field
 from kvbench.history.bisect import abtest
 from kvbench.history.bisect.measurer import HIGHER_IS_BETTER, OK, AsvMeasurer, Run
 
+#: The version of compare's --json (and of a `confirmation` in kvbench regressions' JSON):
+#: it changes when a key is renamed or removed or changes meaning (docs/verdicts.md).
+SCHEMA = "kvbench.compare/2"
 #: False discovery rate over the compared series of a "different" claim.
 FDR_Q = 0.05
-#: Per-series false-positive rate of a "different" claim: the raw Welch p must be at most
+#: Per-series false-positive rate of a "different" claim: the raw t-test p must be at most
 #: this. The verdict engine's goal for flat series is at most 1 false finding per 1,000
 #: series, and a gate run on two unchanged commits is the flat case. Stricter than bisect's
 #: abtest.ALPHA, which judges one commit a search has already singled out.
@@ -94,12 +97,12 @@ class SeriesComparison:
     outcome: str  # abtest.REGRESSION / IMPROVEMENT / NO_CHANGE / INCONCLUSIVE
     reason: str
     ab: abtest.ABResult
-    p_welch: float
+    p_t: float  # t_test_p
     p_adjusted: float
 
     def to_json(self) -> dict:
         return {"series": self.series, "unit": self.unit, "outcome": self.outcome,
-                "reason": self.reason, "p_welch": self.p_welch, "p_adjusted": self.p_adjusted,
+                "reason": self.reason, "p_t": self.p_t, "p_adjusted": self.p_adjusted,
                 "effect_pct": round(100 * self.ab.effect, 4),
                 "ci95_pct": [round(100 * self.ab.ci_low, 4), round(100 * self.ab.ci_high, 4)],
                 "mde_pct": round(100 * self.ab.mde, 4), "noise_pct": round(100 * self.ab.noise, 4),
@@ -119,7 +122,7 @@ class Comparison:
         return [s for s in self.series if s.outcome == outcome]
 
     def to_json(self) -> dict:
-        return {"schema": "kvbench.compare/1", "base": self.base, "head": self.head,
+        return {"schema": SCHEMA, "base": self.base, "head": self.head,
                 "rounds": self.rounds, "fdr_q": FDR_Q,
                 "summary": {o: len(self.of(o)) for o in abtest.OUTCOMES},
                 "series": [s.to_json() for s in self.series], "unmatched": self.unmatched}
@@ -130,9 +133,16 @@ class Comparison:
 CONSTANT_LOG_SPREAD = 1e-12
 
 
-def welch_p(before: Sequence[float], after: Sequence[float]) -> float:
-    """Two-sided Welch t-test of the log run values; where both sides are constant, 1.0 when
-    they are equal and 0.0 when they differ."""
+def t_test_p(before: Sequence[float], after: Sequence[float]) -> float:
+    """Two-sided two-sample t-test of the log run values, variance pooled over both sides;
+    where both sides are constant, 1.0 when they are equal and 0.0 when they differ.
+
+    Pooled, not Welch's: the null hypothesis is that HEAD changes nothing, so both sides'
+    runs come from one distribution and share one variance. With equal runs a side the
+    statistic is Welch's; the degrees of freedom are 2n - 2 where Welch's fall towards n - 1
+    when one side is much tighter, which a large step makes it (a busy-wait's runs spread
+    less than the call it slows), so at three runs a side Welch's t could not claim a
+    many-fold step past ALPHA. On flat pairs both are calibrated (docs/decisions.md)."""
     import warnings
 
     import numpy as np
@@ -142,11 +152,11 @@ def welch_p(before: Sequence[float], after: Sequence[float]) -> float:
     if np.ptp(a) <= CONSTANT_LOG_SPREAD and np.ptp(b) <= CONSTANT_LOG_SPREAD:
         return 0.0 if abs(float(a.mean() - b.mean())) > CONSTANT_LOG_SPREAD else 1.0
     with warnings.catch_warnings():
-        # one constant side: its variance is 0 and enters Welch's t as such, but scipy warns of
-        # cancellation in computing it (a warning per such series in compare's output)
+        # one constant side: its variance is 0 and enters the pooled one as such, but scipy
+        # warns of cancellation in computing it (a warning per such series in compare's output)
         warnings.filterwarnings("ignore", message="Precision loss occurred",
                                 category=RuntimeWarning)
-        return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+        return float(stats.ttest_ind(a, b, equal_var=True).pvalue)
 
 
 def judge(base: str, head: str, runs: dict[str, tuple[list[float], list[float]]],
@@ -164,7 +174,7 @@ def judge(base: str, head: str, runs: dict[str, tuple[list[float], list[float]]]
             out.unmatched[name] = f"{len(a)} base and {len(b)} head runs (2 a side needed)"
         else:
             tested.append((name, unit, a, b))
-    p_values = [welch_p(a, b) for _, _, a, b in tested]
+    p_values = [t_test_p(a, b) for _, _, a, b in tested]
     adjusted = benjamini_hochberg(p_values, len(tested), FDR_Q)
     for (name, unit, a, b), p, q in zip(tested, p_values, adjusted):
         ab = abtest.decide(a, b, higher_is_better=HIGHER_IS_BETTER[unit])
@@ -172,13 +182,13 @@ def judge(base: str, head: str, runs: dict[str, tuple[list[float], list[float]]]
                 and abs(ab.effect) >= abtest.MDE_FLOOR:
             worse = (ab.effect < 0) if HIGHER_IS_BETTER[unit] else (ab.effect > 0)
             outcome = abtest.REGRESSION if worse else abtest.IMPROVEMENT
-            reason = (f"Welch p {p:.3g} <= {ALPHA}, {q:.3g} after BH over {len(tested)} "
+            reason = (f"t-test p {p:.3g} <= {ALPHA}, {q:.3g} after BH over {len(tested)} "
                       f"series <= {FDR_Q}; the effect interval excludes 0")
         elif ab.outcome == abtest.NO_CHANGE:
             outcome, reason = abtest.NO_CHANGE, ab.reason
         else:
             outcome = abtest.INCONCLUSIVE
-            reason = f"Welch p {p:.3g}, BH-adjusted {q:.3g}"
+            reason = f"t-test p {p:.3g}, BH-adjusted {q:.3g}"
             if ab.outcome == abtest.INCONCLUSIVE:
                 reason += f"; {ab.reason}"
         out.series.append(SeriesComparison(name, unit, outcome, reason, ab, p, q))

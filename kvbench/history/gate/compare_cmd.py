@@ -54,7 +54,7 @@ def format_comparison(result) -> str:
     changed.sort(key=lambda s: (s.outcome != abtest.REGRESSION, -abs(s.ab.effect)))
     for s in changed:
         lines.append(f"{s.outcome:12s} {100 * s.ab.effect:+7.2f}% [{100 * s.ab.ci_low:+.2f}, "
-                     f"{100 * s.ab.ci_high:+.2f}]  p {s.p_welch:.2g} (BH {s.p_adjusted:.2g})  "
+                     f"{100 * s.ab.ci_high:+.2f}]  p {s.p_t:.2g} (BH {s.p_adjusted:.2g})  "
                      f"{s.series}")
     counts = ", ".join(f"{len(result.of(o))} {o}" for o in abtest.OUTCOMES)
     lines.append(f"{result.base[:8]} -> {result.head[:8]}: {len(result.series)} series over "

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 
 from kvbench.history.bisect import abtest
-from kvbench.history.gate.compare import Comparison
+from kvbench.history.gate.compare import SCHEMA, Comparison
 
 
 def confirm(verdicts, measure: Callable[[str, str, list], Comparison]):
@@ -36,8 +36,8 @@ def confirm(verdicts, measure: Callable[[str, str, list], Comparison]):
             fresh = by_name.get(f.series.name)
             if fresh is None:
                 continue
-            evidence = {"base": parent, "head": commit, "outcome": fresh.outcome,
-                        "reason": fresh.reason, **fresh.to_json()}
+            evidence = {"schema": SCHEMA, "base": parent, "head": commit,
+                        "outcome": fresh.outcome, "reason": fresh.reason, **fresh.to_json()}
             if fresh.outcome == f.verdict:
                 replaced[id(f)] = dataclasses.replace(f, kind="step", confirmation=evidence)
             elif fresh.outcome in (abtest.NO_CHANGE, abtest.REGRESSION, abtest.IMPROVEMENT):

@@ -34,7 +34,7 @@ from kvbench.history.verdict import (
 from kvbench.history.verdict.context import Fact, SidecarCache, case_key
 from kvbench.history.verdict.results import History, Series
 
-SCHEMA = "kvbench.regressions/2"
+SCHEMA = "kvbench.regressions/3"
 
 #: Direction by unit: +1 when bigger is worse (latency), -1 when smaller is worse (throughput).
 WORSE_SIGN = {"seconds": +1, "GB/s": -1}

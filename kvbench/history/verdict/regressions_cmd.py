@@ -37,7 +37,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--since", default=None, metavar="REV",
                         help="report only steps after REV (a commit on the first-parent line)")
     parser.add_argument("--json", default=None, metavar="PATH",
-                        help="also write the report as JSON (schema kvbench.regressions/2)")
+                        help="also write the report as JSON (schema kvbench.regressions/3)")
     parser.add_argument("--fail-on", default="never", choices=FAIL_ON,
                         help="exit 1 when a regression (or, with 'suspect', a regression or a "
                              "suspected one at an end of the history) is reported "
