@@ -141,7 +141,7 @@ def t_test_p(before: Sequence[float], after: Sequence[float]) -> float:
     runs come from one distribution and share one variance. With equal runs a side the
     statistic is Welch's; the degrees of freedom are 2n - 2 where Welch's fall towards n - 1
     when one side is much tighter, which a large step makes it (a busy-wait's runs spread
-    less than the call it slows), so at three runs a side Welch's t could not claim a
+    less than the call it slows), so at three runs a side Welch's t often cannot claim a
     many-fold step past ALPHA. On flat pairs both are calibrated (docs/decisions.md)."""
     import warnings
 
