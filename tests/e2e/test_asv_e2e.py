@@ -47,25 +47,29 @@ FREELIST_ROWS = r"kv_alloc\.KVAlloc\.track_us\('host/freelist'"
 #: CI run, so the threshold is 3x.
 FACTOR = "3.0"
 
-PLANT = textwrap.dedent(
-    f"""
 
-    # ---- e2e test: a PLANTED host-side slowdown (tests/test_asv_e2e.py) -----------------
-    import time as _plant_time
+def planted_alloc_source(busy_us: int) -> str:
+    """What a plant appends to kvbench/kernels/kv_alloc.py: HostFreeListAllocator.alloc
+    busy-waits `busy_us` more per call."""
+    return textwrap.dedent(
+        f"""
 
-    _plant_original_alloc = HostFreeListAllocator.alloc
+        # ---- e2e test: a PLANTED host-side slowdown (tests/e2e/test_asv_e2e.py) -------------
+        import time as _plant_time
 
-
-    def _plant_slow_alloc(self, n):
-        deadline = _plant_time.perf_counter() + {PLANT_US}e-6
-        while _plant_time.perf_counter() < deadline:
-            pass
-        return _plant_original_alloc(self, n)
+        _plant_original_alloc = HostFreeListAllocator.alloc
 
 
-    HostFreeListAllocator.alloc = _plant_slow_alloc
-    """
-)
+        def _plant_slow_alloc(self, n):
+            deadline = _plant_time.perf_counter() + {busy_us}e-6
+            while _plant_time.perf_counter() < deadline:
+                pass
+            return _plant_original_alloc(self, n)
+
+
+        HostFreeListAllocator.alloc = _plant_slow_alloc
+        """
+    )
 
 
 @dataclass
@@ -121,9 +125,15 @@ def harmless(n: int):
     return edit
 
 
-def plant(repo: Path) -> None:
-    with open(repo / "kvbench" / "kernels" / "kv_alloc.py", "a") as f:
-        f.write(PLANT)
+def planted(busy_us: int):
+    """An edit that plants a `busy_us` busy-wait in the production allocator's alloc."""
+    def edit(repo: Path) -> None:
+        with open(repo / "kvbench" / "kernels" / "kv_alloc.py", "a") as f:
+            f.write(planted_alloc_source(busy_us))
+    return edit
+
+
+plant = planted(PLANT_US)
 
 
 def asv_env(home: Path) -> dict[str, str]:

@@ -5,7 +5,7 @@ The history (built as in test_asv_e2e.py, from this checkout):
     c0 base   c1 harmless   c2 BREAKS the series   c3 restores it   c4 PLANT   c5 harmless
 
 c2 deletes kvbench.ops.kv_alloc.alloc_inputs, so the allocator suite records a skip there (an old
-commit lacking an API looks the same); c4 appends test_asv_e2e.PLANT, a 400 us busy-wait in
+commit lacking an API looks the same); c4 is test_asv_e2e.plant, a 400 us busy-wait in
 HostFreeListAllocator.alloc (~100x the ~4 us fragmented-state alloc: unmistakable on a
 loaded 2-core runner). The series is one combination of the allocator benchmark.
 
