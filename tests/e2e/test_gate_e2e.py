@@ -10,7 +10,7 @@ the same command exits 0. `kvbench compare b7 c8` says regression for the plante
 with fewer, a span without a stored noise model has too few differences left to judge.
 The plant is ~2,000x the call (GATE_PLANT_US), not the other e2e tests' ~100x: on a loaded
 2-core CI runner this ~4 us call has read 4 us or 8 us by process, commit after commit, and
-the newest-commit step such a nine-commit history can show (its MDE) was then ~110x.
+the smallest newest-commit step such a nine-commit history can detect (its MDE) was ~110x.
 Marked e2e (CI runs it).
 """
 
