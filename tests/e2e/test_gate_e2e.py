@@ -5,8 +5,9 @@
 `asv run` of the planted allocator case over every commit, then, with HEAD at c8 (the step
 is the newest commit, a single point), `kvbench regressions --confirm --fail-on regression`
 must re-measure the suspect against its parent and exit 1 naming c8; with HEAD at b7 (its parent)
-the same command exits 0. `kvbench compare b7 c8` says regression for the planted row, and
-`kvbench compare b1 b2` (two harmless commits) no change. Eight commits before the plant:
+the same command exits 0. `kvbench compare b7 c8` says regression for the planted row (and its
+recheck makes the claim again on fresh runs), and `kvbench compare b1 b2` (two harmless
+commits) no change. Eight commits before the plant:
 with fewer, a span without a stored noise model has too few differences left to judge.
 The plant is ~2,000x the call (GATE_PLANT_US), not the other e2e tests' ~100x: on a loaded
 2-core CI runner this ~4 us call has read 4 us or 8 us by process, commit after commit, and
@@ -68,9 +69,13 @@ def test_the_gate_confirms_a_step_at_the_newest_commit_and_compare_agrees(tmp_pa
                    "--bench", bench, "--rounds", "5", "--fail-on", "regression",
                    "--json", str(tmp_path / "cmp.json"))
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
-    outcome = {s["series"]: s["outcome"] for s in
-               json.loads((tmp_path / "cmp.json").read_text())["series"]}
+    pair = json.loads((tmp_path / "cmp.json").read_text())
+    outcome = {s["series"]: s["outcome"] for s in pair["series"]}
     assert outcome[SERIES] == "regression", outcome
+    # the claim was measured again (compare's recheck) and made again on the new runs alone
+    assert SERIES in pair["rechecked"]
+    (row,) = [s for s in pair["series"] if s["series"] == SERIES]
+    assert row["first"]["outcome"] == "regression" and row["first"]["after"] != row["after"]
 
     proc = kvbench(hist, "compare", c["b1"], c["b2"], "--machine", MACHINE, "--select", ROW,
                    "--bench", bench, "--rounds", "5", "--fail-on", "regression",

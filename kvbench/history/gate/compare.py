@@ -15,15 +15,22 @@ one value per series (the median of that process's samples). After the rounds, p
   the effect reach abtest.MDE_FLOOR;
 - everything else is inconclusive, with why.
 
+recheck() then measures the series called changed once more, in a second fresh A/B of only
+those series, and the claim stands only where that A/B makes it again: it is judged on the
+second A/B's runs alone (the first ones were selected for being extreme), so on two commits
+that change nothing a claim needs two independent false positives, and the effect reported
+is not inflated by the selection.
+
 The direction comes from the unit (latency up, GB/s down is a regression).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from kvbench.history.bisect import abtest
@@ -31,7 +38,7 @@ from kvbench.history.bisect.measurer import HIGHER_IS_BETTER, OK, AsvMeasurer, R
 
 #: The version of compare's --json (and of a `confirmation` in kvbench regressions' JSON):
 #: it changes when a key is renamed or removed or changes meaning (docs/verdicts.md).
-SCHEMA = "kvbench.compare/2"
+SCHEMA = "kvbench.compare/3"
 #: False discovery rate over the compared series of a "different" claim.
 FDR_Q = 0.05
 #: Per-series false-positive rate of a "different" claim: the raw t-test p must be at most
@@ -99,6 +106,8 @@ class SeriesComparison:
     ab: abtest.ABResult
     p_t: float  # t_test_p
     p_adjusted: float
+    #: where this verdict is recheck()'s: the first A/B's verdict, which called it changed
+    first: SeriesComparison | None = None
 
     def to_json(self) -> dict:
         return {"series": self.series, "unit": self.unit, "outcome": self.outcome,
@@ -106,7 +115,8 @@ class SeriesComparison:
                 "effect_pct": round(100 * self.ab.effect, 4),
                 "ci95_pct": [round(100 * self.ab.ci_low, 4), round(100 * self.ab.ci_high, 4)],
                 "mde_pct": round(100 * self.ab.mde, 4), "noise_pct": round(100 * self.ab.noise, 4),
-                "before": list(self.ab.before), "after": list(self.ab.after)}
+                "before": list(self.ab.before), "after": list(self.ab.after),
+                "first": self.first.to_json() if self.first else None}
 
 
 @dataclass
@@ -117,14 +127,17 @@ class Comparison:
     series: list[SeriesComparison] = field(default_factory=list)
     #: series measured on one side only, or with fewer than 2 runs a side: name -> why
     unmatched: dict[str, str] = field(default_factory=dict)
+    #: series recheck() measured again (those the first A/B called changed)
+    rechecked: list[str] = field(default_factory=list)
 
     def of(self, outcome: str) -> list[SeriesComparison]:
         return [s for s in self.series if s.outcome == outcome]
 
     def to_json(self) -> dict:
         return {"schema": SCHEMA, "base": self.base, "head": self.head,
-                "rounds": self.rounds, "fdr_q": FDR_Q,
+                "rounds": self.rounds, "fdr_q": FDR_Q, "alpha": ALPHA,
                 "summary": {o: len(self.of(o)) for o in abtest.OUTCOMES},
+                "rechecked": list(self.rechecked),
                 "series": [s.to_json() for s in self.series], "unmatched": self.unmatched}
 
 
@@ -196,8 +209,11 @@ def judge(base: str, head: str, runs: dict[str, tuple[list[float], list[float]]]
 
 
 def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
-                units: dict[str, str], log=print) -> Comparison:
-    """`rounds` interleaved asv runs of base and head, then judge()."""
+                units: dict[str, str], only: Collection[str] | None = None,
+                log=print) -> Comparison:
+    """`rounds` interleaved asv runs of base and head, then judge() of every series measured,
+    or of the `only` ones (the family a recheck or a confirmation tests; the measuring
+    process may measure their neighbours too)."""
     runs: dict[str, tuple[list[float], list[float]]] = {}
     for i in range(rounds):
         order = [base, head] if i % 2 == 0 else [head, base]
@@ -210,4 +226,45 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
                 b.append(measured[head][name].value)
         log(f"round {i + 1}/{rounds}: {len(measured[base])} series at {base[:8]}, "
             f"{len(measured[head])} at {head[:8]}")
+    if only is not None:
+        runs = {name: r for name, r in runs.items() if name in set(only)}
     return judge(base, head, runs, units, rounds)
+
+
+#: The outcomes recheck() measures again: the claims.
+CHANGED = (abtest.REGRESSION, abtest.IMPROVEMENT)
+
+
+def recheck(first: Comparison, measure: Callable[[list[str]], Comparison]) -> Comparison:
+    """`first` with every series it called changed measured again and judged on the new runs.
+
+    measure(names) runs a second fresh A/B of exactly those series and judges them (the
+    command: run_compare over the same measurer, narrowed to them). Per series: the second
+    A/B's verdict, with the first one attached (`first`), except that a claim the second A/B
+    reverses (a regression it calls an improvement, or the other way) is inconclusive. A
+    series the second A/B did not measure is inconclusive too; a claim is never kept on the
+    first A/B's runs alone."""
+    flagged = [s.series for s in first.series if s.outcome in CHANGED]
+    if not flagged:
+        return first
+    second = {s.series: s for s in measure(flagged).series}
+    out = Comparison(first.base, first.head, first.rounds, unmatched=dict(first.unmatched),
+                     rechecked=flagged)
+    for s in first.series:
+        fresh = second.get(s.series)
+        if s.outcome not in CHANGED:
+            out.series.append(s)
+        elif fresh is None:
+            out.series.append(dataclasses.replace(
+                s, outcome=abtest.INCONCLUSIVE, first=s,
+                reason=f"the first A/B said {s.outcome}; the recheck measured no runs of it"))
+        elif fresh.outcome in CHANGED and fresh.outcome != s.outcome:
+            out.series.append(dataclasses.replace(
+                fresh, outcome=abtest.INCONCLUSIVE, first=s,
+                reason=f"the first A/B said {s.outcome}, the recheck {fresh.outcome}"))
+        else:
+            verb = "made again" if fresh.outcome == s.outcome else "not made again"
+            out.series.append(dataclasses.replace(
+                fresh, first=s, reason=f"{fresh.reason} (recheck: the first A/B's "
+                                       f"{s.outcome} {verb})"))
+    return out

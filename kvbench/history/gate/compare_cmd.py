@@ -1,17 +1,20 @@
 """`kvbench compare BASE HEAD`: every series of two commits, measured fresh, A/B.
 
     kvbench compare BASE HEAD [--bench REGEX] [--select CLASS] [--rounds N] [--machine M]
-                    [--json PATH] [--fail-on regression|never] [--config PATH]
+                    [--json PATH] [--fail-on regression|never] [--no-recheck] [--config PATH]
 
 Runs `--rounds` interleaved asv runs of both commits in a private results directory (the
 user's results/ is never touched), then judges every series (kvbench.history.gate.compare):
 regression / improvement / no change / inconclusive, each with its effect, interval and p.
-Prints one line per changed series (worst first), then the counts. Exit status: 0; 1 with
-`--fail-on regression` when a regression is found; 2 on bad input.
+The series called changed are then measured again, `--rounds` more runs a side of only them,
+and judged on those runs (compare.recheck; `--no-recheck` skips it). Prints one line per
+changed series (worst first), then the counts. Exit status: 0; 1 with `--fail-on regression`
+when a regression is found; 2 on bad input.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from kvbench.history import command
@@ -44,6 +47,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the result")
     parser.add_argument("--fail-on", default="never", choices=("regression", "never"),
                         help="exit 1 when a regression is found (default: %(default)s)")
+    parser.add_argument("--recheck", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure the series the first A/B calls changed once more and "
+                             "keep a claim only where the new runs make it again (default: "
+                             "on; two commits that change nothing then fail a gate only on "
+                             "two independent false positives)")
 
 
 def format_comparison(result) -> str:
@@ -53,13 +61,18 @@ def format_comparison(result) -> str:
     changed = [s for s in result.series if s.outcome in (abtest.REGRESSION, abtest.IMPROVEMENT)]
     changed.sort(key=lambda s: (s.outcome != abtest.REGRESSION, -abs(s.ab.effect)))
     for s in changed:
+        first = (f"  (first A/B {100 * s.first.ab.effect:+.2f}%, p {s.first.p_t:.2g})"
+                 if s.first else "")
         lines.append(f"{s.outcome:12s} {100 * s.ab.effect:+7.2f}% [{100 * s.ab.ci_low:+.2f}, "
                      f"{100 * s.ab.ci_high:+.2f}]  p {s.p_t:.2g} (BH {s.p_adjusted:.2g})  "
-                     f"{s.series}")
+                     f"{s.series}{first}")
     counts = ", ".join(f"{len(result.of(o))} {o}" for o in abtest.OUTCOMES)
+    kept = sum(s.outcome == s.first.outcome for s in result.series if s.first)
     lines.append(f"{result.base[:8]} -> {result.head[:8]}: {len(result.series)} series over "
                  f"{result.rounds} runs a side: {counts}"
-                 + (f"; {len(result.unmatched)} not comparable" if result.unmatched else ""))
+                 + (f"; {len(result.unmatched)} not comparable" if result.unmatched else "")
+                 + (f"; {len(result.rechecked)} called changed measured again, {kept} "
+                    "reproduced" if result.rechecked else ""))
     return "\n".join(lines)
 
 
@@ -73,7 +86,7 @@ def run(args) -> int:
     from kvbench.history.asv.machine import check_machine, default_machine
     from kvbench.history.asv.repo import repository_of, resolve
     from kvbench.history.bisect import abtest
-    from kvbench.history.gate.compare import SuiteMeasurer, run_compare
+    from kvbench.history.gate.compare import SuiteMeasurer, recheck, run_compare
 
     try:
         if args.rounds > MAX_ROUNDS:
@@ -99,6 +112,9 @@ def run(args) -> int:
         benchmarks = json.loads((measurer.results_dir / "benchmarks.json").read_text())
         units = {k: v.get("unit") for k, v in benchmarks.items() if isinstance(v, dict)}
         result = run_compare(measurer, base, head, rounds=args.rounds, units=units)
+        if args.recheck:
+            result = recheck(result, lambda names: _measure_again(measurer, args, base, head,
+                                                                  units, names))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(format_comparison(result))
@@ -108,6 +124,19 @@ def run(args) -> int:
     if args.fail_on == "regression" and result.of(abtest.REGRESSION):
         return 1
     return 0
+
+
+def _measure_again(measurer, args, base: str, head: str, units: dict[str, str],
+                   names: list[str]):
+    """A second fresh A/B of exactly `names`: their benchmarks, their narrowest selection."""
+    from kvbench.history.gate.compare import run_compare
+    from kvbench.history.gate.selection import bench_regex, narrowest_selection
+
+    measurer.bench = bench_regex(names)
+    measurer.select = narrowest_selection(names) or args.select
+    print(f"recheck: {len(names)} series called changed, {args.rounds} more runs a side "
+          f"(selection {measurer.select or 'the whole suite'})", flush=True)
+    return run_compare(measurer, base, head, rounds=args.rounds, units=units, only=names)
 
 
 def main(argv: list[str] | None = None) -> int:

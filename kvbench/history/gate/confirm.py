@@ -3,16 +3,15 @@
 A suspect is one point at an end of the history (regressions.py): a step or an outlier,
 which the history cannot tell apart. For each suspect commit the suite is measured again,
 parent against commit, in interleaved process runs (compare.run_compare: only the suspect
-series' benchmarks, and only their one case or class where they share one,
-narrowest_selection), and each suspect series is judged by compare.judge: a regression (or
-improvement) in the fresh runs becomes a reported finding with the A/B evidence attached; no
-change dismisses it; anything else leaves it a suspect, with the evidence.
+series' benchmarks, and only their one case or class where they share one: selection.py),
+and each suspect series is judged by compare.judge: a regression (or improvement) in the
+fresh runs becomes a reported finding with the A/B evidence attached; no change dismisses
+it; anything else leaves it a suspect, with the evidence.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 
 from kvbench.history.bisect import abtest
@@ -49,28 +48,3 @@ def confirm(verdicts, measure: Callable[[str, str, list], Comparison]):
         v.findings = [replaced.get(id(f), f) for f in v.findings if replaced.get(id(f), f)]
     verdicts.dismissed = dismissed
     return verdicts
-
-
-def bench_regex(findings) -> str:
-    """asv --bench regex matching exactly the findings' benchmarks (asv matches a
-    parameterized benchmark by its name with the params: `name(...)`)."""
-    names = sorted({f.series.benchmark for f in findings})
-    return "^(" + "|".join(re.escape(n) for n in names) + r")(\(|$)"
-
-
-def narrowest_selection(findings) -> str | None:
-    """The suite's selection (KVBENCH_ASV_SELECT) that measures every finding's series and
-    least else: their one case ("Class('row', 'fp16', 'b1_c4k')", its latency and GB/s
-    series alike) when they share one, else their one class, else None (the whole suite)."""
-    if any(f.series.benchmark.count(".") < 2 for f in findings):
-        return None
-    classes = {f.series.benchmark.split(".")[-2] for f in findings}
-    cases = {f.series.params for f in findings}
-    if len(classes) != 1:
-        return None
-    (cls,) = classes
-    if len(cases) == 1:
-        (params,) = cases
-        if params:
-            return f"{cls}({', '.join(params)})"
-    return cls

@@ -52,16 +52,17 @@ def _confirm(args, verdicts):
 
     from kvbench.history.asv.repo import repository_of
     from kvbench.history.gate.compare import SuiteMeasurer, run_compare
-    from kvbench.history.gate.confirm import bench_regex, confirm, narrowest_selection
+    from kvbench.history.gate.confirm import confirm
+    from kvbench.history.gate.selection import bench_regex, narrowest_selection
 
     root = repository_of(Path(args.results))
 
     def measure(parent: str, commit: str, findings: list):
+        names = [f.series.name for f in findings]
         workdir = Path(tempfile.mkdtemp(prefix="kvbench-confirm-"))
         try:
             measurer = SuiteMeasurer(root, verdicts.history.machine, workdir,
-                                     bench=bench_regex(findings),
-                                     select=narrowest_selection(findings),
+                                     bench=bench_regex(names), select=narrowest_selection(names),
                                      conf_path=Path(args.config) if args.config else None)
             measurer.discover(commit)
             benchmarks = json.loads((measurer.results_dir / "benchmarks.json").read_text())
@@ -69,6 +70,7 @@ def _confirm(args, verdicts):
             print(f"confirming {len(findings)} suspect series at {commit[:8]} against "
                   f"{parent[:8]} ({args.rounds} runs a side)", file=sys.stderr, flush=True)
             return run_compare(measurer, parent, commit, rounds=args.rounds, units=units,
+                               only=names,
                                log=lambda text: print(text, file=sys.stderr, flush=True))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from kvbench.history.bisect import abtest
 from kvbench.history.gate import compare
-from kvbench.history.gate.confirm import bench_regex, confirm, narrowest_selection
+from kvbench.history.gate.confirm import confirm
+from kvbench.history.gate.selection import bench_regex, narrowest_selection, split_name
 from kvbench.history.verdict.regressions import analyze
 from kvbench.history.verdict.results import History, Point, Series
 
@@ -38,7 +38,7 @@ def test_a_slower_series_among_many_flat_ones_is_the_one_regression():
     assert 0.15 < slow.ab.effect < 0.25 and slow.ab.ci_low > 0 and slow.p_adjusted <= compare.FDR_Q
     data = result.to_json()
     assert data["summary"]["regression"] == 2
-    assert data["schema"] == compare.SCHEMA == "kvbench.compare/2" and "p_t" in data["series"][0]
+    assert data["schema"] == compare.SCHEMA == "kvbench.compare/3" and "p_t" in data["series"][0]
 
 
 def test_two_identical_commits_give_no_regression_and_few_rounds_stay_inconclusive():
@@ -125,22 +125,22 @@ def test_confirm_turns_a_suspect_into_a_regression_or_dismisses_it():
 
 def test_confirm_measures_only_the_suspects_benchmarks_and_case():
     verdicts = analyze(_history_with_newest_step(0.2))
-    regex = bench_regex(verdicts.suspects)
+    names = [f.series.name for f in verdicts.suspects]
+    regex = bench_regex(names)
     assert re.search(regex, "m.C.track_us('a')") and re.search(regex, "m.C.track_us")
     assert not re.search(regex, "m.C.track_gbps('a')")
-    assert narrowest_selection(verdicts.suspects) == "C('a')"  # one case: that case alone
+    assert narrowest_selection(names) == "C('a')"  # one case: that case alone
 
 
 def test_the_selection_widens_to_the_class_then_to_the_suite():
-    def finding(benchmark, *params):
-        return SimpleNamespace(series=SimpleNamespace(benchmark=benchmark, params=params))
-
-    us, gbps = finding("m.C.track_us", "'a'", "64"), finding("m.C.track_gbps", "'a'", "64")
+    us, gbps = "m.C.track_us('a', 64)", "m.C.track_gbps('a', 64)"
+    assert split_name(us) == ("m.C.track_us", "'a', 64") and split_name("m.C.t") == ("m.C.t", "")
     assert narrowest_selection([us, gbps]) == "C('a', 64)"  # latency and GB/s: one case
-    assert narrowest_selection([us, finding("m.C.track_us", "'b'", "64")]) == "C"
-    assert narrowest_selection([us, finding("m.D.track_us", "'a'", "64")]) is None
-    assert narrowest_selection([finding("m.C.track_us")]) == "C"
-    assert narrowest_selection([finding("track_us", "'a'")]) is None
+    assert narrowest_selection([us, "m.C.track_us('b', 64)"]) == "C"
+    assert narrowest_selection([us, "m.D.track_us('a', 64)"]) is None
+    assert narrowest_selection(["m.C.track_us"]) == "C"
+    assert narrowest_selection(["track_us('a')"]) is None
+    assert narrowest_selection([]) is None
 
 
 def test_the_exit_status_follows_fail_on():
@@ -177,3 +177,94 @@ def test_three_noisy_runs_against_three_tight_ones_of_a_large_step_are_a_regress
                                   [4.16991e-4, 4.180935e-4, 4.05655e-4])}
     (only,) = compare.judge("a" * 40, "b" * 40, runs, UNITS, 3).series
     assert only.outcome == abtest.REGRESSION and only.p_t < compare.ALPHA / 10, only.reason
+
+
+# ---- compare's recheck ------------------------------------------------------------------------
+
+def _first(rng, flagged: dict[str, float], flat: int = 30) -> compare.Comparison:
+    """A first A/B: `flat` unchanged series plus the `flagged` ones at the given head/base
+    factor (each called a regression or an improvement)."""
+    runs = {f"m.C.track_us('s{i}')": (_runs(rng, 1e-5), _runs(rng, 1e-5)) for i in range(flat)}
+    for name, factor in flagged.items():
+        runs[name] = (_runs(rng, 1e-5), _runs(rng, factor * 1e-5))
+    return compare.judge("a" * 40, "b" * 40, runs, UNITS, 5)
+
+
+def test_recheck_measures_only_the_claims_and_keeps_those_the_new_runs_make_again():
+    rng = np.random.default_rng(11)
+    flagged = {"m.C.track_us('real')": 1.3, "m.C.track_us('fluke')": 1.3,
+               "m.C.track_us('flip')": 1.3, "m.C.track_us('gone')": 1.3,
+               "m.C.track_us('faster')": 0.7}
+    first = _first(rng, flagged)
+    assert {s.series for s in first.series if s.outcome in compare.CHANGED} == set(flagged)
+    second_factor = {"m.C.track_us('real')": 1.25, "m.C.track_us('fluke')": 1.0,
+                     "m.C.track_us('flip')": 0.75, "m.C.track_us('faster')": 0.7}
+    asked = []
+
+    def measure(names):
+        asked.append(sorted(names))
+        runs = {n: (_runs(rng, 1e-5), _runs(rng, second_factor[n] * 1e-5))
+                for n in names if n in second_factor}
+        return compare.judge("a" * 40, "b" * 40, runs, UNITS, 5)
+
+    out = compare.recheck(first, measure)
+    assert asked == [sorted(flagged)]  # one second A/B, of the claims alone
+    by = {s.series: s for s in out.series}
+    assert len(out.series) == len(first.series) and out.rechecked == sorted(
+        flagged, key=[s.series for s in first.series].index)
+    real = by["m.C.track_us('real')"]
+    assert real.outcome == abtest.REGRESSION and real.first.outcome == abtest.REGRESSION
+    assert 0.2 < real.ab.effect < 0.3  # the second A/B's effect, not the first's +30%
+    assert "made again" in real.reason
+    assert by["m.C.track_us('fluke')"].outcome == abtest.NO_CHANGE
+    assert "not made again" in by["m.C.track_us('fluke')"].reason
+    assert by["m.C.track_us('flip')"].outcome == abtest.INCONCLUSIVE  # reversed
+    assert by["m.C.track_us('gone')"].outcome == abtest.INCONCLUSIVE  # not measured again
+    assert by["m.C.track_us('faster')"].outcome == abtest.IMPROVEMENT
+    assert by["m.C.track_us('s0')"].first is None  # not a claim: not measured again
+    data = out.to_json()
+    fluke = next(s for s in data["series"] if s["series"] == "m.C.track_us('fluke')")
+    assert fluke["first"]["outcome"] == abtest.REGRESSION and data["rechecked"] == out.rechecked
+    plain = next(s for s in data["series"] if s["series"] == "m.C.track_us('s0')")
+    assert plain["first"] is None and data["alpha"] == compare.ALPHA
+
+
+def test_recheck_of_a_comparison_without_claims_measures_nothing():
+    first = _first(np.random.default_rng(12), {})
+    assert first.of(abtest.REGRESSION) == first.of(abtest.IMPROVEMENT) == []
+
+    def measure(names):
+        raise AssertionError(f"measured {names}")
+
+    assert compare.recheck(first, measure) is first
+
+
+def test_a_first_stage_false_claim_rarely_survives_the_recheck():
+    """On two commits that change nothing, whatever the first A/B called changed (here each
+    of 300 flat series forced to look +30% in the first runs) is judged on fresh flat runs:
+    a claim survives at compare.ALPHA per series (expected 0.3 here; at most 2 allowed)."""
+    rng = np.random.default_rng(13)
+    names = [f"m.C.track_us('f{i}')" for i in range(300)]
+    first = compare.judge("a" * 40, "b" * 40,
+                          {n: (_runs(rng, 1e-5), _runs(rng, 1.3e-5)) for n in names}, UNITS, 5)
+    assert len(first.of(abtest.REGRESSION)) == 300
+    out = compare.recheck(first, lambda asked: compare.judge(
+        "a" * 40, "b" * 40, {n: (_runs(rng, 1e-5), _runs(rng, 1e-5)) for n in asked}, UNITS, 5))
+    assert len(out.of(abtest.REGRESSION)) + len(out.of(abtest.IMPROVEMENT)) <= 2
+    assert len(out.of(abtest.NO_CHANGE)) > 250
+
+
+def test_run_compare_judges_only_the_named_series():
+    class Measurer:
+        def measure_all(self, commits):
+            return [{"m.C.track_us('x')": SimpleRun(1e-5), "m.C.track_us('y')": SimpleRun(2e-5)}
+                    for _ in commits]
+
+    result = compare.run_compare(Measurer(), "a" * 40, "b" * 40, rounds=2, units=UNITS,
+                                 only=["m.C.track_us('x')"], log=lambda text: None)
+    assert [s.series for s in result.series] == ["m.C.track_us('x')"]
+
+
+class SimpleRun:
+    def __init__(self, value):
+        self.value = value
