@@ -227,7 +227,8 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
         log(f"round {i + 1}/{rounds}: {len(measured[base])} series at {base[:8]}, "
             f"{len(measured[head])} at {head[:8]}")
     if only is not None:
-        runs = {name: r for name, r in runs.items() if name in set(only)}
+        keep = set(only)
+        runs = {name: r for name, r in runs.items() if name in keep}
     return judge(base, head, runs, units, rounds)
 
 
