@@ -268,3 +268,25 @@ def test_run_compare_judges_only_the_named_series():
 class SimpleRun:
     def __init__(self, value):
         self.value = value
+
+
+def test_the_printed_comparison_shows_the_first_ab_beside_a_rechecked_claim():
+    import argparse
+
+    from kvbench.history.gate import compare_cmd
+
+    rng = np.random.default_rng(14)
+    first = _first(rng, {"m.C.track_us('slow')": 1.3}, flat=3)
+    out = compare.recheck(first, lambda names: compare.judge(
+        "a" * 40, "b" * 40, {n: (_runs(rng, 1e-5), _runs(rng, 1.3e-5)) for n in names},
+        UNITS, 5))
+    lines = compare_cmd.format_comparison(out).splitlines()
+    assert lines[0].startswith("regression") and "m.C.track_us('slow')" in lines[0]
+    assert "(first A/B +" in lines[0]
+    assert lines[-1].endswith("1 called changed measured again, 1 reproduced")
+    assert "measured again" not in compare_cmd.format_comparison(first)
+
+    parser = argparse.ArgumentParser()
+    compare_cmd.add_arguments(parser)
+    assert parser.parse_args(["a", "b"]).recheck is True
+    assert parser.parse_args(["a", "b", "--no-recheck"]).recheck is False
