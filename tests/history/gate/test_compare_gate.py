@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -257,17 +258,12 @@ def test_a_first_stage_false_claim_rarely_survives_the_recheck():
 def test_run_compare_judges_only_the_named_series():
     class Measurer:
         def measure_all(self, commits):
-            return [{"m.C.track_us('x')": SimpleRun(1e-5), "m.C.track_us('y')": SimpleRun(2e-5)}
-                    for _ in commits]
+            return [{"m.C.track_us('x')": SimpleNamespace(value=1e-5),
+                     "m.C.track_us('y')": SimpleNamespace(value=2e-5)} for _ in commits]
 
     result = compare.run_compare(Measurer(), "a" * 40, "b" * 40, rounds=2, units=UNITS,
                                  only=["m.C.track_us('x')"], log=lambda text: None)
     assert [s.series for s in result.series] == ["m.C.track_us('x')"]
-
-
-class SimpleRun:
-    def __init__(self, value):
-        self.value = value
 
 
 def test_the_printed_comparison_shows_the_first_ab_beside_a_rechecked_claim():
