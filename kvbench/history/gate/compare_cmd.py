@@ -56,9 +56,10 @@ def add_arguments(parser) -> None:
 
 def format_comparison(result) -> str:
     from kvbench.history.bisect import abtest
+    from kvbench.history.gate.compare import CHANGED
 
     lines = []
-    changed = [s for s in result.series if s.outcome in (abtest.REGRESSION, abtest.IMPROVEMENT)]
+    changed = [s for s in result.series if s.outcome in CHANGED]
     changed.sort(key=lambda s: (s.outcome != abtest.REGRESSION, -abs(s.ab.effect)))
     for s in changed:
         first = (f"  (first A/B {100 * s.first.ab.effect:+.2f}%, p {s.first.p_t:.2g})"
