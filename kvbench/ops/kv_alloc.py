@@ -55,29 +55,35 @@ def prepare_state(manager: Backend, state: str, *, n: int) -> None:
     got = manager.state
     if got != state:
         raise AssertionError(f"prepare_state({state!r}, n={n}) left the manager in {got!r}")
-    _warm_view_path(manager.device)
+    _warm_result_paths(manager.device)
 
 
-#: One small tensor per device, sliced at the end of every prepare_state (_warm_view_path).
-_VIEW_PROBES: dict[torch.device, torch.Tensor] = {}
+#: Per device, a small tensor the reset's epilogue slices, and one host array it wraps
+#: (_warm_result_paths).
+_RESULT_PROBES: dict[torch.device, tuple[torch.Tensor, np.ndarray]] = {}
 
 
-def _warm_view_path(device: torch.device) -> None:
-    """End every reset with the same torch call, a view of a private tensor.
+def _warm_result_paths(device: torch.device) -> None:
+    """End every reset with the same torch calls: a view of a private device tensor and a
+    tensor over a private numpy array, the two ways an allocator builds what alloc returns.
 
     Why: the timed alloc after a reset pays for whatever host code the reset left cold, and
-    the resets differ. bump's ends with an alloc that slices the row table, so torch's view
-    path is warm for the alloc that follows; run_search's and fragmented's end with a free of
-    host rows, so their first alloc paid for cold torch code before it did anything of its
-    own (docs/allocator.md: a bare first slice cost the same). The benchmark would
-    measure the reset, not the state. One identical, allocator-independent epilogue gives
-    every state the same starting point, as in an engine, whose host runs torch calls between
+    the resets differ. bump's ends with an alloc, which on a device slices the row table and
+    on a CPU wraps a numpy copy (`torch.from_numpy`), so that path is warm for the alloc that
+    follows; run_search's and fragmented's end with a free of host rows, so their first alloc
+    paid for cold torch code before it did anything of its own (docs/allocator.md). The
+    benchmark would measure the reset, and how much of torch's code it happened to evict in
+    that process, not the state. One identical, allocator-independent epilogue gives every
+    state the same starting point, as in an engine, whose host runs torch calls between
     allocations; the allocator's own data stays as cold as the reset left it.
     """
-    probe = _VIEW_PROBES.get(device)
-    if probe is None:
-        probe = _VIEW_PROBES[device] = torch.zeros(2, dtype=torch.int64, device=device)
-    probe[0:1]
+    probes = _RESULT_PROBES.get(device)
+    if probes is None:
+        probes = _RESULT_PROBES[device] = (torch.zeros(2, dtype=torch.int64, device=device),
+                                           np.zeros(2, dtype=np.int64))
+    view, host = probes
+    view[0:1]
+    torch.from_numpy(host[0:1].copy())
 
 
 def checked_alloc(manager: Backend, n: int) -> torch.Tensor:

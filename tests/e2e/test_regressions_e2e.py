@@ -8,9 +8,9 @@ PREFER lowers the registry priority of the allocator's host/freelist row below t
 with no measured perf table (a fresh HOME), `auto` then runs torch/legacy from c2 on, a slower
 allocator on the run_search state. `asv run` of the KVAlloc class over every commit; then the
 regressions engine over those results must find the auto run_search series' step at c2 (four
-measured commits on each side: one measuring process per commit reads a host series up to
-~2.5x apart between identical commits on the 2-core runner under load, and the engine counts
-a side of three commits or fewer as one commit) and
+measured commits on each side: one measuring process per commit reads a host series well
+apart between identical commits on the 2-core runner under load, and the engine counts a side
+of three commits or fewer as one commit) and
 say why from the sidecars the suite wrote: "auto switched host/freelist -> torch/legacy".
 The series selected by name keep their row (no switch fact there), and every measured case's
 sidecar record carries what the host gate saw. Marked e2e (CI runs it).

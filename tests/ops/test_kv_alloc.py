@@ -434,17 +434,30 @@ def snapshot_backend(a: HostFreeListAllocator) -> tuple:
     )
 
 
-def test_prepare_state_ends_every_state_with_the_same_view_call(monkeypatch):
-    """The timed alloc after a reset must not inherit a warm or cold torch view path from
-    the reset's own composition (bump's reset slices, the others did not): every state's
-    reset ends with the one probe slice."""
+def test_prepare_state_ends_every_state_with_the_same_torch_calls(monkeypatch):
+    """The timed alloc after a reset must not inherit a warm or cold torch path from the
+    reset's own composition (bump's reset ends with an alloc, the others with a free):
+    every state's reset ends with the one epilogue."""
 
     calls = []
-    monkeypatch.setattr(kv_alloc_op, "_warm_view_path", lambda dev: calls.append(dev))
+    monkeypatch.setattr(kv_alloc_op, "_warm_result_paths", lambda dev: calls.append(dev))
     m = KVCacheManager(256, device="cpu", impl="host/freelist")
     for state in STATES:
         prepare_state(m, state, n=4)
     assert calls == [m.device] * len(STATES)
+
+
+def test_the_epilogue_warms_both_ways_an_allocator_builds_its_result(monkeypatch):
+    """A view of a device tensor (host/freelist's device paths) and a tensor over a numpy
+    array (its CPU path): the epilogue runs each once per reset."""
+    seen = []
+    real_from_numpy = torch.from_numpy
+    monkeypatch.setattr(torch, "from_numpy", lambda a: seen.append(a.shape) or real_from_numpy(a))
+    kv_alloc_op._warm_result_paths(torch.device("cpu"))
+    kv_alloc_op._warm_result_paths(torch.device("cpu"))
+    assert seen == [(1,), (1,)]
+    view, host = kv_alloc_op._RESULT_PROBES[torch.device("cpu")]
+    assert view.device.type == "cpu" and host.dtype == np.int64
 
 
 def test_prepare_state_errors():
