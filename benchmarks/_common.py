@@ -34,12 +34,13 @@ kvbench.measure.pipeline are measured with the suite of their own tree: docs/his
 stay literal here: nothing imports torch at module level, so discovery and the lookup processes stay
 fast, and no CUDA state exists before asv forks.
 
-Measuring one class or one case (`kvbench bisect`). When KVBENCH_ASV_SELECT names a class
-("KVAlloc") the measuring process measures that class only; when it names one case as
-"Class(param, ...)" (the params repr'd as asv names a combination, e.g.
-"KVAlloc('host/freelist', 'fragmented', 64)"), that case only: the other classes are not run,
-the selected class builds only the inputs the case needs, and every other case is recorded as
-a skip "not selected". The suite, not the commit,
+Measuring a few classes or cases (`kvbench bisect`, a compare's recheck, `regressions
+--confirm`). When KVBENCH_ASV_SELECT names a class ("KVAlloc") the measuring process measures
+that class only; when it names one case as "Class(param, ...)" (the params repr'd as asv names
+a combination, e.g. "KVAlloc('host/freelist', 'fragmented', 64)"), that case only: the other
+classes are not run, the selected class builds only the inputs the case needs, and every other
+case is recorded as a skip "not selected". Several names, separated by ";", select what each
+names. The suite, not the commit,
 reads the variable, so it works on old commits too; names, params and `version` are the same
 as in a full run, so such a run's number belongs to the same series.
 

@@ -78,8 +78,11 @@ CPU_PLAUSIBILITY_CALIBRATION_BYTES = 64 << 20
 QUICK_CEILINGS_FILE = "kvbench-quick-ceilings.json"
 #: The `auto` selector: dispatch picks the row (its explanation is recorded).
 AUTO = "auto"
-#: The variable naming the one class or case a measuring process measures (benchmarks/_common.py).
+#: The variable naming the classes or cases a measuring process measures (benchmarks/_common.py).
 SELECT_VAR = "KVBENCH_ASV_SELECT"
+#: Between the names of a selection of several ("KVAlloc; PagedDecode('auto', 'fp16', 'b1_c4k')"):
+#: a case's own params hold commas, never this.
+SELECT_SEPARATOR = ";"
 #: The skip recorded for the cases a selective run leaves out.
 NOT_SELECTED = "not selected: this run measures only"
 #: The key under which a class a selective run leaves out is recorded.
@@ -127,10 +130,16 @@ def case_label(cls: str, key: tuple) -> str:
     return f"{cls}({', '.join(map(repr, key))})"
 
 
+def selected_names(wanted: str) -> tuple[str, ...]:
+    """The classes and cases a SELECT_VAR value names, in its order (SELECT_SEPARATOR between
+    them; blanks around a name are not part of it)."""
+    return tuple(name.strip() for name in wanted.split(SELECT_SEPARATOR) if name.strip())
+
+
 def selects_class(wanted: str, cls: str) -> bool:
     """SELECT_VAR's value names `cls`: the class alone ("KVAlloc") or one of its cases
-    ("KVAlloc('host/freelist', 'fragmented', 64)")."""
-    return wanted == cls or wanted.startswith(f"{cls}(")
+    ("KVAlloc('host/freelist', 'fragmented', 64)"), among the names it holds."""
+    return any(name == cls or name.startswith(f"{cls}(") for name in selected_names(wanted))
 
 
 def measured(timing: Any, moved_bytes: float | None, *, selected: str, max_abs_diff: float | None,
@@ -357,9 +366,12 @@ class Worker:
     # ---- cases and groups -----------------------------------------------------------------
 
     def not_selected(self, key: tuple) -> str | None:
-        """The skip reason of `key` when SELECT_VAR names another case, else None."""
+        """The skip reason of `key` when SELECT_VAR names neither its class nor it, else None."""
         wanted = self.select
-        if not wanted or self.cls is None or wanted in (self.cls, case_label(self.cls, tuple(key))):
+        if not wanted or self.cls is None:
+            return None
+        names = selected_names(wanted)
+        if self.cls in names or case_label(self.cls, tuple(key)) in names:
             return None
         return f"{NOT_SELECTED} {wanted}"
 

@@ -31,8 +31,9 @@ SETTINGS: dict[str, str] = {
     "KVBENCH_FLASHINFER_ALLOW_JIT": "1: FlashInfer may compile a module the carry lacks",
     "KVBENCH_NPM_CACHE": "where `kvbench publish` keeps npm tarballs (default: cache root)",
     "KVBENCH_SKIP_BROWSER": "1: the dashboard test skips its headless-browser render",
-    "KVBENCH_ASV_SELECT": "the one case an asv measuring process measures, as "
-                          "Class(params) (set by `kvbench bisect`; benchmarks/_common.py)",
+    "KVBENCH_ASV_SELECT": "the classes or Class(params) cases an asv measuring process "
+                          "measures, ';' between names (set by `kvbench bisect`, compare's "
+                          "recheck, --confirm; benchmarks/_common.py)",
     "KVBENCH_TORCH_CPU_INDEX": "scripts/setup.sh: the package index tried first for a CPU "
                                "torch build",
     "KVBENCH_TORCH_CPU_VERSION": "scripts/setup.sh: the CPU torch release pinned when that "

@@ -74,3 +74,37 @@ def test_selected_run_through_the_isolated_child_keeps_one_case(monkeypatch):
     assert [k for k, v in alloc.items() if "samples_s" in v] == [SELECTED]
     with pytest.raises(NotImplementedError, match="not selected"):
         _common.class_results(out, "DispatchOverhead")
+
+
+def test_a_selection_of_several_names_measures_what_each_names(monkeypatch):
+    """A compare's recheck over claims in several classes: two cases of one class and a
+    whole other class, ';' between them; the suite's remaining classes do not run."""
+    other = ("auto", "bump", 1)
+    names = [_common.case_label("KVAlloc", SELECTED), "DispatchOverhead",
+             _common.case_label("KVAlloc", other)]
+    monkeypatch.setenv(_common.SELECT_VAR, " ; ".join(names))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    ran = []
+    monkeypatch.setattr(dispatch_overhead, "measure", lambda w: ran.append(w.cls) or {})
+    out = _common.measure_group_here("suite")
+
+    assert ran == ["DispatchOverhead"]
+    alloc = _common.class_results(out, "KVAlloc")
+    assert sorted(k for k, v in alloc.items() if "samples_s" in v) == sorted([SELECTED, other])
+    rest = [cls for _, _, cls in _common.GROUPS["suite"]
+            if cls not in ("KVAlloc", "DispatchOverhead")]
+    assert rest
+    for cls in rest:
+        with pytest.raises(NotImplementedError, match="not selected"):
+            _common.class_results(out, cls)
+
+
+def test_the_suite_and_kvbench_split_a_selection_alike():
+    from benchmarks.runner import worker
+    from kvbench.history.gate import selection
+
+    assert worker.SELECT_SEPARATOR == selection.SELECT_SEPARATOR
+    joined = selection.narrowest_selection(
+        ["kv_alloc.KVAlloc.track_us('auto', 'bump', 1)", "kv_write.KVWrite.track_us('x')"])
+    assert worker.selected_names(joined) == ("KVAlloc('auto', 'bump', 1)", "KVWrite('x')")
+    assert worker.selects_class(joined, "KVWrite") and not worker.selects_class(joined, "KVW")

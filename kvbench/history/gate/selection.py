@@ -3,7 +3,8 @@
 `kvbench regressions --confirm` (its suspects) and `kvbench compare`'s recheck (the series its
 first A/B called changed) measure a handful of series again. asv's --bench regex picks their
 benchmarks, and the suite's selection (KVBENCH_ASV_SELECT) narrows each measuring process to
-their one case, or their one class, so a recheck costs a case's processes and not the suite's.
+their case or their class, per class, so a recheck costs those cases' processes and not the
+suite's.
 Series are named as asv names them: `module.Class.method(param, ...)`.
 """
 
@@ -11,6 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+
+#: Between the names of a selection (benchmarks/runner/worker.py reads it): a case's params
+#: hold commas, never this.
+SELECT_SEPARATOR = ";"
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -28,19 +33,18 @@ def bench_regex(names: Iterable[str]) -> str:
 
 
 def narrowest_selection(names: Iterable[str]) -> str | None:
-    """The suite's selection that measures every named series and least else: their one
-    case ("Class('row', 'fp16', 'b1_c4k')", its latency and GB/s series alike) when they
-    share one, else their one class, else None (the whole suite)."""
+    """The suite's selection that measures every named series and least else: per class,
+    their one case ("Class('row', 'fp16', 'b1_c4k')", its latency and GB/s series alike) when
+    that class's series share one, else the class; several classes' selections joined by
+    SELECT_SEPARATOR. None (the whole suite) when there is no name or a name has no class."""
     cases = [split_name(n) for n in names]
     if not cases or any(b.count(".") < 2 for b, _ in cases):
         return None
-    classes = {b.split(".")[-2] for b, _ in cases}
-    params = {p for _, p in cases}
-    if len(classes) != 1:
-        return None
-    (cls,) = classes
-    if len(params) == 1:
-        (text,) = params
-        if text:
-            return f"{cls}({text})"
-    return cls
+    params: dict[str, set[str]] = {}
+    for benchmark, text in cases:
+        params.setdefault(benchmark.split(".")[-2], set()).add(text)
+    selections = []
+    for cls, texts in sorted(params.items()):
+        text = next(iter(texts)) if len(texts) == 1 else ""
+        selections.append(f"{cls}({text})" if text else cls)
+    return f"{SELECT_SEPARATOR} ".join(selections)

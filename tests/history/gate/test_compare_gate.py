@@ -133,12 +133,14 @@ def test_confirm_measures_only_the_suspects_benchmarks_and_case():
     assert narrowest_selection(names) == "C('a')"  # one case: that case alone
 
 
-def test_the_selection_widens_to_the_class_then_to_the_suite():
+def test_the_selection_widens_to_the_class_and_names_each_class():
     us, gbps = "m.C.track_us('a', 64)", "m.C.track_gbps('a', 64)"
     assert split_name(us) == ("m.C.track_us", "'a', 64") and split_name("m.C.t") == ("m.C.t", "")
     assert narrowest_selection([us, gbps]) == "C('a', 64)"  # latency and GB/s: one case
     assert narrowest_selection([us, "m.C.track_us('b', 64)"]) == "C"
-    assert narrowest_selection([us, "m.D.track_us('a', 64)"]) is None
+    # several classes: each its own narrowest part, not the whole suite
+    assert narrowest_selection([us, "n.D.track_us('a', 64)"]) == "C('a', 64); D('a', 64)"
+    assert narrowest_selection(["n.D.track_us('x')", us, "m.C.track_us('b', 64)"]) == "C; D('x')"
     assert narrowest_selection(["m.C.track_us"]) == "C"
     assert narrowest_selection(["track_us('a')"]) is None
     assert narrowest_selection([]) is None
