@@ -449,7 +449,8 @@ def test_prepare_state_ends_every_state_with_the_same_torch_calls(monkeypatch):
 
 def test_the_epilogue_warms_both_ways_an_allocator_builds_its_result(monkeypatch):
     """A view of a device tensor (host/freelist's device paths) and a tensor over a numpy
-    array (its CPU path): the epilogue runs each once per reset."""
+    array (its CPU path): each run of the epilogue wraps its private array once, beside the
+    private tensor it slices."""
     seen = []
     real_from_numpy = torch.from_numpy
     monkeypatch.setattr(torch, "from_numpy", lambda a: seen.append(a.shape) or real_from_numpy(a))
