@@ -9,9 +9,9 @@ the same command exits 0. `kvbench compare b7 c8` says regression for the plante
 recheck makes the claim again on fresh runs), and `kvbench compare b1 b2` (two harmless
 commits) no change. Eight commits before the plant:
 with fewer, a span without a stored noise model has too few differences left to judge.
-The plant is ~2,000x the call (GATE_PLANT_US), not the other e2e tests' ~100x: on a loaded
-2-core CI runner this ~4 us call has read 4 us or 8 us by process, commit after commit, and
-the smallest newest-commit step such a nine-commit history can detect (its MDE) was ~110x.
+The plant is ~2,000x the call (GATE_PLANT_US), not the other e2e tests' ~100x: the smallest
+newest-commit step a nine-commit host history on a loaded 2-core runner can detect (its MDE)
+has been ~100x (docs/decisions.md), so the plant stays well past it.
 Marked e2e (CI runs it).
 """
 

@@ -3,7 +3,7 @@
 A suspect is one point at an end of the history (regressions.py): a step or an outlier,
 which the history cannot tell apart. For each suspect commit the suite is measured again,
 parent against commit, in interleaved process runs (compare.run_compare: only the suspect
-series' benchmarks, and only their one case or class where they share one: selection.py),
+series' benchmarks, and per class only their one case or the class: selection.py),
 and each suspect series is judged by compare.judge: a regression (or improvement) in the
 fresh runs becomes a reported finding with the A/B evidence attached; no change dismisses
 it; anything else leaves it a suspect, with the evidence.

@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-#: Between the names of a selection (benchmarks/runner/worker.py reads it): a case's params
-#: hold commas, never this.
+#: Between the names of a selection: a case's params hold commas, never this. The suite's
+#: worker (benchmarks/runner/worker.py) keeps its own copy, since it runs under old commits'
+#: kvbench, which lack this module; tests/benchmarks/test_bench_select.py keeps them equal.
 SELECT_SEPARATOR = ";"
 
 
