@@ -10,22 +10,23 @@ Method (docs/verdicts.md says why this one):
    proposes, the test below decides.
 2. Pruning, as Otava/hunter does after E-divisive: each boundary is tested on the segments on
    either side of it (up to WINDOW points each) against the noise of the whole history
-   (noise.py, estimated without the differences at any candidate boundary), not the few
-   points of a segment. The two levels are estimated by generalized least squares with a
-   random effect per measurement run (covariance sigma_within^2 I + sigma_runs^2 [same run]):
-   where a run has points on both sides its shift cancels and the step is judged against the
-   process-to-process noise; a step that coincides with a change of run is judged against the
-   run-to-run shift too. Long sides are winsorized at WINSOR sigmas. A boundary must also
-   pass the two-sample t-test of its sides against their own spread (_local_p, Otava's
-   test): a series that wanders more than its commit-to-commit noise is not a step. A
-   series with measured heavy tails (noise.heavy_tailed: host-side series whose process
-   sometimes runs 2x slow) has a side of at most SHORT_SIDE points tested at its weakest
-   value (_observations):
-   there a pair of outliers is the usual false alarm; every other series is tested on its
-   side means. The position is chosen by the search, so a boundary's p-value is corrected
-   for it (Bonferroni over the `positions` the search could have chosen). The boundary whose
-   corrected p-value is largest and above alpha, or whose effect is below min_effect() (the
-   MDE), is removed and its neighbours re-tested, until every boundary passes.
+   (noise.py, estimated without the differences at any candidate boundary), not the few points
+   of a segment; where the window holds points of a run measured noisier than the rest of the
+   history, against that run's own noise (Noise.for_runs). The two levels are estimated by
+   generalized least squares with a random effect per measurement run (covariance
+   sigma_within^2 I + sigma_runs^2 [same run]): where a run has points on both sides its shift
+   cancels and the step is judged against the process-to-process noise; a step that coincides
+   with a change of run is judged against the run-to-run shift too. Long sides are winsorized
+   at WINSOR sigmas. A boundary must also pass the two-sample t-test of its sides against their
+   own spread (_local_p, Otava's test): a series that wanders more than its commit-to-commit
+   noise is not a step. A series with measured heavy tails (noise.heavy_tailed: host-side
+   series whose process sometimes runs 2x slow) has a side of at most SHORT_SIDE points tested
+   at its weakest value (_observations): there a pair of outliers is the usual false alarm;
+   every other series is tested on its side means. The position is chosen by the search, so a
+   boundary's p-value is corrected for it (Bonferroni over the `positions` the search could
+   have chosen). The boundary whose corrected p-value is largest and above alpha, or whose
+   effect is below min_effect() (the MDE), is removed and its neighbours re-tested, until every
+   boundary passes.
 3. The edges. A new level must hold for MIN_SIZE commits inside the history, so a step at
    the newest measured commit (or the first) is one point against a segment: `edge_test`
    tests exactly that point, a position fixed in advance (no correction for a search). One
@@ -71,6 +72,8 @@ class Break:
     within_run: bool  # a measurement run has points on both sides: its shift cancels
     positions: int = 1  # boundaries the search chose among (the p-value's correction)
     edge: str = ""  # "newest" / "first": a one-point side at an end of the history
+    #: the noise it was judged against: the series', or a noisy run's own (Noise.for_runs)
+    noise: Noise | None = None
 
     @property
     def delta(self) -> float:
@@ -130,6 +133,9 @@ def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noi
     from scipy import stats
 
     lo, hi = max(start, index - WINDOW), min(stop, index + WINDOW)
+    local = noise.for_runs(runs[lo:hi])
+    if local is not noise:  # a noisy run's points are in the window: its own noise and df
+        noise, df = local, local.df
     before, after = x[lo:index], x[index:hi]
     a_level, a_test, a_short = _observations(before, median(after), noise)
     b_level, b_test, b_short = _observations(after, median(before), noise)
@@ -142,7 +148,7 @@ def test_break(x: np.ndarray, runs: list, start: int, index: int, stop: int, noi
     p = max(float(2.0 * stats.t.sf(abs(t), df=df)), _local_p(before, after))
     return Break(index, float(level_a[0]), float(level_a[0] + delta[0]), index - lo, hi - index,
                  se, t, p, within_run=bool(set(runs[lo:index]) & set(runs[index:hi])),
-                 positions=positions, edge=edge)
+                 positions=positions, edge=edge, noise=noise)
 
 
 def _local_p(before: np.ndarray, after: np.ndarray) -> float:
@@ -230,7 +236,7 @@ def find_breaks(x, runs, noise: Noise, *, alpha: float, mde_sigmas: float,
                   for i in range(len(bounds))]
         weak = [b for b in tested
                 if b.p_series > alpha
-                or abs(b.delta) < min_effect(noise, b.within_run, mde_sigmas)]
+                or abs(b.delta) < min_effect(b.noise or noise, b.within_run, mde_sigmas)]
         if not weak:
             return tested
         weakest = max(weak, key=lambda b: (b.p, -abs(b.delta)))

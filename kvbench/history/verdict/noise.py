@@ -51,6 +51,17 @@ series of the same benchmark (span_prior.py). Their pooled noise is a floor, not
 series whose few differences read far quieter than its family's is raised toward it (the
 same moderation, weight at most PRIOR_DF), and nothing is lowered or gains degrees of freedom.
 
+A run can be noisier than the series' other runs: one lease of a machine whose host is busy
+moves a host-bound row (a torch op of several small kernels) by several times its usual
+commit-to-commit spread while every other lease is quiet. The pooled sigma_within is the quiet
+leases', and every bump of the noisy lease would read as a step. So each run with
+NOISY_RUN_MIN_DIFFERENCES same-run differences of its own is tested against the same-run
+differences of the series' other runs, as many at least (one-sided F test of their trimmed-RMS
+variances at NOISY_RUN_ALPHA; a history of one run has no such test); a run that fails keeps
+its own sigma and degrees of freedom (`noisy_runs`), and a step whose test window holds its
+points is judged against them (Noise.for_runs). A run is never made quieter than the series:
+only a measured excess counts, so a history of equally noisy runs is judged as before.
+
 Tails: a series (or its family) whose differences have more than HEAVY_TAIL_SHARE tail events
 (tail_share) is `heavy_tailed`; only such series have their short sides tested at their
 weakest point (changepoints.py). Heavy tails are measured, never assumed.
@@ -61,6 +72,8 @@ inside one.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -100,6 +113,16 @@ HEAVY_TAIL_SHARE = 0.003
 #: more than HEAVY_TAIL_SHARE of its differences): a normal series of 45 commits has three
 #: in about 3 of 10,000 histories.
 HEAVY_TAIL_EVENTS = 3
+#: A run's own within-run noise is estimated once it has this many same-run differences
+#: (kvbench record measures a dozen or more commits a run; fewer say little about a variance).
+NOISY_RUN_MIN_DIFFERENCES = 8
+#: One-sided level of the F test that calls a run noisier than its series' other runs.
+NOISY_RUN_ALPHA = 0.01
+#: The test's degrees of freedom per successive difference: neighbouring differences share a
+#: point and the trimmed RMS drops the largest tenth, so n differences carry fewer than n.
+#: At half, equally noisy runs are called noisier at about NOISY_RUN_ALPHA; at one per
+#: difference several times as often (docs/decisions.md, "A noisy run keeps its own noise").
+NOISY_RUN_DF_SHARE = 0.5
 #: A series with this many differences reports its share of tail events (Noise.tail_share),
 #: which its family pools (noise_model.learn): a family of short series measures its tails
 #: together long before any one of them could.
@@ -126,6 +149,21 @@ class Noise:
     #: `within` was raised toward its family's pooled noise in a span without a model
     #: (Prior.span): its own differences read quieter than its family's
     raised_to_family: bool = False
+    #: (run, its own within sigma, its differences) of each run measured noisier than the
+    #: series' other runs (module docstring); empty for most series
+    noisy_runs: tuple[tuple[int, float, int], ...] = ()
+
+    def for_runs(self, runs: Iterable[int]) -> Noise:
+        """The noise a step among points of `runs` is judged against: the noisiest of those
+        runs' own (its sigma and degrees of freedom) where one of them is in `noisy_runs`,
+        else this."""
+        wanted = set(runs)
+        own = [(sigma, n) for run, sigma, n in self.noisy_runs if run in wanted]
+        if not own:
+            return self
+        sigma, n = max(own)
+        return dataclasses.replace(self, within=sigma, differences=n, prior=None, prior_df=0,
+                                   noisy_runs=())
 
     @property
     def df(self) -> int:
@@ -234,7 +272,8 @@ def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Itera
     prior = prior or Prior(None, None)
     skip = set(exclude)
     pairs = [i for i in range(1, len(x)) if i not in skip]
-    same = np.array([x[i] - x[i - 1] for i in pairs if runs[i] == runs[i - 1]])
+    same_pairs = [i for i in pairs if runs[i] == runs[i - 1]]
+    same = np.array([x[i] - x[i - 1] for i in same_pairs])
     cross = np.array([x[i] - x[i - 1] for i in pairs if runs[i] != runs[i - 1]])
     crossing = 0
     if len(same) >= MIN_DIFFERENCES:
@@ -264,10 +303,46 @@ def estimate(log_values: Sequence[float], runs: Sequence[int], *, exclude: Itera
     share = tail_share(own) if len(own) >= TAIL_MIN_DIFFERENCES else None
     heavy = prior.heavy_tailed or (share is not None and share > HEAVY_TAIL_SHARE
                                    and share * len(own) >= HEAVY_TAIL_EVENTS - 1e-9)
+    noisy = _noisy_runs(x, runs, same_pairs, within) if len(same) >= MIN_DIFFERENCES else ()
     return Noise(within=within, runs=between_runs, differences=used,
                  within_process=within_process, prior=prior.within, prior_df=prior_df,
                  run_differences=crossing, heavy_tailed=heavy, tail_share=share,
-                 raised_to_family=raised)
+                 raised_to_family=raised, noisy_runs=noisy)
+
+
+def _noisy_runs(x: np.ndarray, runs: Sequence[int], same_pairs: list[int],
+                within: float) -> tuple[tuple[int, float, int], ...]:
+    """The runs whose own same-run differences (indices `same_pairs` of x) are significantly
+    more spread than those of every other run together: (run, own sigma, differences) each,
+    the sigma at least the series' `within`. A history of one run has none."""
+    by_run: dict[int, list[float]] = {}
+    for i in same_pairs:
+        by_run.setdefault(runs[i], []).append(x[i] - x[i - 1])
+    noisy = []
+    for run, d in by_run.items():
+        rest = [v for other, values in by_run.items() if other != run for v in values]
+        if len(d) < NOISY_RUN_MIN_DIFFERENCES or len(rest) < NOISY_RUN_MIN_DIFFERENCES:
+            continue
+        d, rest = np.asarray(d), np.asarray(rest)
+        spread, others = _trimmed_rms_sigma(d), _trimmed_rms_sigma(rest)
+        if others > 0 and (spread / others) ** 2 > _f_critical(_f_df(len(d)), _f_df(len(rest))):
+            noisy.append((run, max(within_sigma(d), within), len(d)))
+    return tuple(noisy)
+
+
+def _f_df(differences: int) -> int:
+    """Degrees of freedom of a trimmed-RMS variance of successive differences in the F test:
+    NOISY_RUN_DF_SHARE of their number (neighbouring differences share a point)."""
+    return max(1, round(NOISY_RUN_DF_SHARE * differences))
+
+
+@functools.lru_cache(maxsize=4096)
+def _f_critical(dfn: int, dfd: int) -> float:
+    """The F(dfn, dfd) quantile a variance ratio must exceed at NOISY_RUN_ALPHA (cached: the
+    engine asks for the same few pairs once per estimate of every series)."""
+    from scipy import stats
+
+    return float(stats.f.isf(NOISY_RUN_ALPHA, dfn, dfd))
 
 
 def _moderate(own: float, own_df: int, prior: float, prior_df: int) -> float:
