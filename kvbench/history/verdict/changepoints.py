@@ -70,10 +70,10 @@ class Break:
     t: float
     p: float
     within_run: bool  # a measurement run has points on both sides: its shift cancels
+    #: the noise it was judged against: the series', or a noisy run's own (Noise.for_runs)
+    noise: Noise
     positions: int = 1  # boundaries the search chose among (the p-value's correction)
     edge: str = ""  # "newest" / "first": a one-point side at an end of the history
-    #: the noise it was judged against: the series', or a noisy run's own (Noise.for_runs)
-    noise: Noise | None = None
 
     @property
     def delta(self) -> float:
@@ -236,7 +236,7 @@ def find_breaks(x, runs, noise: Noise, *, alpha: float, mde_sigmas: float,
                   for i in range(len(bounds))]
         weak = [b for b in tested
                 if b.p_series > alpha
-                or abs(b.delta) < min_effect(b.noise or noise, b.within_run, mde_sigmas)]
+                or abs(b.delta) < min_effect(b.noise, b.within_run, mde_sigmas)]
         if not weak:
             return tested
         weakest = max(weak, key=lambda b: (b.p, -abs(b.delta)))

@@ -509,7 +509,7 @@ def _fit(x: np.ndarray, runs: list[int], within_process: float | None,
         # edge leave the noise too
         crossing = set(exclude)
         for b in breaks:
-            first, stop = changepoints.transition(x, b, (b.noise or est).total)
+            first, stop = changepoints.transition(x, b, b.noise.total)
             crossing.update(range(first, stop + 1))
         crossing.update(e.index for e in edges if e.p <= ALPHA_SERIES)
         refined = noise.estimate(x, runs, exclude=crossing, within_process=within_process,
@@ -564,11 +564,11 @@ def _sse(x: np.ndarray, split: int) -> float:
                      if len(part)))
 
 
-def _finding(series: Series, history: History, x: np.ndarray, est: noise.Noise,
-             brk: changepoints.Break, p_adjusted: float, mde_log: float) -> Finding:
+def _finding(series: Series, history: History, x: np.ndarray, brk: changepoints.Break,
+             p_adjusted: float, mde_log: float) -> Finding:
     from scipy import stats
 
-    est = brk.noise or est  # the noise the step was judged against (a noisy run's own)
+    est = brk.noise  # what the step was judged against: the series' or a noisy run's own
     # a suspect names its edge commit itself: the points beside it are its segment's level
     first, stop = ((brk.index, brk.index) if brk.edge
                    else changepoints.transition(x, brk, est.total))
@@ -850,15 +850,14 @@ def analyze(history: History, *, since: str | None = None,
     kept: dict[int, list[Finding]] = {}
     for (i, brk), q in zip(tested, adjusted):
         p, fit = fits[i]
-        against = brk.noise or fit.noise  # a noisy run's own where the step lies in one
-        floor = _critical_log(against, brk.se, alpha_alone / brk.positions, brk.within_run)
-        if _reportable(brk, q, against):
-            finding = _finding(p.series, history, p.x, fit.noise, brk, q, floor)
+        floor = _critical_log(brk.noise, brk.se, alpha_alone / brk.positions, brk.within_run)
+        if _reportable(brk, q, brk.noise):
+            finding = _finding(p.series, history, p.x, brk, q, floor)
             kept.setdefault(i, []).append(dataclasses.replace(finding, series=p.full))
     for i, (p, fit) in enumerate(fits):
         newest = next((e for e in fit.edges if e.edge == "newest"), None)
         mde_newest = None if newest is None else 100.0 * math.expm1(
-            _critical_log(newest.noise or fit.noise, newest.se, alpha_alone, newest.within_run))
+            _critical_log(newest.noise, newest.se, alpha_alone, newest.within_run))
         findings = kept.get(i, [])
         if p.scaled is not None:
             findings = [dataclasses.replace(f, host_speed_scaled=True,
