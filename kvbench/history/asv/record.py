@@ -111,6 +111,18 @@ def asv_command(conf_path: Path, machine: str, hashfile: Path,
             *extra, f"HASHFILE:{hashfile}"]
 
 
+#: Commits named in record's log lines; a longer list ends with how many more there are
+#: (a range of a hundred commits would otherwise print a hundred hashes twice).
+LISTED = 10
+
+
+def listed(commits: Sequence[str]) -> str:
+    """`commits` as short hashes, the first LISTED of them and a count of the rest."""
+    shown = " ".join(c[:8] for c in commits[:LISTED])
+    more = len(commits) - LISTED
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 def record(the_plan: Plan, conf_path: Path, *, extra: Sequence[str] = (),
            log: Callable[[str], None] = print,
            run: Callable[..., subprocess.CompletedProcess] = subprocess.run
@@ -126,7 +138,7 @@ def record(the_plan: Plan, conf_path: Path, *, extra: Sequence[str] = (),
         hashfile.write_text("".join(f"{c}\n" for c in the_plan.todo))
         command = asv_command(conf_path, the_plan.machine, hashfile, extra)
         log(f"recording {len(the_plan.todo)} commit(s) on {the_plan.machine}, newest first: "
-            f"{' '.join(c[:8] for c in the_plan.todo)}")
+            f"{listed(the_plan.todo)}")
         start = time.monotonic()
         try:
             code = run(command, cwd=conf_path.parent, check=False).returncode
@@ -136,8 +148,8 @@ def record(the_plan: Plan, conf_path: Path, *, extra: Sequence[str] = (),
     done = recorded_commits(the_plan.results_dir, the_plan.machine)
     measured = [c for c in the_plan.todo if c[:8] in done]
     per = f", {elapsed / len(measured):.1f} s per commit" if measured else ""
-    left = [c[:8] for c in the_plan.todo if c[:8] not in done]
+    left = [c for c in the_plan.todo if c[:8] not in done]
     log(f"recorded {len(measured)} of {len(the_plan.todo)} commit(s) in {elapsed:.0f} s{per}"
-        + (f"; not recorded: {' '.join(left)} (run the same command again to resume)"
+        + (f"; not recorded: {listed(left)} (run the same command again to resume)"
            if left else ""))
     return code, measured

@@ -70,6 +70,17 @@ def test_one_recording_at_a_time_per_machine_folder(tmp_path):
         pass
 
 
+def test_a_long_list_of_commits_is_summarised():
+    """A hundred-commit range names its first commits and counts the rest, so a log line of
+    `kvbench record` stays readable; a short list is named in full."""
+    commits = [f"{i:08x}" + "0" * 32 for i in range(record.LISTED + 7)]
+    text = record.listed(commits)
+    assert text.split()[:record.LISTED] == [c[:8] for c in commits[:record.LISTED]]
+    assert text.endswith(" and 7 more") and commits[record.LISTED][:8] not in text
+    assert record.listed(commits[:3]) == " ".join(c[:8] for c in commits[:3])
+    assert record.listed(commits[:record.LISTED]).count(" ") == record.LISTED - 1
+
+
 def test_an_interrupted_recording_resumes_with_what_is_left(tmp_path):
     """asv stopped after the first commit (newest first): the next call measures the rest."""
     repo, c = _repo(tmp_path, 4)
