@@ -213,8 +213,12 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
                 log=print) -> Comparison:
     """`rounds` interleaved asv runs of base and head, then judge() of every series measured,
     or of the `only` ones (the family a recheck or a confirmation tests; the measuring
-    process may measure their neighbours too)."""
+    process may measure their neighbours too). A first round that measured none of them at
+    either commit ends the runs (more would measure nothing too); an `only` series never
+    measured is listed in `unmatched` with why."""
     runs: dict[str, tuple[list[float], list[float]]] = {}
+    keep = set(only) if only is not None else None
+    done = 0
     for i in range(rounds):
         order = [base, head] if i % 2 == 0 else [head, base]
         measured = dict(zip(order, measurer.measure_all(order)))
@@ -224,12 +228,21 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
                 a.append(measured[base][name].value)
             if name in measured[head]:
                 b.append(measured[head][name].value)
+        done += 1
         log(f"round {i + 1}/{rounds}: {len(measured[base])} series at {base[:8]}, "
             f"{len(measured[head])} at {head[:8]}")
-    if only is not None:
-        keep = set(only)
+        if not any(keep is None or name in keep for name in runs):
+            log(f"no series asked for was measured at either commit: {rounds - done} further "
+                "round(s) skipped (the suite skips them at these commits)")
+            break
+    if keep is not None:
         runs = {name: r for name, r in runs.items() if name in keep}
-    return judge(base, head, runs, units, rounds)
+    out = judge(base, head, runs, units, done)
+    for name in sorted(keep or ()):
+        if name not in runs:
+            out.unmatched[name] = (f"no value at {base[:8]} or {head[:8]} in {done} round(s): "
+                                   "the suite skips it at these commits")
+    return out
 
 
 #: The outcomes recheck() measures again: the claims.

@@ -6,7 +6,8 @@ parent against commit, in interleaved process runs (compare.run_compare: only th
 series' benchmarks, and per class only their one case or the class: selection.py),
 and each suspect series is judged by compare.judge: a regression (or improvement) in the
 fresh runs becomes a reported finding with the A/B evidence attached; no change dismisses
-it; anything else leaves it a suspect, with the evidence.
+it; anything else leaves it a suspect, with the evidence (a series the fresh runs could not
+measure, with why: NOT_MEASURED_AFRESH).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 
 from kvbench.history.bisect import abtest
 from kvbench.history.gate.compare import SCHEMA, Comparison
+from kvbench.history.verdict.regressions import NOT_MEASURED_AFRESH
 
 
 def confirm(verdicts, measure: Callable[[str, str, list], Comparison]):
@@ -34,6 +36,10 @@ def confirm(verdicts, measure: Callable[[str, str, list], Comparison]):
         for f in findings:
             fresh = by_name.get(f.series.name)
             if fresh is None:
+                why = result.unmatched.get(f.series.name, "no value at either commit")
+                replaced[id(f)] = dataclasses.replace(f, confirmation={
+                    "schema": SCHEMA, "base": parent, "head": commit,
+                    "outcome": NOT_MEASURED_AFRESH, "reason": why})
                 continue
             evidence = {"schema": SCHEMA, "base": parent, "head": commit,
                         "outcome": fresh.outcome, "reason": fresh.reason, **fresh.to_json()}

@@ -89,6 +89,10 @@ ISOLATED_SLOW_Z = 5.0
 #: such a stretch must also be EDGE_CANDIDATE_Z sigmas slower than both points around it.
 SLOW_STRETCH_MAX = 3
 
+#: A confirmation's outcome when the fresh runs gave the series no value at either commit
+#: (the current suite skips it there: a commit older than the suite serves, or a new series).
+NOT_MEASURED_AFRESH = "not measured"
+
 
 @dataclass(frozen=True)
 class Excursion:
@@ -139,8 +143,20 @@ class Finding:
     p_adjusted: float = math.nan
     edge: str = ""  # "newest" / "first" for a suspect
     #: a fresh A/B measurement of parent against commit (kvbench regressions --confirm):
-    #: the ABResult's JSON with the commits, or None when none was made
+    #: the ABResult's JSON with the commits, or None when none was made; its outcome is
+    #: compare's, or NOT_MEASURED_AFRESH when the fresh runs gave the series no value
     confirmation: dict | None = None
+
+    @property
+    def confirmation_label(self) -> str | None:
+        """What `--confirm` found, for the tables: "confirmed" (a step the fresh A/B called the
+        same way), "A/B inconclusive", "not measured afresh", or None (no fresh A/B)."""
+        if not self.confirmation:
+            return None
+        if self.kind == "step":
+            return "confirmed"
+        outcome = self.confirmation.get("outcome")
+        return "not measured afresh" if outcome == NOT_MEASURED_AFRESH else f"A/B {outcome}"
 
     @property
     def worse_pct(self) -> float:

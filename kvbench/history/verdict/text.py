@@ -65,8 +65,8 @@ def row(f: Finding) -> tuple[str, ...]:
     unit = f.series.unit
     lo, hi = f.ci95_pct
     verdict = f.verdict if f.kind == "step" else f"{f.verdict} ({f.kind})"
-    if f.confirmation:
-        verdict += " (confirmed)"
+    if f.confirmation_label:
+        verdict += f" ({f.confirmation_label})"
     return (verdict, f.series.name, commit_range(f),
             f"{format_value(f.before, unit)} -> {format_value(f.after, unit)}",
             f"{f.effect_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]",
@@ -87,6 +87,9 @@ def commit_row(c: Culprit) -> tuple[str, ...]:
     verdict = "regression" if c.slower else "improvement"
     if c.suspect:
         verdict = f"suspect {verdict}"
+    labels = sorted({f.confirmation_label for f in c.findings if f.confirmation_label})
+    if labels:
+        verdict += f" ({', '.join(labels)})"
     if c.changed_measured_code is False:
         verdict += " (no code changed)"
     return (verdict, c.commit[:8], c.subject[:60], str(len(c.slower)), str(len(c.faster)),

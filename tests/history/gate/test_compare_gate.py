@@ -124,6 +124,57 @@ def test_confirm_turns_a_suspect_into_a_regression_or_dismisses_it():
             assert d.confirmation["outcome"] == abtest.NO_CHANGE
 
 
+def test_the_tables_say_what_the_fresh_ab_found_for_each_suspect():
+    """A step the fresh A/B calls the same way reads "confirmed"; a suspect it cannot call
+    stays a suspect that says so ("A/B inconclusive"), and one the fresh runs could not
+    measure says that and why: neither reads as confirmed."""
+    from kvbench.history.verdict.regressions import NOT_MEASURED_AFRESH
+    from kvbench.history.verdict.text import commit_row, row
+
+    rng = np.random.default_rng(5)
+    cases = (("confirmed", lambda f: (_runs(rng, 1e-5), _runs(rng, 1.2e-5))),
+             ("A/B inconclusive", lambda f: (_runs(rng, 1e-5, n=2), _runs(rng, 1.2e-5, n=2))),
+             ("not measured afresh", None))
+    for label, runs_of in cases:
+        verdicts = analyze(_history_with_newest_step(0.2))
+
+        def measure(parent, commit, findings, runs_of=runs_of):
+            if runs_of is None:
+                return compare.run_compare(SimpleNamespace(measure_all=lambda c: [{}, {}]),
+                                           parent, commit, rounds=5, units=UNITS,
+                                           only=[f.series.name for f in findings],
+                                           log=lambda text: None)
+            return compare.judge(parent, commit, {f.series.name: runs_of(f) for f in findings},
+                                 UNITS, 5)
+
+        out = confirm(verdicts, measure)
+        (f,) = out.regressions + out.suspects
+        assert f.confirmation_label == label
+        assert f"({label})" in row(f)[0] and f"({label})" in commit_row(out.culprits()[0])[0]
+        if label != "confirmed":
+            assert f.kind == "suspect" and "confirmed" not in row(f)[0]
+        if runs_of is None:
+            assert f.confirmation["outcome"] == NOT_MEASURED_AFRESH
+            assert "skips it at these commits" in f.confirmation["reason"]
+
+
+def test_run_compare_stops_after_a_round_that_measured_none_of_the_series():
+    """The suite skips the series at both commits (e.g. commits older than it serves): one
+    round says so, the other rounds are not run, and each series is listed with why."""
+    calls, logged = [], []
+
+    def measure_all(commits):
+        calls.append(commits)
+        return [{"m.C.track_us('other')": SimpleNamespace(value=1e-5)} for _ in commits]
+
+    result = compare.run_compare(SimpleNamespace(measure_all=measure_all), "a" * 40, "b" * 40,
+                                 rounds=5, units=UNITS, only=["m.C.track_us('x')"],
+                                 log=logged.append)
+    assert len(calls) == 1 and result.rounds == 1 and result.series == []
+    assert "skips it at these commits" in result.unmatched["m.C.track_us('x')"]
+    assert "4 further round(s) skipped" in logged[-1]
+
+
 def test_confirm_measures_only_the_suspects_benchmarks_and_case():
     verdicts = analyze(_history_with_newest_step(0.2))
     names = [f.series.name for f in verdicts.suspects]
