@@ -78,7 +78,8 @@ def check_asv_config(conf, benchmarks: dict) -> None:
 def _row(f, plot: str | None) -> str:
     lo, hi = f.ci95_pct
     cells = [
-        f.verdict + ("" if f.kind == "step" else f" ({f.kind})"),
+        f.verdict + ("" if f.kind == "step" else f" ({f.kind})")
+        + (f" ({f.confirmation_label})" if f.confirmation_label else ""),
         f"<code>{html.escape(f.series.name)}</code>"
         + "".join(f'<br><small class="context">{html.escape(fact.text)}</small>'
                   for fact in f.context),
