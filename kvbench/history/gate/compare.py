@@ -233,7 +233,7 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
             f"{len(measured[head])} at {head[:8]}")
         if not any(keep is None or name in keep for name in runs):
             log(f"no series asked for was measured at either commit: {rounds - done} further "
-                "round(s) skipped (the suite skips them at these commits)")
+                "round(s) skipped (the suite skips them at these commits or does not select them)")
             break
     if keep is not None:
         runs = {name: r for name, r in runs.items() if name in keep}
@@ -241,7 +241,7 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
     for name in sorted(keep or ()):
         if name not in runs:
             out.unmatched[name] = (f"no value at {base[:8]} or {head[:8]} in {done} round(s): "
-                                   "the suite skips it at these commits")
+                                   "the suite skips it at these commits or does not select it")
     return out
 
 
