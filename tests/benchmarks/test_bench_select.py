@@ -101,9 +101,11 @@ def test_a_selection_of_several_names_measures_what_each_names(monkeypatch):
 
 def test_the_suite_and_kvbench_split_a_selection_alike():
     from benchmarks.runner import worker
+    from kvbench.history.bisect import measurer
     from kvbench.history.gate import selection
 
     assert worker.SELECT_SEPARATOR == selection.SELECT_SEPARATOR
+    assert worker.NOT_SELECTED == measurer.NOT_SELECTED
     joined = selection.narrowest_selection(
         ["kv_alloc.KVAlloc.track_us('auto', 'bump', 1)", "kv_write.KVWrite.track_us('x')"])
     assert worker.selected_names(joined) == ("KVAlloc('auto', 'bump', 1)", "KVWrite('x')")

@@ -29,6 +29,9 @@ from kvbench.history.bisect import abtest
 
 #: Variable read by the suite's worker (benchmarks/runner/worker.py): the one case it measures.
 SELECT_VAR = "KVBENCH_ASV_SELECT"
+#: How the suite's skip message of a case SELECT_VAR leaves out begins (the worker's
+#: NOT_SELECTED): not a reason a selected series has no value.
+NOT_SELECTED = "not selected: this run measures only"
 #: Units of the series asv stores, and which way is better.
 HIGHER_IS_BETTER = {"seconds": False, "GB/s": True}
 OK, SKIPPED, FAILED = "ok", "skipped", "failed"
@@ -209,7 +212,7 @@ class AsvMeasurer:
         code, out = self._asv_run(commits, self.series.bench_regex)
         if code not in (0, 2):  # 2: a benchmark failed, which the result file records
             raise RuntimeError(f"asv run exited {code} (log: {self.log_path}):\n{out[-3000:]}")
-        return [self._read(commit, _segment(out, commit)) for commit in commits]
+        return [self._read(commit, commit_output(out, commit)) for commit in commits]
 
     def _read(self, commit: str, log_text: str) -> Run:
         from asv.results import Results
@@ -217,13 +220,14 @@ class AsvMeasurer:
         pattern = str(self.results_dir / self.machine / f"{commit[:8]}-*.json")
         paths = glob.glob(pattern)
         if not paths:
-            return Run(commit, None, FAILED, _reason(log_text) or "asv wrote no result")
+            return Run(commit, None, FAILED, no_value_reason(log_text) or "asv wrote no result")
         result = Results.load(paths[0])
         for path in paths:
             os.remove(path)
         name = self.series.benchmark
         if name not in result.get_all_result_keys():
-            return Run(commit, None, FAILED, _reason(log_text) or "no result for the benchmark")
+            return Run(commit, None, FAILED,
+                       no_value_reason(log_text) or "no result for the benchmark")
         params = result.get_result_params(name)
         combos = [tuple(c) for c in itertools.product(*params)]
         try:
@@ -235,17 +239,17 @@ class AsvMeasurer:
         process_s = next((v for k, v in result.duration.items()
                           if k.startswith("<setup_cache")), None)
         if value is None:
-            return Run(commit, None, FAILED, _reason(log_text) or "the benchmark failed",
+            return Run(commit, None, FAILED, no_value_reason(log_text) or "the benchmark failed",
                        process_s=process_s)
         if math.isnan(value):  # asv's skip
-            return Run(commit, None, SKIPPED, _reason(log_text) or "skipped (n/a)",
+            return Run(commit, None, SKIPPED, no_value_reason(log_text) or "skipped (n/a)",
                        process_s=process_s)
         if samples:
             value = abtest.median(samples)
         return Run(commit, float(value), OK, samples=len(samples or []), process_s=process_s)
 
 
-def _segment(out: str, commit: str) -> str:
+def commit_output(out: str, commit: str) -> str:
     """The part of asv's output about `commit` (from its 'commit <hash8>' line to the next)."""
     parts = re.split(r"(?m)^.*For \S+ commit ([0-9a-f]{8})", out)
     for i in range(1, len(parts) - 1, 2):
@@ -254,9 +258,11 @@ def _segment(out: str, commit: str) -> str:
     return ""
 
 
-def _reason(text: str) -> str:
-    """Why the series has no value, from asv's output: its skip message or the error line."""
-    skipped = re.findall(r"asv: skipped: (.+)", text)
+def no_value_reason(text: str) -> str:
+    """Why the series has no value, from asv's output: its skip message or the error line.
+    The skips of the cases a selection leaves out are not that reason (a selective run skips
+    every other class of the suite, and asv prints those skips too)."""
+    skipped = [s for s in re.findall(r"asv: skipped: (.+)", text) if NOT_SELECTED not in s]
     if skipped:
         return skipped[-1].strip()
     errors = re.findall(r"(?m)^\s*((?:\w+\.)*\w*(?:Error|Exception)\b.*)$", text)

@@ -34,7 +34,14 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from kvbench.history.bisect import abtest
-from kvbench.history.bisect.measurer import HIGHER_IS_BETTER, OK, AsvMeasurer, Run
+from kvbench.history.bisect.measurer import (
+    HIGHER_IS_BETTER,
+    OK,
+    AsvMeasurer,
+    Run,
+    commit_output,
+    no_value_reason,
+)
 
 #: The version of compare's --json (and of a `confirmation` in kvbench regressions' JSON):
 #: it changes when a key is renamed or removed or changes meaning (docs/verdicts.md).
@@ -56,6 +63,9 @@ class SuiteMeasurer(AsvMeasurer):
                  select: str | None = None, **kwargs) -> None:
         super().__init__(repo, None, machine, workdir, **kwargs)
         self.bench, self.select = bench or ".", select
+        #: per commit of the latest measure_all that gave no value at all: why, from asv's
+        #: output (its skip message or error line; "" when asv said nothing)
+        self.why_none: dict[str, str] = {}
 
     def _env(self) -> dict[str, str]:
         env = super()._env()
@@ -70,7 +80,10 @@ class SuiteMeasurer(AsvMeasurer):
         code, out = self._asv_run(commits, self.bench)
         if code not in (0, 2):
             raise RuntimeError(f"asv run exited {code} (log: {self.log_path}):\n{out[-3000:]}")
-        return [self._read_all(commit) for commit in commits]
+        found = [self._read_all(commit) for commit in commits]
+        self.why_none = {commit: no_value_reason(commit_output(out, commit))
+                         for commit, values in zip(commits, found) if not values}
+        return found
 
     def _read_all(self, commit: str) -> dict[str, Run]:
         import glob
@@ -214,14 +227,19 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
     """`rounds` interleaved asv runs of base and head, then judge() of every series measured,
     or of the `only` ones (the family a recheck or a confirmation tests; the measuring
     process may measure their neighbours too). A first round that measured none of them at
-    either commit ends the runs (more would measure nothing too); an `only` series never
-    measured is listed in `unmatched` with why."""
+    one of the commits ends the runs: a comparison needs both sides, and more rounds would
+    measure nothing there too (the suite skips those series at that commit). An `only`
+    series never measured, or measured at one side only, is listed in `unmatched` with why
+    (asv's skip message where the measurer has one: SuiteMeasurer.why_none)."""
     runs: dict[str, tuple[list[float], list[float]]] = {}
     keep = set(only) if only is not None else None
+    why: dict[str, str] = {}
     done = 0
     for i in range(rounds):
         order = [base, head] if i % 2 == 0 else [head, base]
         measured = dict(zip(order, measurer.measure_all(order)))
+        for commit, text in getattr(measurer, "why_none", {}).items():
+            why.setdefault(commit, text)
         for name in set(measured[base]) | set(measured[head]):
             a, b = runs.setdefault(name, ([], []))
             if name in measured[base]:
@@ -231,18 +249,33 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
         done += 1
         log(f"round {i + 1}/{rounds}: {len(measured[base])} series at {base[:8]}, "
             f"{len(measured[head])} at {head[:8]}")
-        if not any(keep is None or name in keep for name in runs):
-            log(f"no series asked for was measured at either commit: {rounds - done} further "
-                "round(s) skipped (the suite skips them at these commits or does not select them)")
+        asked = [r for name, r in runs.items() if keep is None or name in keep]
+        empty = [commit for commit, side in ((base, 0), (head, 1))
+                 if not any(r[side] for r in asked)]
+        if empty:
+            where = " or ".join(c[:8] for c in empty)
+            log(f"no series asked for was measured at {where}: {rounds - done} further round(s) "
+                f"skipped (the suite skips them at {where} or does not select them"
+                f"{_why(why, empty)})")
             break
     if keep is not None:
         runs = {name: r for name, r in runs.items() if name in keep}
     out = judge(base, head, runs, units, done)
+    for name, (a, b) in runs.items():
+        lacking = [c for c, side in ((base, a), (head, b)) if not side]
+        if name in out.unmatched and lacking:
+            out.unmatched[name] += _why(why, lacking)
     for name in sorted(keep or ()):
         if name not in runs:
             out.unmatched[name] = (f"no value at {base[:8]} or {head[:8]} in {done} round(s): "
-                                   "the suite skips it at these commits or does not select it")
+                                   "the suite skips it at these commits or does not select it"
+                                   f"{_why(why, [base, head])}")
     return out
+
+
+def _why(why: dict[str, str], commits: Sequence[str]) -> str:
+    """'; <hash8>: <asv's reason>' for each of `commits` that measured nothing and says why."""
+    return "".join(f"; {c[:8]}: {why[c]}" for c in commits if why.get(c))
 
 
 #: The outcomes recheck() measures again: the claims.

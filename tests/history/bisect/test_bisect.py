@@ -201,13 +201,13 @@ ASV_OUTPUT = (
 
 
 def test_asv_output_is_split_per_commit_and_the_reason_found():
-    first = am._segment(ASV_OUTPUT, "210c51db" + "0" * 32)
-    second = am._segment(ASV_OUTPUT, "7b8df986" + "0" * 32)
-    assert am._reason(first) == ("NotImplementedError('this commit has no "
+    first = am.commit_output(ASV_OUTPUT, "210c51db" + "0" * 32)
+    second = am.commit_output(ASV_OUTPUT, "7b8df986" + "0" * 32)
+    assert am.no_value_reason(first) == ("NotImplementedError('this commit has no "
                                  "kvbench.ops.kv_alloc.checked_alloc')")
-    assert am._reason(second).startswith("RuntimeError: case ('host/freelist'")
-    assert am._segment(ASV_OUTPUT, "deadbeef" + "0" * 32) == ""
-    assert am._reason("nothing useful") == ""
+    assert am.no_value_reason(second).startswith("RuntimeError: case ('host/freelist'")
+    assert am.commit_output(ASV_OUTPUT, "deadbeef" + "0" * 32) == ""
+    assert am.no_value_reason("nothing useful") == ""
 
 
 # ---- the sidecar facts of the confirmed pair (issue 21) ----------------------------------------

@@ -175,6 +175,45 @@ def test_run_compare_stops_after_a_round_that_measured_none_of_the_series():
     assert "4 further round(s) skipped" in logged[-1]
 
 
+def test_run_compare_stops_when_one_commit_measured_none_and_says_why():
+    """The suite skips the series at the base only (its kvbench predates the op): a
+    comparison needs both sides, so one round ends the runs and each series carries asv's
+    skip message for that commit."""
+    calls, logged = [], []
+    base, head = "a" * 40, "b" * 40
+
+    class Measurer:
+        def measure_all(self, commits):
+            calls.append(commits)
+            self.why_none = {base: "this commit's kvbench has no kvbench.ops.kv_alloc"}
+            return [{} if c == base else {"m.C.track_us('x')": SimpleNamespace(value=1e-5)}
+                    for c in commits]
+
+    result = compare.run_compare(Measurer(), base, head, rounds=5, units=UNITS,
+                                 log=logged.append)
+    assert len(calls) == 1 and result.rounds == 1 and result.series == []
+    assert result.unmatched["m.C.track_us('x')"] == (
+        "0 base and 1 head runs (2 a side needed); aaaaaaaa: this commit's kvbench has no "
+        "kvbench.ops.kv_alloc")
+    assert "measured at aaaaaaaa: 4 further round(s) skipped" in logged[-1]
+    assert "kvbench.ops.kv_alloc" in logged[-1]
+
+
+def test_suite_measurer_keeps_asv_skip_message_of_a_commit_with_no_value(tmp_path, monkeypatch):
+    """why_none comes from the commit's own part of asv's output, not the other commit's,
+    and is not the skip of a class the selection left out (asv prints those too)."""
+    (tmp_path / "asv.conf.json").write_text("{}")
+    m = compare.SuiteMeasurer(tmp_path, "box", tmp_path / "work")
+    out = ("· For kvbench commit aaaaaaaa <main>:\n  asv: skipped: old commit lacks it\n"
+           "  asv: skipped: NotImplementedError('not selected: this run measures only C')\n"
+           "· For kvbench commit bbbbbbbb <main>:\n  [50%] ··· ok\n")
+    monkeypatch.setattr(m, "_asv_run", lambda commits, bench: (0, out))
+    monkeypatch.setattr(m, "_read_all", lambda commit: {} if commit.startswith("a") else
+                        {"m.C.track_us('x')": SimpleNamespace(value=1e-5)})
+    m.measure_all(["a" * 40, "b" * 40])
+    assert m.why_none == {"a" * 40: "old commit lacks it"}
+
+
 def test_confirm_measures_only_the_suspects_benchmarks_and_case():
     verdicts = analyze(_history_with_newest_step(0.2))
     names = [f.series.name for f in verdicts.suspects]
