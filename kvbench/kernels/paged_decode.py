@@ -756,9 +756,19 @@ def paged_decode_gather_sdpa(
     used = used_entries(p.block_table, seq_lens, p.page_size)
     idx = torch.where(used, p.block_table, torch.zeros_like(p.block_table)).long()
     length = p.max_pages * p.page_size
+    pos = torch.arange(length, device=q.device)[None, :]
+    keep = pos < seq_lens[:, None].long()
+    if p.window is not None:
+        keep &= pos >= seq_lens[:, None].long() - p.window
+    # The tokens not attended (past seq_len: the rest of the last page and page 0, where idx
+    # sends padding entries; before the window) may hold anything, NaN included, as unwritten
+    # rows do in an engine: zeroed in the gathered copy, not only masked (a masked NaN V row
+    # still makes 0 x NaN = NaN, and SDPA adds its -inf mask to a NaN score). In place, on
+    # the copy the gather made, in the cache's own dtype (e4m3 byte 0 is +0.0).
+    drop = ~keep.view(p.batch, p.max_pages, p.page_size, 1, 1)
 
     def gather(cache: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
-        pages = cache[idx]  # [B, max_pages, page, Hkv, D]
+        pages = cache[idx].masked_fill_(drop, 0)  # [B, max_pages, page, Hkv, D]
         if p.fp8:
             # A 1-element fp32 tensor as a 0-dim one: it scales in fp32 without promoting the
             # pages to fp32 (SDPA needs q, k and v in one dtype). Per kv head scales ([Hkv]):
@@ -773,14 +783,6 @@ def paged_decode_gather_sdpa(
 
     k = gather(k_cache, p.k_scale)
     v = gather(v_cache, p.v_scale)
-    pos = torch.arange(length, device=q.device)[None, :]
-    keep = pos < seq_lens[:, None].long()
-    if p.window is not None:
-        keep &= pos >= seq_lens[:, None].long() - p.window
-        # Tokens before the window may hold anything (NaN included): zeroed, not only masked
-        # (a masked NaN V row still makes 0 x NaN = NaN).
-        k = torch.where(keep[:, None, :, None], k, torch.zeros((), dtype=k.dtype, device=k.device))
-        v = torch.where(keep[:, None, :, None], v, torch.zeros((), dtype=v.dtype, device=v.device))
     if p.softcap is None:
         out = F.scaled_dot_product_attention(
             q.unsqueeze(2),

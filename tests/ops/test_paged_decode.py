@@ -73,7 +73,7 @@ def test_kernel_matrix(device, fn, dtype, layout, storage):
     assert diff >= 0.0
 
 
-@pytest.mark.parametrize("fn", TRITON, ids=_name)
+@pytest.mark.parametrize("fn", ALL, ids=_name)
 @pytest.mark.parametrize("storage", ["combined", "v_dim_major"])
 @pytest.mark.parametrize("dtype", ["fp16", "fp8"])
 def test_whole_tiles_and_tail_with_stale_nan_past_seq_len(device, fn, storage, dtype):
