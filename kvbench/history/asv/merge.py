@@ -129,6 +129,30 @@ def _read_folder(path: Path, *, required: bool) -> _Folder:
     return folder
 
 
+def _check_machine_folders(target: _Folder, sources: Sequence[_Folder]) -> None:
+    """MergeRefused where a source's machine has a folder in the target that is not a machine
+    folder (no machine.json): merge does not read it, so its files are not known to be
+    results, and the union would put the source's files beside or over them."""
+    for source in sources:
+        for machine in source.machines:
+            folder = target.path / machine
+            if folder.is_dir() and machine not in target.machines:
+                raise MergeRefused(f"{folder}: in the target but not an asv machine folder (no "
+                                   "machine.json), so its files are not read as results; give it "
+                                   "its machine.json (`kvbench machine`) or move it away first")
+
+
+def _write_new(path: Path, raw: bytes) -> None:
+    """`raw` as a new file at `path` in the staged union. The staged tree's files are hard
+    links to the target's: an existing one is never written through (that would change the
+    target's file in place before any check), it refuses."""
+    if path.exists():
+        raise MergeRefused(f"{path.name}: the staged union already holds it from the target; "
+                           "nothing was merged (a stored file is never replaced)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(raw)
+
+
 def _check_result(path: Path, data: object) -> None:
     if not isinstance(data, dict) or data.get("version") != 2:
         raise MergeRefused(f"{path}: not an asv 0.6 result file (format version 2)")
@@ -266,11 +290,9 @@ def _stage(target: _Folder, sources: Sequence[_Folder], results, sidecars,
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(json.dumps(record, indent=4, sort_keys=True) + "\n")
         for (machine, name), raw in results.items():
-            (staging / machine / name).write_bytes(raw)
+            _write_new(staging / machine / name, raw)
         for (machine, name), raw in sidecars.items():
-            path = staging / machine / SIDECAR_DIR / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(raw)
+            _write_new(staging / machine / SIDECAR_DIR / name, raw)
         if benchmarks != target.benchmarks:
             bench = staging / "benchmarks.json"
             bench.unlink(missing_ok=True)  # a hard link to the target's: never written through
@@ -358,6 +380,7 @@ def merge(sources: Iterable[str | os.PathLike], target: str | os.PathLike, *,
     folders = [_read_folder(p, required=True) for p in paths]
     current = _read_folder(target, required=False)
     _check_compatible([current, *folders])
+    _check_machine_folders(current, folders)
     report = MergeReport(target)
     results, sidecars = plan_union(current, folders, report)
     with contextlib.ExitStack() as locks:

@@ -105,6 +105,34 @@ def test_a_refusal_names_the_difference_and_leaves_the_target_untouched(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "good", "results"]
 
 
+def test_a_target_folder_without_its_machine_record_is_refused_and_left_as_it_was(tmp_path,
+                                                                                 capsys):
+    """The target's box/ lost its machine.json: merge does not read the files in it, and a
+    source file of the same name staged beside them was written through the hard link into
+    the target's own file before the check refused."""
+    target = _folder(tmp_path / "results", {C["a"]: [1e-5, 2e-5], C["b"]: [1e-5, 2e-5]})
+    (target / "box" / "machine.json").unlink()
+    source = _folder(tmp_path / "new", {C["a"]: [9e-5, 9e-5]})
+    before = _bytes(target)
+    assert merge_main([str(source), "--into", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert "not an asv machine folder (no machine.json)" in err, err
+    assert _bytes(target) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "results"]
+
+
+def test_a_staged_file_is_never_written_through(tmp_path):
+    target = _folder(tmp_path / "results", {C["a"]: [1e-5, 2e-5]})
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    linked = staged / "a.json"
+    linked.hardlink_to(target / "box" / f"{C['a'][:8]}-{ENV}.json")
+    before = _bytes(target)
+    with pytest.raises(MergeRefused, match="never replaced"):
+        merge_mod._write_new(linked, b"{}")
+    assert _bytes(target) == before
+
+
 def test_an_interrupted_merge_leaves_the_target_as_it_was(tmp_path, monkeypatch):
     target = _folder(tmp_path / "results", {C["a"]: [1e-5, 2e-5]})
     s0 = _folder(tmp_path / "s0", {C["b"]: [1e-5, 2e-5]})
