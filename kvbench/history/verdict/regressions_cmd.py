@@ -74,11 +74,16 @@ def judge(args):
         noise_model.path_for(results, machine)
     if args.noise_model and not model_path.is_file():
         raise ValueError(f"--noise-model {model_path}: no such file")
+    model = noise_model.load(model_path)
+    if model is not None and model.machine and model.machine != machine:
+        raise ValueError(f"{model_path}: the noise model of machine {model.machine!r}, not "
+                         f"{machine!r}: a machine's noise judges only its own history (its "
+                         f"model: {noise_model.path_for(results, machine)})")
     with progress.status(f"kvbench regressions {machine}"):
         progress.report(f"loading {results / machine}")
         history = load_history(results, machine)
         since = resolve(repository_of(results), args.since) if args.since else None
-        verdicts = analyze(history, since=since, model=noise_model.load(model_path))
+        verdicts = analyze(history, since=since, model=model)
     if args.save_noise_model:
         saved = noise_model.save(verdicts.model, noise_model.path_for(results, machine))
         print(f"wrote the noise model of {len(verdicts.model.series)} series to {saved}",

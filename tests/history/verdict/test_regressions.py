@@ -379,6 +379,24 @@ def test_cli_bad_input_is_a_usage_error(tmp_path, capsys):
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
+def test_another_machines_noise_model_is_refused_and_nothing_saved(tmp_path, capsys):
+    """A model learned on one machine judged another's history without a word, and
+    --save-noise-model then stored it as this machine's."""
+    from kvbench.history.verdict import noise_model
+
+    res, _ = _cli_history(tmp_path)
+    other = noise_model.save(noise_model.NoiseModel("other-box"), tmp_path / "other.json")
+    own = noise_model.path_for(res, sim.MACHINE)
+    proc = _run_cli("--machine", sim.MACHINE, "--results", str(res), "--noise-model", str(other),
+                    "--save-noise-model", capsys=capsys)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the noise model of machine 'other-box'" in proc.stderr
+    assert not own.exists()
+    proc = _run_cli("--machine", sim.MACHINE, "--results", str(res), "--save-noise-model",
+                    capsys=capsys)
+    assert proc.returncode == 0 and noise_model.load(own).machine == sim.MACHINE
+
+
 def test_prefix_sum_cost_segments_like_ruptures_l2():
     """changepoints' O(1) least-squares cost must give ruptures' own CostL2 segmentation."""
     import ruptures
