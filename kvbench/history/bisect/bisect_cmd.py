@@ -113,6 +113,7 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
         EXIT,
         SEARCH_RUNS,
         attach_context,
+        check_search_runs,
         format_outcome,
         run_bisect,
     )
@@ -122,6 +123,7 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
     search_runs = SEARCH_RUNS if search_runs is None else search_runs
     series = parse_series(series_text)
     abtest.check_rounds(rounds, max_rounds)
+    check_search_runs(search_runs)
     if mde is not None and not (0 < mde < 10):
         raise ValueError(f"--mde is a relative effect in (0, 10) (0.02 = 2%), got {mde}")
     root = repository_of(Path(repo))

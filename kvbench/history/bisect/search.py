@@ -161,6 +161,13 @@ def _runnable_endpoints(session: _Session, commits: list[str]
     return None
 
 
+def check_search_runs(search_runs: int) -> None:
+    """ValueError unless 1 <= search_runs <= abtest.MAX_ROUNDS (each run is an asv process)."""
+    if not 1 <= search_runs <= abtest.MAX_ROUNDS:
+        raise ValueError(f"--search-runs must be from 1 to {abtest.MAX_ROUNDS} (each run is an "
+                         f"asv process), got {search_runs}")
+
+
 def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_text: str,
                machine: str, unit: str, higher_is_better: bool, rounds: int = abtest.MIN_ROUNDS,
                max_rounds: int = 2 * abtest.MIN_ROUNDS, search_runs: int = SEARCH_RUNS,
@@ -168,8 +175,7 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
                log=print) -> BisectOutcome:
     """Bisect `commits` ([base, ..., end], oldest first) for a regression of one series."""
     abtest.check_rounds(rounds, max_rounds)
-    if search_runs < 1:
-        raise ValueError(f"search_runs must be >= 1, got {search_runs}")
+    check_search_runs(search_runs)
     if len(commits) < 2:
         raise ValueError("a range needs a base and at least one commit after it")
     t0 = time.monotonic()

@@ -53,6 +53,17 @@ FDR_Q = 0.05
 #: series, and a gate run on two unchanged commits is the flat case. Stricter than bisect's
 #: abtest.ALPHA, which judges one commit a search has already singled out.
 ALPHA = 0.001
+#: Process runs a side: the fewest that can compare a series (judge() needs two a side) and
+#: the most a run may ask for (each is an asv process per commit).
+MIN_ROUNDS, MAX_ROUNDS = 2, 100
+
+
+def check_rounds(rounds: int) -> None:
+    """ValueError unless MIN_ROUNDS <= rounds <= MAX_ROUNDS (--rounds of compare and of
+    regressions --confirm)."""
+    if not MIN_ROUNDS <= rounds <= MAX_ROUNDS:
+        raise ValueError(f"--rounds {rounds}: from {MIN_ROUNDS} (a series needs two runs a side "
+                         f"to be compared) to {MAX_ROUNDS}")
 
 
 class SuiteMeasurer(AsvMeasurer):

@@ -9,7 +9,8 @@ regression / improvement / no change / inconclusive, each with its effect, inter
 The series called changed are then measured again, `--rounds` more runs a side of only them,
 and judged on those runs (compare.recheck; `--no-recheck` skips it). Prints one line per
 changed series (worst first), then the counts. Exit status: 0; 1 with `--fail-on regression`
-when a regression is found; 2 on bad input.
+when a regression is found, or when asv failed (its log kept); 2 on bad input (a --bench or
+--select naming nothing in the suite included).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ DESCRIPTION = ("Measure BASE and HEAD in interleaved process runs and say, per s
 #: Rounds by default: five runs a side is the fewest at which kvbench's A/B test can call a
 #: series unchanged (abtest.MIN_ROUNDS).
 DEFAULT_ROUNDS = 5
-MAX_ROUNDS = 100
 
 
 def add_arguments(parser) -> None:
@@ -38,8 +38,7 @@ def add_arguments(parser) -> None:
                         help="measure only this class in the suite's measuring process "
                              "(KVBENCH_ASV_SELECT; e.g. KVAlloc), saving the others' cost")
     parser.add_argument("--rounds", type=command.positive_int, default=DEFAULT_ROUNDS,
-                        help="process runs per commit "
-                             f"(default: %(default)s, at most {MAX_ROUNDS})")
+                        help="process runs per commit (default: %(default)s, 2 to 100)")
     parser.add_argument("--machine", type=command.machine_name, default=None,
                         help="asv machine name (default: this host's `kvbench machine` name)")
     parser.add_argument("--config", default=None, metavar="PATH",
@@ -87,11 +86,13 @@ def run(args) -> int:
     from kvbench.history.asv.machine import check_machine, default_machine
     from kvbench.history.asv.repo import repository_of, resolve
     from kvbench.history.bisect import abtest
-    from kvbench.history.gate.compare import SuiteMeasurer, recheck, run_compare
+    from kvbench.history.gate.compare import SuiteMeasurer, check_rounds, recheck, run_compare
+    from kvbench.history.gate.selection import bench_pattern, check_bench, check_selection
 
     try:
-        if args.rounds > MAX_ROUNDS:
-            raise ValueError(f"--rounds {args.rounds}: at most {MAX_ROUNDS}")
+        check_rounds(args.rounds)
+        if args.bench:
+            bench_pattern(args.bench)
         root = repository_of(Path("."))
         base, head = resolve(root, args.base), resolve(root, args.head)
         if base == head:
@@ -111,13 +112,26 @@ def run(args) -> int:
         print(f"asv discovery at {head[:8]} (private results in {workdir})", flush=True)
         measurer.discover(head)
         benchmarks = json.loads((measurer.results_dir / "benchmarks.json").read_text())
+        try:
+            if args.bench:
+                check_bench(args.bench, benchmarks)
+            if args.select:
+                check_selection(args.select, benchmarks)
+        except ValueError as exc:
+            args.parser.error(f"{exc} (the suite as asv discovers it at {head[:8]})")
         units = {k: v.get("unit") for k, v in benchmarks.items() if isinstance(v, dict)}
         result = run_compare(measurer, base, head, rounds=args.rounds, units=units)
         if args.recheck:
             result = recheck(result, lambda names: _measure_again(measurer, args, base, head,
                                                                   units, names))
-    finally:
+    except RuntimeError as exc:  # asv failed: its log is the evidence, so it is kept
+        print(f"kvbench compare: {exc}\n(asv's log and the private results kept in {workdir})",
+              file=sys.stderr)
+        return 1
+    except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    shutil.rmtree(workdir, ignore_errors=True)
     print(format_comparison(result))
     if json_path is not None:
         write_json_atomic(json_path, result.to_json(), indent=1)

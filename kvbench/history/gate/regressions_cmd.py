@@ -24,7 +24,7 @@ def add_arguments(parser) -> None:
                              "parent against commit, in fresh interleaved runs: confirmed, "
                              "dismissed or still suspect")
     parser.add_argument("--rounds", type=command.positive_int, default=DEFAULT_ROUNDS,
-                        help="process runs a side for --confirm (default: %(default)s)")
+                        help="process runs a side for --confirm (default: %(default)s, 2 to 100)")
     parser.add_argument("--config", default=None, metavar="PATH",
                         help="asv.conf.json for --confirm (default: the repository's)")
 
@@ -32,8 +32,10 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     try:
         base.check_outputs(args)
-        if args.rounds > 100:
-            raise ValueError(f"--rounds {args.rounds}: at most 100")
+        if args.confirm:
+            from kvbench.history.gate.compare import check_rounds
+
+            check_rounds(args.rounds)
         if args.config:
             command.check_config(args)
         verdicts = base.judge(args)

@@ -10,8 +10,9 @@ Series are named as asv names them: `module.Class.method(param, ...)`.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 #: Between the names of a selection: a case's params hold commas, never this. The suite's
 #: worker (benchmarks/runner/worker.py) keeps its own copy, since it runs under old commits'
@@ -49,3 +50,59 @@ def narrowest_selection(names: Iterable[str]) -> str | None:
         text = next(iter(texts)) if len(texts) == 1 else ""
         selections.append(f"{cls}({text})" if text else cls)
     return f"{SELECT_SEPARATOR} ".join(selections)
+
+
+def suite_cases(benchmarks: Mapping) -> dict[str, set[str]]:
+    """{class: its cases as a selection names them, "Class('a', 1)"} from asv's discovery
+    (benchmarks.json: each benchmark's params as reprs)."""
+    cases: dict[str, set[str]] = {}
+    for name, desc in benchmarks.items():
+        if not isinstance(desc, Mapping) or name.count(".") < 2:
+            continue
+        cls = name.split(".")[-2]
+        combos = itertools.product(*desc.get("params") or [])
+        cases.setdefault(cls, set()).update(f"{cls}({', '.join(c)})" for c in combos)
+    return cases
+
+
+def check_selection(select: str, benchmarks: Mapping) -> None:
+    """ValueError unless every name of a selection (SELECT_SEPARATOR between names) is a
+    class of the suite asv discovered, or one of a class's cases written as asv writes its
+    params: a typo would otherwise measure nothing and a gate would pass on no series."""
+    cases = suite_cases(benchmarks)
+    names = [n.strip() for n in select.split(SELECT_SEPARATOR) if n.strip()]
+    if not names:
+        raise ValueError(f"--select {select!r} names no class")
+    for name in names:
+        cls = name.partition("(")[0].strip()
+        if cls not in cases:
+            raise ValueError(f"--select {name!r}: the suite has no class {cls!r}; its classes: "
+                             f"{', '.join(sorted(cases))}")
+        if "(" in name and name not in cases[cls]:
+            example = min(cases[cls], default=f"{cls}()")
+            raise ValueError(f"--select {name!r}: not a case of {cls} (a case is written as asv "
+                             f"writes its params, e.g. {example})")
+
+
+def bench_pattern(regex: str) -> re.Pattern:
+    """`regex` compiled; ValueError naming it when it is not a regular expression (asv would
+    stop with a traceback once the run has started)."""
+    try:
+        return re.compile(regex)
+    except re.error as exc:
+        raise ValueError(f"--bench {regex!r}: not a regular expression ({exc})") from None
+
+
+def check_bench(regex: str, benchmarks: Mapping) -> None:
+    """ValueError unless `regex` (asv --bench: re.search on a benchmark's name, or on its name
+    with one param combination) matches something in the suite asv discovered."""
+    pattern = bench_pattern(regex)
+    for name, desc in benchmarks.items():
+        if not isinstance(desc, Mapping):
+            continue
+        if pattern.search(name) or any(
+                pattern.search(f"{name}({', '.join(c)})")
+                for c in itertools.product(*desc.get("params") or [])):
+            return
+    raise ValueError(f"--bench {regex!r} matches no benchmark of the suite (e.g. "
+                     f"{min(n for n, d in benchmarks.items() if isinstance(d, Mapping))})")

@@ -164,8 +164,9 @@ def test_bad_arguments_are_value_errors():
     fake = FakeMeasurer(commits, lambda i: 1.0)
     with pytest.raises(ValueError, match="max_rounds"):
         _bisect(commits, fake, rounds=6, max_rounds=5)
-    with pytest.raises(ValueError, match="search_runs"):
-        _bisect(commits, fake, search_runs=0)
+    for runs in (0, 1001):
+        with pytest.raises(ValueError, match="search-runs must be from 1 to 1000"):
+            _bisect(commits, fake, search_runs=runs)
     with pytest.raises(ValueError, match="at least one commit"):
         _bisect(commits[:1], fake)
 
@@ -178,6 +179,7 @@ def test_cli_rejects_bad_input_with_usage_errors(capsys):
         (["bisect", "HEAD~1", SERIES], "BASE..END"),
         (["bisect", "HEAD~1..HEAD", SERIES, "--rounds", "6", "--max-rounds", "5"], "max_rounds"),
         (["bisect", "HEAD~1..HEAD", SERIES, "--mde", "-1"], "percentage"),
+        (["bisect", "HEAD~1..HEAD", SERIES, "--search-runs", "1000000"], "from 1 to 1000"),
     ):
         with pytest.raises(SystemExit) as exc:
             main(argv)

@@ -378,3 +378,58 @@ def test_the_printed_comparison_shows_the_first_ab_beside_a_rechecked_claim():
     compare_cmd.add_arguments(parser)
     assert parser.parse_args(["a", "b"]).recheck is True
     assert parser.parse_args(["a", "b", "--no-recheck"]).recheck is False
+
+
+BENCHMARKS = {"version": 2,
+              "kv_alloc.KVAlloc.track_us": {"params": [["'auto'", "'host/freelist'"], ["1", "64"]],
+                                            "unit": "seconds"},
+              "kv_write.KVWrite.track_gbps": {"params": [["'auto'"]], "unit": "GB/s"}}
+
+
+def test_a_selection_or_bench_that_names_nothing_in_the_suite_is_refused():
+    """A typo in --select measured nothing and a --fail-on regression gate passed on 0
+    series; a --bench that matches nothing, or is no regex, stopped asv with a traceback."""
+    from kvbench.history.gate.selection import check_bench, check_selection
+
+    for good in ("KVAlloc", "KVAlloc; KVWrite", "KVAlloc('host/freelist', 64)",
+                 "KVWrite('auto')"):
+        check_selection(good, BENCHMARKS)
+    for bad, message in (("KVAloc", "no class 'KVAloc'; its classes: KVAlloc, KVWrite"),
+                         ("KVAlloc; KVWrit", "no class 'KVWrit'"),
+                         ("KVAlloc('host/freelist',64)", "e.g. KVAlloc('auto', 1)"),
+                         (" ; ", "names no class")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_selection(bad, BENCHMARKS)
+    for good in ("KVAlloc", r"track_us\('auto', 64\)", "^kv_write"):
+        check_bench(good, BENCHMARKS)
+    with pytest.raises(ValueError, match="matches no benchmark of the suite"):
+        check_bench("zzz_nomatch", BENCHMARKS)
+    with pytest.raises(ValueError, match="not a regular expression"):
+        check_bench("(", BENCHMARKS)
+
+
+def test_rounds_that_cannot_compare_are_refused():
+    for rounds in (0, 1, 101):
+        with pytest.raises(ValueError, match="from 2 .* to 100"):
+            compare.check_rounds(rounds)
+    compare.check_rounds(2)
+
+
+def test_when_asv_fails_compare_exits_1_and_keeps_the_log(monkeypatch, capsys, tmp_path):
+    from kvbench.history.gate import compare_cmd
+
+    kept = []
+
+    def failing(self, commit):
+        kept.append(self.workdir)
+        (self.workdir / "asv.log").write_text("asv said why")
+        raise RuntimeError(f"asv run exited 1 (log: {self.log_path})")
+
+    monkeypatch.setattr(compare.SuiteMeasurer, "discover", failing)
+    monkeypatch.setattr("kvbench.history.asv.machine.check_machine", lambda name: None)
+    code = compare_cmd.main(["HEAD~1", "HEAD", "--machine", "box"])
+    err = capsys.readouterr().err
+    assert code == 1 and "asv run exited 1" in err and f"kept in {kept[0]}" in err
+    assert (kept[0] / "asv.log").read_text() == "asv said why"
+    import shutil
+    shutil.rmtree(kept[0])
