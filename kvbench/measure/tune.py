@@ -128,7 +128,32 @@ def default_cases(
     if storage is not None and storage not in STORAGES:
         raise ValueError(f"storage {storage!r} is not accepted; accepted: {STORAGES}")
     changes = {k: v for k, v in (("dtype", dtype), ("storage", storage)) if v is not None}
+    if storage is not None and storage != ENGINE_STORAGE:
+        same = layout_tags(op, dtype or TUNED_DTYPE[op], storage)
+        if same == layout_tags(op, dtype or TUNED_DTYPE[op], ENGINE_STORAGE):
+            raise ValueError(
+                f"--storage {storage}: {op} calls on it carry the layout tags of the engine's "
+                f"{ENGINE_STORAGE} storage ({', '.join(sorted(same)) or 'none'}), so dispatch "
+                f"cannot tell them apart and its entries would replace {ENGINE_STORAGE}'s in "
+                f"the perf table; `kvbench table {op}` times it (its layout ablation rows)")
     return tuple(replace(c, **changes) for c in cases) if changes else cases
+
+
+#: The storage the perf tables' untagged layout stands for: the engine's combined buffer.
+ENGINE_STORAGE = "combined"
+
+
+def layout_tags(op: str, dtype: str, storage: str) -> frozenset[str]:
+    """The layout tags dispatch sees for `op` calls on a pool of `storage`, from a pool of a
+    few pages built on the CPU (tags come from strides and dtypes, not sizes; one page would
+    make the combined buffer's views contiguous)."""
+    small = {"batch": 2, "num_seqs": 2, "seq_len": 64, "n": 2, "kv_heads": 2, "q_heads": 2,
+             "head_dim": 16, "page_size": 16}
+    inputs, release = op_module(op).tune_inputs(small, dtype, storage, torch.device("cpu"))
+    try:
+        return frozenset(inputs.problem.tags)
+    finally:
+        release()
 
 
 # ---- one case's inputs -----------------------------------------------------------------------

@@ -1000,6 +1000,11 @@ def test_tune_refuses_to_measure_when_a_corrupt_table_cannot_be_moved_aside(monk
     ("paged_decode", {"dtype": "fp32"}, "tuned at dtype fp16, bf16, fp8; got 'fp32'"),
     ("kv_gather_fp8", {"storage": "split"}, "--storage applies to paged_decode, kv_write"),
     ("paged_decode", {"storage": "paged"}, "storage 'paged' is not accepted; accepted: "),
+    # the reported loss: head_major's calls carry combined's tags, so its entries replaced
+    # combined's and auto ranked the engine's layout by an ablation layout's timings
+    ("paged_decode", {"storage": "head_major"},
+     "head_major: paged_decode calls on it carry the layout tags of the engine's combined"),
+    ("kv_write", {"storage": "v_dim_major"}, "so dispatch cannot tell them apart"),
 ])
 def test_tune_names_a_dtype_or_storage_it_cannot_measure(op, kw, match, capsys):
     with pytest.raises(ValueError, match=match):
@@ -1008,6 +1013,12 @@ def test_tune_names_a_dtype_or_storage_it_cannot_measure(op, kw, match, capsys):
     with pytest.raises(SystemExit) as exc:
         tune.main(argv)
     assert exc.value.code == 2 and match.split(";")[0] in capsys.readouterr().err
+
+
+def test_tune_accepts_the_storages_dispatch_tells_apart():
+    for op, storage in (("paged_decode", "split"), ("paged_decode", "v_dim_major"),
+                        ("kv_write", "split"), ("paged_decode", "combined")):
+        assert tune.default_cases(op, "cpu", storage=storage)
 
 
 def test_tune_cases_at_fp8_dim_major_build_that_layout():
