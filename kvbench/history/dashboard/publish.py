@@ -232,17 +232,13 @@ def results_dir_of(config: str | os.PathLike) -> Path:
 
 def check_regressions_config(config: str | os.PathLike) -> None:
     """ValueError when asv's regressions page would judge a GB/s series bigger-is-worse."""
-    import json
-
     from asv.config import Config
 
     from kvbench.history.verdict.page import check_asv_config
+    from kvbench.history.verdict.results import load_benchmarks
 
     conf = Config.load(str(Path(config).resolve()))
-    benchmarks_file = results_dir_of(config) / "benchmarks.json"
-    benchmarks = json.loads(benchmarks_file.read_text(encoding="utf-8")) \
-        if benchmarks_file.is_file() else {}
-    check_asv_config(conf, benchmarks)
+    check_asv_config(conf, load_benchmarks(results_dir_of(config)))
 
 
 def add_regressions_page(config: str | os.PathLike, html_dir: Path | None = None) -> Path:
@@ -427,8 +423,8 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
     conf_path = Path(config).resolve()
     html_dir = html_dir_of(config)
     with swap.locked(lock_file_of(config)):
+        suite.write(config)  # first: the check reads the suite's units from it
         check_regressions_config(config)
-        suite.write(config)
         with tempfile.TemporaryDirectory(prefix="kvbench-publish-") as tmp, \
                 swap.building(html_dir) as build:
             staging = Path(tmp) / "results"

@@ -91,24 +91,35 @@ def machines(results_dir: Path) -> list[str]:
     return sorted(p.parent.name for p in Path(results_dir).glob("*/machine.json"))
 
 
-def load_units(results_dir: Path) -> dict[str, str]:
-    """benchmark name -> unit from results/benchmarks.json (empty when the file is absent)."""
+def load_benchmarks(results_dir: Path) -> dict:
+    """results/benchmarks.json (asv's description of the suite) as a dict, {} when absent;
+    ValueError naming the file when it is not one asv wrote."""
     path = Path(results_dir) / "benchmarks.json"
     if not path.is_file():
         return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {name: info["unit"] for name, info in data.items()
-            if isinstance(info, dict) and info.get("unit")}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable ({exc}); `kvbench publish` or `asv run` "
+                         "rewrites it from the suite") from None
+    if not isinstance(data, dict):
+        raise ValueError(  # noqa: TRY004 - bad input, as every reader here raises
+            f"{path}: not asv's benchmarks.json (a JSON object of benchmarks)")
+    return data
+
+
+def load_units(results_dir: Path) -> dict[str, str]:
+    """benchmark name -> unit from results/benchmarks.json (empty when the file is absent; a
+    unit that is not a string is left out: the method name's then stands, unit_of)."""
+    return {name: info["unit"] for name, info in load_benchmarks(results_dir).items()
+            if isinstance(info, dict) and isinstance(info.get("unit"), str) and info["unit"]}
 
 
 def load_param_names(results_dir: Path) -> dict[str, tuple[str, ...]]:
     """benchmark name -> parameter names from results/benchmarks.json."""
-    path = Path(results_dir) / "benchmarks.json"
-    if not path.is_file():
-        return {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {name: tuple(info.get("param_names") or ())
-            for name, info in data.items() if isinstance(info, dict)}
+    return {name: tuple(str(n) for n in info.get("param_names") or ())
+            for name, info in load_benchmarks(results_dir).items()
+            if isinstance(info, dict) and isinstance(info.get("param_names") or (), list)}
 
 
 def unit_of(benchmark: str, units: dict[str, str]) -> str | None:
@@ -268,6 +279,7 @@ def load_history(results_dir: str | Path, machine: str, *, rev: str = "HEAD",
     by_key: dict[tuple[str, tuple[str, ...], str], Series] = {}
     measured: set[str] = set()
     started: dict[str, tuple[tuple, float | None]] = {}
+    read_from: dict[tuple[str, str], str] = {}  # (commit, env) -> the file it was read from
     for path in sorted(machine_dir.glob("*.json")):
         if path.name == "machine.json":
             continue
@@ -282,6 +294,12 @@ def load_history(results_dir: str | Path, machine: str, *, rev: str = "HEAD",
                             "reason": f"commit {commit[:8]} is not on {rev}'s first-parent line"})
             continue
         env = data["env_name"]
+        if (commit, env) in read_from:
+            # a copy counted twice would shrink the noise each verdict is judged against
+            skipped.append({"file": path.name, "reason": f"a second result of commit "
+                            f"{commit[:8]} in {env} (read from {read_from[commit, env]})"})
+            continue
+        read_from[commit, env] = path.name
         points, implausible = [], 0
         for benchmark, combo, point in _points_of(data, commit):
             unit = unit_of(benchmark, units)

@@ -139,3 +139,41 @@ def test_any_bytes_or_json_give_a_skip_or_a_history_never_an_exception(history, 
     assert set(h.commits) >= {commits[0], commits[2], commits[3]}
     assert commits[1] in h.commits or path.name in {s["file"] for s in h.skipped}
     analyze(h).to_json()
+
+
+def test_a_copy_of_a_result_file_is_read_once(history):
+    """A second file of one (commit, environment) counted its values twice and shrank the
+    noise the verdicts are judged against; it is skipped and named with the file read."""
+    res, commits = history
+    path = _file_of(res, commits[1])
+    copy = path.with_name(path.stem + "-copy.json")
+    copy.write_bytes(path.read_bytes())
+    loaded = load_history(res, sim.MACHINE)
+    (series,) = loaded.series
+    assert [p.commit for p in series.points] == commits
+    (skip,) = loaded.skipped  # the first in name order is read, the other named
+    first, second = sorted([path.name, copy.name])
+    assert skip == {"file": second, "reason": f"a second result of commit {commits[1][:8]} in "
+                                              f"{series.env} (read from {first})"}
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ('{"version": 2, "x', "unreadable"),
+    ("[1, 2]", "not asv's benchmarks.json"),
+])
+def test_a_damaged_benchmarks_json_is_named(history, body, why):
+    res, _ = history
+    (res / "benchmarks.json").write_text(body)
+    with pytest.raises(ValueError, match=why) as exc:
+        load_history(res, sim.MACHINE)
+    assert str(res / "benchmarks.json") in str(exc.value)
+
+
+def test_a_unit_that_is_not_a_string_is_not_a_unit(history):
+    res, _ = history
+    data = json.loads((res / "benchmarks.json").read_text())
+    for info in data.values():
+        if isinstance(info, dict):
+            info["unit"] = ["seconds"]
+    (res / "benchmarks.json").write_text(json.dumps(data))
+    assert results.load_units(res) == {}
