@@ -356,6 +356,9 @@ def write_sidecar(group: str, classes: dict[str, dict], states: list[dict] | Non
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(body, f, separators=(",", ":"), default=str)
+        umask = os.umask(0)  # a new file's mode, not mkstemp's 0600 (the suite runs under old
+        os.umask(umask)  # commits' kvbench, so not kvbench.core.jsonfile.replacement_mode)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except OSError as exc:
         print(f"kvbench sidecar {path} not written: {exc}", file=sys.stderr)

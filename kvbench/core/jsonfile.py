@@ -55,13 +55,28 @@ def output_path(text: str) -> Path:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def replacement_mode(target: str | os.PathLike[str]) -> int:
+    """The permission bits a file written through a temporary one must get before it replaces
+    `target`: target's own where it exists, else what open() gives a new file (0o666 less the
+    umask). mkstemp makes its files 0600, which a rename would carry into results, tables and
+    published JSON that others on the machine (or a web server) read."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_json_atomic(path: str | os.PathLike[str], data: Any, **dump_kwargs: Any) -> Path:
-    """json.dump `data` to `path` through a temporary file and an atomic rename."""
+    """json.dump `data` to `path` through a temporary file and an atomic rename (the file
+    keeps its mode, or gets a new file's: replacement_mode)."""
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, **dump_kwargs)
+        os.chmod(tmp, replacement_mode(target))
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -119,3 +119,21 @@ def test_main_json_dir_is_probed_before_measuring(monkeypatch, unwritable_dir):
     monkeypatch.setattr(table_mod, "main", lambda argv: pytest.fail("measured"))
     with pytest.raises(SystemExit, match="is not writable"):
         table_mod.run_all(json_dir=str(unwritable_dir))
+
+
+def test_an_atomic_write_gives_a_new_file_the_usual_mode_and_keeps_an_old_ones(tmp_path):
+    """mkstemp's temporary file is 0600: renamed into place, results/benchmarks.json and
+    noise models became unreadable to everyone but their writer."""
+    import stat
+
+    umask = os.umask(0o022)
+    try:
+        new = write_json_atomic(tmp_path / "new.json", {"a": 1})
+        assert stat.S_IMODE(new.stat().st_mode) == 0o644
+        old = tmp_path / "old.json"
+        old.write_text("{}")
+        old.chmod(0o640)
+        write_json_atomic(old, {"a": 2})
+        assert stat.S_IMODE(old.stat().st_mode) == 0o640
+    finally:
+        os.umask(umask)

@@ -63,6 +63,8 @@ from asv.machine import MachineCollection
 from asv.plugins.virtualenv import Virtualenv
 from asv.results import Results
 
+from kvbench.core.jsonfile import replacement_mode
+
 from . import wheel_install
 
 TOOL_NAME = "kvbench-offline"
@@ -317,6 +319,7 @@ def _write_atomic(path: str, body: dict) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(body, f, separators=(",", ":"), default=str)
+        os.chmod(tmp, replacement_mode(path))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

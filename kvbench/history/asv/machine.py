@@ -25,7 +25,7 @@ import tempfile
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
-from kvbench.core.jsonfile import check_writable
+from kvbench.core.jsonfile import check_writable, replacement_mode
 
 #: asv's own keys, then kvbench's. All values are strings, as asv's own are.
 EXTRA_KEYS = ("gpu", "sm_count", "l2_bytes", "mem_peak_gbps", "driver", "cuda", "torch", "triton")
@@ -175,6 +175,7 @@ def write_machine_record(name: str | None = None, path: str | os.PathLike | None
         else:
             Path(tmp).unlink()
         MachineCollection.save(record["machine"], record, _path=tmp)
+        os.chmod(tmp, replacement_mode(target))
         os.replace(tmp, target)
     finally:
         Path(tmp).unlink(missing_ok=True)

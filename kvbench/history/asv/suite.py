@@ -94,6 +94,8 @@ def write(config: str | os.PathLike = REPO_ROOT / "asv.conf.json") -> Path:
     (the bytes `asv run` writes); return its path."""
     from asv import util
 
+    from kvbench.core.jsonfile import replacement_mode
+
     data = discover(config)
     path = benchmarks_json_path(config)
     version = data.pop("version")
@@ -102,6 +104,7 @@ def write(config: str | os.PathLike = REPO_ROOT / "asv.conf.json") -> Path:
     os.close(fd)
     try:
         util.write_json(tmp, data, api_version=version)
+        os.chmod(tmp, replacement_mode(path))
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

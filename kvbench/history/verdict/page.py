@@ -28,7 +28,6 @@ from kvbench.history.verdict.text import (
     no_code_change_lines,
     plot_findings,
     plot_name,
-    readable_by_all,
     run_boundary_lines,
     summary_line,
 )
@@ -170,7 +169,6 @@ def write_page(html_dir: str | Path, results_dir: str | Path) -> Path:
     write_json_atomic(out / "regressions.json",
                       {m: (r.to_json() if isinstance(r, Verdicts) else {"error": r})
                        for m, r in by_machine.items()}, indent=1)
-    readable_by_all(out / "regressions.json")
     page = out / "regressions.html"
     page.write_text(render_page(by_machine, plots), encoding="utf-8")
     return page

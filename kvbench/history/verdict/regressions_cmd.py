@@ -104,12 +104,11 @@ def exit_status(verdicts, fail_on: str) -> int:
 def report(args, verdicts) -> int:
     """Files first (JSON, plots), then the table on stdout; the exit status."""
     from kvbench.core.jsonfile import write_json_atomic
-    from kvbench.history.verdict.text import plot_findings, print_table, readable_by_all
+    from kvbench.history.verdict.text import plot_findings, print_table
 
     # files first: a reader of the table that stops early (| head) must not cost the JSON
     if args.json_path is not None:
         write_json_atomic(args.json_path, verdicts.to_json(), indent=1)
-        readable_by_all(args.json_path)
         print(f"wrote {args.json_path}", file=sys.stderr)
     if args.plot:
         written = plot_findings(verdicts, args.plot)

@@ -21,7 +21,6 @@ shows it; without sidecars the table is exactly as before.
 from __future__ import annotations
 
 import math
-import os
 import re
 import statistics
 import sys
@@ -263,14 +262,6 @@ def print_table(verdicts: Verdicts, out: TextIO | None = None, *, rich: bool | N
         print(f"skipped {skipped['file']}: {skipped['reason']}", file=out)
     for problem in verdicts.sidecar_problems:
         print(f"sidecar of {problem['commit'][:8]} not read: {problem['reason']}", file=out)
-
-
-def readable_by_all(path: str | Path) -> None:
-    """Give a file written through a temporary file (mode 0600) the umask's usual mode, so a
-    web server can serve the published JSON."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
 
 
 def plot_name(series_name: str) -> str:
