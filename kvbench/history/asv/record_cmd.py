@@ -8,6 +8,8 @@ unrecorded (run the same command again to resume); 2 bad input; 130 interrupted.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -57,8 +59,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import os
-
     from kvbench.history.asv import fleet, record
     from kvbench.history.asv.machine import check_machine, default_machine
 
@@ -77,6 +77,14 @@ def run(args) -> int:
         args.parser.error(str(exc))
     target = Path(args.results_dir).resolve() if args.results_dir else \
         fleet.shard_results_dir(results, shard) if shard else results
+    try:
+        check_results_dir(target, create=not args.dry_run)
+        if args.bench:
+            re.compile(args.bench)
+    except re.error as exc:
+        args.parser.error(f"--bench {args.bench!r}: not a regular expression ({exc})")
+    except ValueError as exc:
+        args.parser.error(str(exc))
     in_range = len(the_plan.commits)
     if shard is not None or target != results:
         the_plan = fleet.narrow(the_plan, shard, target)
@@ -105,6 +113,27 @@ def run(args) -> int:
     if code == 130:
         return 130
     return 0 if code == 0 and len(measured) == len(the_plan.todo) else 1
+
+
+def check_results_dir(path: Path, *, create: bool) -> None:
+    """ValueError unless `path` is a folder results can be written to: made now when `create`
+    (a recording would make it anyway) and probed with a file, as the results will be
+    written (os.access says yes to root anywhere, /proc included); a dry run only refuses a
+    path that is not a folder."""
+    from kvbench.core.jsonfile import check_writable
+
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"results folder {path}: exists and is not a directory")
+    if not create:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"results folder {path}: cannot be created ({exc.strerror})") from None
+    try:
+        check_writable(path / "results.probe")
+    except ValueError:
+        raise ValueError(f"results folder {path}: not writable") from None
 
 
 def _results_dir(conf_path: Path) -> Path:

@@ -107,3 +107,21 @@ def test_an_interrupted_recording_resumes_with_what_is_left(tmp_path):
     assert code == 0 and measured == [c[2], c[1]]
     assert calls == [[c[3], c[2], c[1]], [c[2], c[1]]]  # nothing measured twice
     assert record.plan(repo, results, "box", f"{c[0]}..{c[3]}").todo == []
+
+
+def test_a_results_folder_that_cannot_take_results_is_refused_before_measuring(tmp_path):
+    """--results-dir under /proc or onto a file stopped with a traceback and exit 1 (asv
+    failed), after the plan: now a usage error naming the folder, nothing measured."""
+    from kvbench.history.asv.record_cmd import check_results_dir
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for path, why in ((afile, "exists and is not a directory"),
+                      (afile / "sub", "cannot be created"),
+                      (Path("/proc/kvbench-no-such/x"), "cannot be created")):
+        with pytest.raises(ValueError, match=why):
+            check_results_dir(path, create=True)
+    check_results_dir(afile / "sub", create=False)  # a dry run writes nothing
+    made = tmp_path / "new" / "results"
+    check_results_dir(made, create=True)
+    assert made.is_dir() and list(made.iterdir()) == []
