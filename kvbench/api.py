@@ -26,10 +26,14 @@ import torch
 
 from kvbench.core.device import resolve_device
 from kvbench.dispatch import core
-from kvbench.dispatch.core import Selection, cached_selection, select
+from kvbench.dispatch.core import DispatchError, Selection, cached_selection, select
 from kvbench.kernels.common import options_used
 from kvbench.kernels.kv_alloc import Backend
-from kvbench.ops.keys import OPS
+from kvbench.ops import kv_gather_fp8 as gather_op
+from kvbench.ops import kv_write as write_op
+from kvbench.ops import paged_decode as decode_op
+from kvbench.ops.common import Problem, rank_mismatches
+from kvbench.ops.keys import OPS, PAGED
 from kvbench.ops.kv_gather_fp8 import describe_kv_gather_fp8, gather_fields
 from kvbench.ops.kv_write import describe_kv_write, write_fields
 from kvbench.ops.paged_decode import decode_fields, describe_paged_decode
@@ -96,13 +100,28 @@ def paged_decode(
     sel = cached_selection("paged_decode", *decode_fields(q, k_cache, v_cache, block_table,
                                                           scaled, options))
     if sel is None:
-        sel = select(describe_paged_decode(q, k_cache, v_cache, block_table, k_scale=k_scale,
-                                           v_scale=v_scale, window=window, softcap=softcap))
+        sel = _select(describe_paged_decode(q, k_cache, v_cache, block_table, k_scale=k_scale,
+                                            v_scale=v_scale, window=window, softcap=softcap),
+                      {"k_cache": k_cache, "v_cache": v_cache, "block_table": block_table},
+                      decode_op.PAGED_FORMS)
     LAST["paged_decode"] = sel
     extra = {} if window is None and softcap is None else {"window": window,
                                                             "softcap": softcap}
     return sel.target(q, k_cache, v_cache, block_table, seq_lens, sm_scale=sm_scale,
                       k_scale=k_scale, v_scale=v_scale, **extra)
+
+
+def _select(problem: Problem, args: dict, forms: dict[str, str]) -> Selection:
+    """select(problem); where no row serves a call that is not paged because an argument has
+    the wrong rank, the error names that argument and the form a paged call passes (the
+    registry's "layout tag missing: kv:paged" alone points at the layout, not the mistake)."""
+    try:
+        return select(problem)
+    except DispatchError as exc:
+        why = rank_mismatches(args, forms) if PAGED not in problem.tags else ""
+        if not why:
+            raise
+        raise DispatchError(f"{problem.op}: {why}", exc.explain) from None
 
 
 def kv_write(
@@ -124,7 +143,8 @@ def kv_write(
     scaled = k_scale is not None or v_scale is not None
     sel = cached_selection("kv_write", *write_fields(k, k_cache, v_cache, scaled))
     if sel is None:
-        sel = select(describe_kv_write(k, v, k_cache, v_cache, k_scale=k_scale, v_scale=v_scale))
+        sel = _select(describe_kv_write(k, v, k_cache, v_cache, k_scale=k_scale, v_scale=v_scale),
+                      {"k_cache": k_cache, "v_cache": v_cache}, write_op.PAGED_FORMS)
     LAST["kv_write"] = sel
     sel.target(k, v, k_cache, v_cache, slot_mapping, k_scale=k_scale, v_scale=v_scale)
 
@@ -144,7 +164,9 @@ def kv_gather_fp8(
     """
     sel = cached_selection("kv_gather_fp8", *gather_fields(kv_cache, page_table_flat))
     if sel is None:
-        sel = select(describe_kv_gather_fp8(kv_cache, page_table_flat))
+        sel = _select(describe_kv_gather_fp8(kv_cache, page_table_flat),
+                      {"kv_cache": kv_cache, "page_table_flat": page_table_flat},
+                      gather_op.PAGED_FORMS)
     LAST["kv_gather_fp8"] = sel
     return sel.target(kv_cache, page_table_flat, extra_rows=extra_rows, out=out)
 

@@ -84,6 +84,21 @@ def bad_input(names: dict[str, Any], accepted_dtypes: bool = True) -> ValueError
     return ValueError(f"inputs do not describe a problem this op can read: {shapes}")
 
 
+def rank_mismatches(args: dict[str, Any], forms: dict[str, str]) -> str:
+    """'; '-joined "NAME is K-D; a paged call passes FORM" for each tensor of `args` whose
+    rank is not that of its form in `forms` (e.g. {"k_cache": "[pages, page_size, kv_heads,
+    head_dim]"}); "" when every rank matches. Why a call's layout tags lack kv:paged, for the
+    error of a call no row serves."""
+    wrong = []
+    for name, form in forms.items():
+        value = args.get(name)
+        rank = form.count(",") + 1
+        if isinstance(value, torch.Tensor) and value.dim() != rank:
+            wrong.append(f"{name} is {value.dim()}-D {tuple(value.shape)}; a paged call passes "
+                         f"{rank}-D {form}")
+    return "; ".join(wrong)
+
+
 @dataclass(frozen=True)
 class Problem:
     """What an op call asks for, read from its inputs; kvbench.dispatch.core.select(problem)

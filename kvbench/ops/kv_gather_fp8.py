@@ -31,6 +31,9 @@ from kvbench.ops.common import (
 )
 from kvbench.ops.keys import TAGS, gather_bucket
 
+#: The ranks that make a call paged (its kv:paged tag), for the error of a call that is not.
+PAGED_FORMS = {"kv_cache": "[pool_tokens, 1, row_bytes]", "page_table_flat": "[kv_len]"}
+
 
 def gather_fields(kv_cache, page_table_flat) -> tuple:
     """(dtype, tags, bucket, device) of a kv_gather_fp8 call, from tensor metadata only: the

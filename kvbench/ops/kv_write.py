@@ -29,6 +29,10 @@ from kvbench.ops.common import (
 )
 from kvbench.ops.keys import TAGS, write_bucket
 
+#: The ranks that make a call paged (its kv:paged tag), for the error of a call that is not.
+PAGED_FORMS = {"k_cache": "[pages, page_size, kv_heads, head_dim]",
+               "v_cache": "[pages, page_size, kv_heads, head_dim]"}
+
 
 def write_fields(k, k_cache, v_cache, scaled: bool) -> tuple:
     """(dtype, tags, bucket, device) of a kv_write call, from tensor metadata only: the

@@ -49,6 +49,12 @@ def _decode_features(q, ks, batch: int, context: int, paged: bool,
     return (batch, context, q_heads, None, None, None, options)
 
 
+#: The ranks that make a call paged (its kv:paged tag), for the error of a call that is not.
+PAGED_FORMS = {"k_cache": "[pages, page_size, kv_heads, head_dim]",
+               "v_cache": "[pages, page_size, kv_heads, head_dim]",
+               "block_table": "[batch, max_pages]"}
+
+
 def decode_fields(q, k_cache, v_cache, block_table, scaled: bool,
                   options: tuple[str, ...] = ()) -> tuple:
     """(dtype, tags, bucket, device, features) of a paged_decode call, from tensor metadata

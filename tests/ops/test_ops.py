@@ -145,6 +145,34 @@ def test_bad_inputs_raise_value_error_naming_the_argument():
         last_selection("attention")
 
 
+def test_a_tensor_of_the_wrong_rank_is_named_with_the_form_a_paged_call_passes():
+    """A 3-D cache or a 1-D block table made a call unpaged, and no row serves an unpaged
+    call: the error said "layout tag missing: kv:paged" and (for a 1-D block table) a
+    batch of its length; it now names the argument, its shape and the form expected."""
+    from kvbench.dispatch.core import DispatchError
+
+    k, v = split_caches()
+    q = torch.zeros(1, 2, 32, dtype=torch.float16)
+    bt = torch.zeros(1, 4, dtype=torch.int32)
+    for args, message in (
+        ((q, k[0], v, bt, bt[0]), ("paged_decode: k_cache is 3-D (16, 2, 32); a paged call "
+                                  "passes 4-D [pages, page_size, kv_heads, head_dim]")),
+        ((q, k, v, bt[0], bt[0]), ("paged_decode: block_table is 1-D (4,); a paged call "
+                                  "passes 2-D [batch, max_pages]")),
+    ):
+        with pytest.raises(DispatchError) as exc:
+            paged_decode(*args)
+        assert str(exc.value).startswith(message), str(exc.value)
+        assert "kv:paged" in exc.value.explain  # the registry's chain stays attached
+    kn = torch.zeros(3, 2, 32, dtype=torch.float16)
+    with pytest.raises(DispatchError, match="kv_write: v_cache is 3-D"):
+        kv_write(kn, kn, k, v[0], torch.arange(3))
+    cache = torch.zeros(64, 1, 656, dtype=torch.uint8)
+    with pytest.raises(DispatchError, match=r"page_table_flat is 2-D \(2, 5\); a paged call "
+                                            r"passes 1-D \[kv_len\]"):
+        kv_gather_fp8(cache, torch.zeros(2, 5, dtype=torch.int32), extra_rows=0)
+
+
 # ---- forwarding, selectors, missing tags --------------------------------------------------------
 
 
