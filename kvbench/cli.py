@@ -20,29 +20,39 @@ from kvbench.measure.options import add_table_arguments, add_tune_arguments
 def _cmd_env(args: argparse.Namespace) -> int:
     """What this machine is: device, peaks, L2, versions, and the selector variables.
 
-    Exit 2 when a selector variable names no row: every dispatch of that op would raise, so
-    say it here, before a run, with the values accepted. A KVBENCH_* variable kvbench does not
-    read (a misspelt selector) is listed as a warning ("unknown_variables" in --json)."""
+    Exit 2 when a selector variable names no row, or KVBENCH_CHECK is neither 0 nor 1: every
+    dispatch of that op (every CUDA op call) would raise, so say it here, before a run, with
+    the values accepted. A KVBENCH_* variable kvbench does not read (a misspelt selector) is
+    listed as a warning ("unknown_variables" in --json)."""
     from kvbench.core.env import SELECTOR_VARS, unknown_setting_messages
     from kvbench.dispatch.core import selector_problem
     from kvbench.harness import device_peaks, metadata
     from kvbench.harness.calibrate import load_ceilings
     from kvbench.harness.meta import format_metadata
+    from kvbench.kernels._validate import safe_mode
 
     meta = metadata(command="kvbench env")
     peaks = device_peaks()
     ceilings = load_ceilings(peaks.name)
     problems = [p for p in map(selector_problem, SELECTOR_VARS) if p is not None]
+    settings = []
+    try:
+        safe_mode()
+    except ValueError as exc:
+        settings.append(str(exc))
     unknown = unknown_setting_messages()  # misspelt variables: reported, not an error
     if args.json:
         meta["ceilings"] = None if ceilings is None else dataclasses.asdict(ceilings)
         meta["selector_problems"] = problems
+        meta["setting_problems"] = settings
         meta["unknown_variables"] = unknown
         print(json.dumps(meta, indent=2, default=str))
-        return 2 if problems else 0
+        return 2 if problems or settings else 0
     print(format_metadata(meta))
     for problem in problems:
         print(f"invalid selector: {problem}")
+    for problem in settings:
+        print(f"invalid setting: {problem}")
     for warning in unknown.values():
         print(f"warning: {warning}")
     if ceilings is None:
@@ -52,7 +62,7 @@ def _cmd_env(args: argparse.Namespace) -> int:
             f"measured ceilings ({ceilings.measured_at}): copy {ceilings.copy_gbps:.0f} GB/s, "
             f"read {ceilings.read_gbps:.0f} GB/s, write {ceilings.write_gbps:.0f} GB/s"
         )
-    return 2 if problems else 0
+    return 2 if problems or settings else 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:

@@ -109,6 +109,20 @@ def test_env_names_a_selector_that_names_no_row(monkeypatch, capsys):
     assert "invalid selector" not in capsys.readouterr().out
 
 
+def test_env_names_a_safe_mode_value_every_cuda_op_call_would_refuse(monkeypatch, capsys):
+    """KVBENCH_CHECK=true passed `kvbench env` (exit 0, nothing said) while every CUDA op
+    call would raise on it."""
+    monkeypatch.setenv("KVBENCH_CHECK", "true")
+    assert main(["env"]) == 2
+    assert ("invalid setting: KVBENCH_CHECK='true' is not accepted; accepted: 0 or 1"
+            in capsys.readouterr().out)
+    assert main(["env", "--json"]) == 2
+    assert len(json.loads(capsys.readouterr().out)["setting_problems"]) == 1
+    monkeypatch.setenv("KVBENCH_CHECK", "1")
+    assert main(["env"]) == 0
+    assert "invalid setting" not in capsys.readouterr().out
+
+
 def test_env_lists_a_kvbench_variable_that_kvbench_does_not_read(monkeypatch, capsys):
     """A misspelt selector changes nothing (the run measures auto): `kvbench env` says so, as a
     warning (exit 0), with the closest known name; --json carries it as unknown_variables."""
