@@ -572,6 +572,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             geometries = select_geometries(args.geometry)
         except ValueError as exc:
             parser.error(f"--geometry: {exc}")
+    if args.grid and not torch.cuda.is_available():
+        parser.error(f"--grid is the GPU's batch x context grid ({len(DECODE_GRID_GPU)} cases); "
+                     "this machine has no CUDA device, and its table runs the small CPU cases")
     if args.kernel_time and not torch.cuda.is_available():
         parser.error("--kernel-time reads CUPTI kernel times and needs a CUDA device; this "
                      "machine has none (the table's event and host timers run without it)")

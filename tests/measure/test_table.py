@@ -258,6 +258,18 @@ def test_kernel_time_without_cuda_is_refused_by_name(monkeypatch, capsys):
     assert "--kernel-time" in err and "CUDA device" in err
 
 
+def test_grid_without_cuda_is_refused_by_name(monkeypatch, capsys):
+    """--grid on a CPU measured the small CPU cases and said nothing of the grid asked for."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exc:
+        main(["paged_decode", "--grid", "--no-ablations"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--grid is the GPU's batch x context grid" in err and "no CUDA device" in err
+
+
 @pytest.mark.parametrize("flag", [["--grid"], ["--no-ablations"], ["--geometry", "llama3-8b"]])
 def test_decode_only_flags_are_refused_for_other_ops(flag, capsys):
     """A flag that would be ignored is named instead: the user asked for rows that would
