@@ -164,16 +164,18 @@ _VERSION_KEYS = ("torch", "triton")
 
 
 def _stale_versions(data: dict) -> str | None:
-    """'torch X (now Y), ...' for each version in the table's metadata that differs from this
-    process's, or None. A table without metadata (hand-written, tests) is not judged."""
+    """'torch X (now Y), ...' for each version that differs from this process's, in the
+    table's header or in an entry's own provenance ("measured_under": entries carried over
+    from an older run keep theirs), or None. A table without either (hand-written, tests) is
+    not judged."""
     from kvbench.core.versions import triton_version
 
-    recorded = data.get("metadata")
-    if not isinstance(recorded, dict):
-        return None
     now = {"torch": str(torch.__version__), "triton": triton_version()}  # as metadata() writes them
-    changed = [f"{key} {recorded[key]} (now {now[key]})" for key in _VERSION_KEYS
-               if recorded.get(key) is not None and recorded.get(key) != now.get(key)]
+    recorded = [data.get("metadata")] + [e.get("measured_under") for e in data.get("entries", ())
+                                         if isinstance(e, dict)]
+    changed = sorted({f"{key} {r[key]} (now {now[key]})" for r in recorded
+                      if isinstance(r, dict) for key in _VERSION_KEYS
+                      if r.get(key) is not None and r.get(key) != now.get(key)})
     return ", ".join(changed) or None
 
 

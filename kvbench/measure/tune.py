@@ -227,16 +227,19 @@ def tune(
             release()
     entries += _any_bucket_entries(entries, len(cases))
     path = table_path(name, op)
+    meta = metadata(command=_command(op, cases))
+    date = datetime.now(UTC).isoformat(timespec="seconds")
+    for entry in entries:
+        entry["measured_under"] = provenance(meta, date)
     table = {
         "schema": SCHEMA,
         "device_name": name,
         "op": op,
-        "kvbench_commit": None,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "metadata": metadata(command=f"kvbench tune {op}"),
+        "kvbench_commit": meta.get("commit"),
+        "date": date,
+        "metadata": meta,
         "entries": _kept_entries(path, name, op, entries) + entries,
     }
-    table["kvbench_commit"] = table["metadata"].get("commit")
     write_table(path, table)
     core.reload_perf_tables()
     core.reset_perf_provider()
@@ -274,11 +277,32 @@ def _measure(inputs: OpInputs, spec, case: TuneCase, skipped: list[dict]):
     return timing
 
 
+def _command(op: str, cases: Sequence[TuneCase]) -> str:
+    """The `kvbench tune` command that measures `cases`: --dtype / --storage where every case
+    has one other than the op's default (the table's header names what its newest run was)."""
+    words = [f"kvbench tune {op}"]
+    for flag, values, default in (("--dtype", {c.dtype for c in cases}, TUNED_DTYPE[op]),
+                                  ("--storage", {c.storage for c in cases}, ENGINE_STORAGE)):
+        if len(values) == 1 and values != {default}:
+            words.append(f"{flag} {values.pop()}")
+    return " ".join(words)
+
+
+def provenance(meta: dict, date: str | None) -> dict:
+    """What an entry was measured under: the kvbench commit, torch and triton of its run and
+    its date. Each entry keeps its own, since a table's header describes only its newest run
+    and the entries of other dtypes and layouts are carried over from older ones."""
+    return {"commit": meta.get("commit"), "torch": meta.get("torch"),
+            "triton": meta.get("triton"), "date": date}
+
+
 def _kept_entries(path: Path, device_name: str, op: str, new: list[dict]) -> list[dict]:
     """The stored table's entries that a run measuring `new` does not replace: those of
-    another (dtype, tags), each written with its dtype and tags made explicit. An entry
-    without tags is replaced by a run at its dtype. The table was repaired before the run
-    (repair_stored_table); one that became unreadable since is moved aside the same way."""
+    another (dtype, tags), each written with its dtype and tags made explicit, and with its
+    provenance (an entry of a table written before entries carried one gets that table's
+    header's). An entry without tags is replaced by a run at its dtype. The table was
+    repaired before the run (repair_stored_table); one that became unreadable since is moved
+    aside the same way."""
     if not path.exists():
         return []
     try:
@@ -292,11 +316,16 @@ def _kept_entries(path: Path, device_name: str, op: str, new: list[dict]) -> lis
         parsed = table_entries(data, device_name, op)
     measured = {(e["dtype"], frozenset(e["tags"])) for e in new}
     dtypes = {dtype for dtype, _ in measured}
+    header = data.get("metadata")
+    inherited = provenance(header, data.get("date")) if isinstance(header, dict) else None
     kept = []
     for raw, (_, _, dtype, tags, _) in zip(data["entries"], parsed, strict=True):
         if (dtype, tags) in measured or (tags is None and dtype in dtypes):
             continue
-        kept.append({**raw, "dtype": dtype, **({} if tags is None else {"tags": sorted(tags)})})
+        entry = {**raw, "dtype": dtype, **({} if tags is None else {"tags": sorted(tags)})}
+        if "measured_under" not in entry and inherited is not None:
+            entry["measured_under"] = inherited
+        kept.append(entry)
     return kept
 
 

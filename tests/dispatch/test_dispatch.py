@@ -925,6 +925,33 @@ def test_tune_at_another_dtype_keeps_the_other_dtypes_entries():
     assert "bf16" in tune.format_table(json.loads(path.read_text()))
 
 
+def test_entries_carried_over_by_a_retune_keep_what_they_were_measured_under():
+    """The table's header describes its newest run only: a bf16 tune rewrote it (commit,
+    torch, command) and so relabelled the fp16 entries measured under an older torch, and
+    the stale-version warning went quiet. Each entry now carries its own provenance, an old
+    table's entries inherit its header's, and the warning reads them."""
+    name = core.device_name("cpu")
+    path = perf_tables.table_path(name, "kv_write")
+    tune.tune("kv_write", device="cpu", cases=tune.default_cases("kv_write", "cpu")[:1])
+    data = json.loads(path.read_text())
+    for entry in data["entries"]:
+        entry.pop("measured_under")  # a table written before entries carried provenance
+    data["metadata"]["torch"], data["kvbench_commit"] = "2.9.0", "0ldc0mm1t"
+    data["metadata"]["commit"] = "0ldc0mm1t"
+    path.write_text(json.dumps(data))
+    with pytest.warns(UserWarning, match=r"measured under torch 2\.9\.0"):
+        perf_tables.load_perf_table(name)
+    tune.tune("kv_write", device="cpu", cases=tune.default_cases("kv_write", "cpu",
+                                                                   dtype="bf16")[:1])
+    table = json.loads(path.read_text())
+    assert table["metadata"]["command"] == "kvbench tune kv_write --dtype bf16"
+    by_dtype = {e["dtype"]: e["measured_under"] for e in table["entries"]}
+    assert by_dtype["fp16"]["torch"] == "2.9.0" and by_dtype["fp16"]["commit"] == "0ldc0mm1t"
+    assert by_dtype["bf16"]["torch"] == str(torch.__version__)
+    with pytest.warns(UserWarning, match=r"measured under torch 2\.9\.0"):
+        perf_tables.load_perf_table(name)
+
+
 def _corrupt_entry_table(name: str) -> tuple[Path, list[dict]]:
     """A kv_write table with an fp16 and an fp8 entry (kept by a bf16 tune) and one entry
     without its 'us' (unreadable)."""
