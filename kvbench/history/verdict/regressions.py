@@ -355,12 +355,18 @@ class Verdicts:
     #: suspects a fresh A/B measurement found to be no change (kvbench regressions --confirm)
     dismissed: list[Finding] = field(default_factory=list)
 
+    def after_since(self, commit: str) -> bool:
+        """Whether `commit` lies after `since` on the first-parent line (any commit when
+        there is no `since`): what the report speaks of."""
+        if self.since is None:
+            return True
+        order = self.history.order
+        return order[commit] > order[self.since]
+
     @property
     def findings(self) -> list[Finding]:
         """Findings after `since`, regressions first, each group worst first."""
-        order = {c: i for i, c in enumerate(self.history.first_parent)}
-        floor = -1 if self.since is None else order[self.since]
-        found = [f for v in self.verdicts for f in v.findings if order[f.commit] > floor]
+        found = [f for v in self.verdicts for f in v.findings if self.after_since(f.commit)]
         return sorted(found, key=lambda f: (f.verdict != "regression", -abs(f.worse_pct)))
 
     @property

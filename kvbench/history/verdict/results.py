@@ -18,6 +18,7 @@ results/benchmarks.json when that file describes the benchmark, else from asv's 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -80,10 +81,14 @@ class History:
     skipped: list[dict[str, str]]
     runs: dict[str, int] = field(default_factory=dict)  # commit -> measurement run (run_ids)
 
+    @functools.cached_property
+    def order(self) -> dict[str, int]:
+        """commit -> its position on the first-parent line (0: the oldest)."""
+        return {c: i for i, c in enumerate(self.first_parent)}
+
     def commits_between(self, parent: str, commit: str) -> int:
         """How many first-parent commits lie in (parent, commit]: the range a bisect searches."""
-        index = {c: i for i, c in enumerate(self.first_parent)}
-        return index[commit] - index[parent]
+        return self.order[commit] - self.order[parent]
 
 
 def machines(results_dir: Path) -> list[str]:

@@ -113,6 +113,8 @@ def set_aside_lines(verdicts: Verdicts, *, top: int = 5) -> list[str]:
     by_stretch: dict[tuple[str, str, str, int], list[float]] = {}
     for v in verdicts.verdicts:
         for e in v.set_aside:
+            if not verdicts.after_since(e.last):  # before --since: not this report's span
+                continue
             key = (e.commit, e.last, e.parent, e.points)
             by_stretch.setdefault(key, []).append(e.slower_pct)
     if not by_stretch:

@@ -186,6 +186,11 @@ def test_one_slow_process_before_a_newest_step_is_set_aside_and_the_step_found()
     assert head.startswith("10 point(s) set aside as slow processes")
     assert "kvbench compare PARENT COMMIT" in head
     assert line.split()[:5] == [commits[7][:8], "(parent", f"{commits[6][:8]}):", "10", "series,"]
+    # a report --since a later commit speaks of that span only: the stretch is before it
+    report.since = commits[8]
+    assert set_aside_lines(report) == []
+    report.since = commits[6]
+    assert len(set_aside_lines(report)) == 2
 
 
 def _prepared(values, runs=None):
