@@ -18,6 +18,7 @@ both come here.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -40,9 +41,15 @@ def main(command: ModuleType, argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     args.parser = parser
     from kvbench.core.paths import CacheRootError
+    from kvbench.core.processes import interruptible
 
     try:
-        return int(command.run(args) or 0)
+        with interruptible():  # SIGTERM stops a command as a Ctrl-C does (its children too)
+            return int(command.run(args) or 0)
+    except KeyboardInterrupt as exc:  # its cleanup has run; one line, the shell's status
+        how = f" by {exc}" if str(exc) else ""
+        print(f"{parser.prog}: interrupted{how}", file=sys.stderr)
+        return 130
     except CacheRootError as exc:  # an unusable KVBENCH_CACHE_DIR (npm/): one line, exit 2
         parser.exit(2, f"{parser.prog}: {exc}\n")
 

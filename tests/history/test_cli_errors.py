@@ -69,3 +69,30 @@ def test_an_unusable_log_dir_is_refused_and_no_temporary_folder_is_left(tmp_path
         bisect_cmd.run_command("HEAD~1..HEAD", SERIES, config=str(tmp_path / "none.json"),
                                machine="any", repo=REPO)
     assert list(scratch.iterdir()) == []
+
+
+def test_a_command_stopped_by_sigterm_cleans_up_and_says_so_in_one_line(capsys):
+    """SIGTERM (timeout, kill, a preempting scheduler) ended a command with no cleanup: its
+    asv children and temporary folders stayed. Now it is an interruption, as a Ctrl-C is:
+    the command's own cleanup runs, then one line and the shell's status 130."""
+    import os
+    import signal
+    import time
+    import types
+
+    cleaned = []
+
+    def run(args):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # the handler raises at the latest here
+            raise AssertionError("SIGTERM did not interrupt the command")
+        finally:
+            cleaned.append(True)
+
+    fake = types.SimpleNamespace(NAME="fake", HELP="", DESCRIPTION="",
+                                 add_arguments=lambda parser: None, run=run)
+    assert command.main(fake, []) == 130
+    assert cleaned == [True]
+    err = capsys.readouterr().err
+    assert err.strip().endswith("interrupted by signal SIGTERM") and "Traceback" not in err

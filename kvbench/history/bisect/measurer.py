@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from kvbench.core.processes import run_group
 from kvbench.history.bisect import abtest
 
 #: Variable read by the suite's worker (benchmarks/runner/worker.py): the one case it measures.
@@ -189,8 +190,8 @@ class AsvMeasurer:
                "--launch-method", "forkserver", "--bench", bench, f"HASHFILE:{hashfile}"]
         self.invocations += 1
         try:
-            proc = subprocess.run(cmd, cwd=self.repo, env=self._env(), capture_output=True,
-                                  text=True, timeout=self.timeout_s, check=False)
+            proc = run_group(cmd, cwd=self.repo, env=self._env(), capture_output=True,
+                             text=True, timeout=self.timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:
             raise RuntimeError(f"asv run did not finish in {self.timeout_s:.0f} s "
                                f"(log: {self.log_path})") from exc
