@@ -57,6 +57,8 @@ from typing import Any
 from .runner.compact import representative_samples
 from .runner.compat import Skip, need, need_first
 from .runner.isolate import CLASS_ERROR as _CLASS_ERROR
+from .runner.isolate import CLASS_UNFINISHED as _CLASS_UNFINISHED
+from .runner.isolate import GROUP_CRASHED as _GROUP_CRASHED
 from .runner.manager import Manager
 from .runner.worker import (
     AUTO,
@@ -109,6 +111,9 @@ def release_pool(pool: Any) -> None:
 def class_results(cache: dict, cls: str) -> dict:
     """One class's results out of its group's shared cache (or the failure that lost them)."""
     found = cache.get(cls)
+    if found is None and _GROUP_CRASHED in cache:  # the process died before reaching it
+        raise RuntimeError(f"{cls} was not measured (no number recorded):\n"
+                           f"{cache[_GROUP_CRASHED][_CLASS_ERROR]}")
     if found is None:
         raise NotImplementedError(f"{cls} was not measured by its setup_cache group")
     if _CLASS_SKIP in found:
@@ -122,6 +127,9 @@ def class_results(cache: dict, cls: str) -> dict:
 def entry(cache: dict, key: tuple[str, ...]) -> dict:
     """A case's entry, raising NotImplementedError (asv: skipped) or RuntimeError (failed)."""
     found = cache.get(key)
+    if found is None and _CLASS_UNFINISHED in cache:  # the process died before reaching it
+        raise RuntimeError(f"case {key} was not measured (no number recorded):\n"
+                           f"{cache[_CLASS_UNFINISHED]}")
     if found is None:
         raise NotImplementedError(f"case {key} was not measured by this suite version")
     if "skip" in found:

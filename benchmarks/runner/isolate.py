@@ -19,8 +19,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-#: The key of a class whose measure function raised (or whose process died outside any case).
+#: The key of a class whose measure function raised.
 CLASS_ERROR = "__class_error__"
+#: The key of a class whose process died outside any case after the class had started: its
+#: recorded cases stand, the others fail with this reason.
+CLASS_UNFINISHED = "__class_unfinished__"
+#: The key, among a group's classes, of why the classes the process never reached failed.
+GROUP_CRASHED = "__crashed__"
 
 
 class Reporter:
@@ -121,13 +126,19 @@ def run_isolated(measure: Callable[[Reporter], dict], states: list) -> dict[str,
                     final[cls].update(cases)
             return final
         crashes += 1
-        why = (f"the measuring process died ({_signal_name(child.exitcode)}) while measuring "
-               "this case; the rest of its group was measured in a fresh process")
-        print(f"kvbench suite: {why}: {current}", file=sys.stderr)
+        died = f"the measuring process died ({_signal_name(child.exitcode)})"
         if current is None or crashes > 1000:
-            # Outside any case (import, setup): nothing to skip; every class not finished fails.
-            return {cls: dict(cases, **{CLASS_ERROR: why}) for cls, cases in recorded.items()} or \
-                {"__crashed__": {CLASS_ERROR: why}}
+            where = "outside any case" if current is None else f"a {crashes}th time"
+            why = f"{died} {where}; the cases after it were not measured"
+            print(f"kvbench suite: {why}", file=sys.stderr)
+            # Outside any case (an import, a class's setup): nothing to skip and retry. The
+            # cases recorded keep their numbers; every case not recorded fails with why.
+            out = {cls: dict(cases, **{CLASS_UNFINISHED: why}) for cls, cases in recorded.items()}
+            out[GROUP_CRASHED] = {CLASS_ERROR: why}
+            return out
+        why = (f"{died} while measuring this case; the rest of its group was measured in a "
+               "fresh process")
+        print(f"kvbench suite: {why}: {current}", file=sys.stderr)
         _, cls, what = current
         keys = [what] if current[0] == "case" else what
         for key in keys:

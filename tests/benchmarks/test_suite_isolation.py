@@ -126,3 +126,31 @@ def test_a_class_named_alone_is_measured_and_the_others_are_not(monkeypatch):
     monkeypatch.setenv(c.SELECT_VAR, "B('x',)")  # a case of B: B is measured, A is not
     out = c.measure_group_here("fake")
     assert ("a",) in out["B"] and c._CLASS_SKIP in out["A"]
+
+
+def _measured_a(w) -> dict:
+    results: dict = {}
+    keys = [("x",)]
+    w.run_group(keys, lambda: None, lambda _: w.run_cases(
+        keys, lambda key: {"samples_s": [1e-6, 2e-6], "median_us": 1.5, "selected": "x"},
+        results), results)
+    return results
+
+
+def _dies_between_cases(w) -> dict:
+    """A class whose process dies outside any case (its setup), after class A finished."""
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_a_process_dying_outside_a_case_keeps_the_classes_it_measured(monkeypatch, capsys):
+    """The classes finished before the crash were turned into failures (every case "failed,
+    no number recorded"), and the classes never reached read as skipped."""
+    _plant_classes(monkeypatch, ("_measured_a", "A"), ("_dies_between_cases", "B"),
+                   ("_measured_a", "C"))
+    out = c.measure_group("fake")
+    a = c.class_results(out, "A")
+    assert c.entry(a, ("x",))["median_us"] == 1.5
+    for cls in ("B", "C"):  # B died in its setup, C was never reached: failures, with why
+        with pytest.raises(RuntimeError, match=r"not measured .*\n.*died \(SIGSEGV\) outside"):
+            c.entry(c.class_results(out, cls), ("x",))
+    assert "died (SIGSEGV)" in capsys.readouterr().err
