@@ -131,12 +131,15 @@ def _read_folder(path: Path, *, required: bool) -> _Folder:
 
 def _check_machine_folders(target: _Folder, sources: Sequence[_Folder]) -> None:
     """MergeRefused where a source's machine has a folder in the target that is not a machine
-    folder (no machine.json): merge does not read it, so its files are not known to be
-    results, and the union would put the source's files beside or over them."""
+    folder (no machine.json) and holds files: merge does not read them, so they are not known
+    to be results, and the union would put the source's files beside or over them. A folder
+    holding only the recording lock (machine_lock made it, for a first recording) is not
+    refused: it gets its machine.json from the source."""
     for source in sources:
         for machine in source.machines:
             folder = target.path / machine
-            if folder.is_dir() and machine not in target.machines:
+            if (folder.is_dir() and machine not in target.machines
+                    and any(entry.name != LOCK_NAME for entry in folder.iterdir())):
                 raise MergeRefused(f"{folder}: in the target but not an asv machine folder (no "
                                    "machine.json), so its files are not read as results; give it "
                                    "its machine.json (`kvbench machine`) or move it away first")
@@ -372,10 +375,15 @@ def merge(sources: Iterable[str | os.PathLike], target: str | os.PathLike, *,
     paths = [Path(s).absolute() for s in sources]
     if not paths:
         raise MergeRefused("nothing to merge: name at least one results folder")
+    if target.exists() and not target.is_dir():
+        raise MergeRefused(f"{target}: exists and is not a folder (--into names a results "
+                           "folder, made when absent)")
+    if not target.parent.is_dir():
+        raise MergeRefused(f"{target}: its parent {target.parent} is not an existing folder")
     for path in paths:
-        if path == target:
+        if path.resolve() == target.resolve():  # ../ and symbolic links name it too
             raise MergeRefused(f"{path} is the target itself")
-    if len(set(paths)) != len(paths):
+    if len({p.resolve() for p in paths}) != len(paths):
         raise MergeRefused("a results folder is named twice")
     folders = [_read_folder(p, required=True) for p in paths]
     current = _read_folder(target, required=False)

@@ -172,3 +172,29 @@ def test_a_folder_being_recorded_is_not_merged(tmp_path):
         merge([s0], target)
     with pytest.raises(MergeRefused, match="is the target itself"):
         merge([target], target)
+
+
+def test_a_target_machine_folder_holding_only_the_recording_lock_is_merged_into(tmp_path):
+    """record --gpus locks the target's machine folder before merging into it, which makes
+    the folder (lock file only) on a first recording: that folder is not refused."""
+    target = tmp_path / "results"
+    (target / "box").mkdir(parents=True)
+    (target / "box" / LOCK_NAME).write_text("")
+    source = _folder(tmp_path / "new", {C["a"]: [1e-5, 2e-5]})
+    report = merge([source], target)
+    assert report.added == [f"box/{C['a'][:8]}-{ENV}.json"]
+    assert (target / "box" / "machine.json").is_file()
+
+
+def test_into_a_file_a_missing_parent_or_the_source_itself_is_refused(tmp_path, capsys):
+    source = _folder(tmp_path / "new", {C["a"]: [1e-5, 2e-5]})
+    afile = tmp_path / "notadir.txt"
+    afile.write_text("mine")
+    for into, message in ((afile, "exists and is not a folder"),
+                          (tmp_path / "no" / "such" / "results", "is not an existing folder"),
+                          (tmp_path / "new" / ".." / "new", "is the target itself")):
+        assert merge_main([str(source), "--into", str(into)]) == 1
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+    assert afile.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "notadir.txt"]
