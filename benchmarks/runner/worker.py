@@ -352,11 +352,12 @@ class Worker:
             return seen["diff"] if "diff" in seen else run()
 
         # Only a case that moves bytes is judged against a ceiling (a host op moves none): the
-        # CPU calibration behind suite_ceilings() is not paid for the host group.
-        ceilings = self.suite_ceilings() if inputs.work.moved else None
+        # CPU calibration behind suite_ceilings() is not paid for the host group. The first
+        # commits with the pipeline give a host op no Work at all (None).
+        moved = getattr(inputs.work, "moved", None) or None
+        ceilings = self.suite_ceilings() if moved else None
         found = pipeline.measure_row(inputs, selector, ceilings=ceilings, timings=timings,
                                      host_repeats=host_repeats, check_hook=read_resources)
-        moved = inputs.work.moved or None
         entry = measured(found.timing, moved, selected=found.row, max_abs_diff=found.max_abs_diff,
                          explain=found.selection.explain() if selector == AUTO else "",
                          shared=found.shared)

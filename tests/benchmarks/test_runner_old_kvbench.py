@@ -193,3 +193,23 @@ def test_a_geometry_the_commit_does_not_list_is_skipped_and_the_others_measured(
     assert {k: v["skip"] for k, v in results.items()} == {
         (name,): f"this commit's kvbench.ops.decode_geometry has no geometry {name!r}"
         for (name,) in results}
+
+
+def test_a_host_op_without_work_is_measured(monkeypatch, cpu_process):
+    """The first commits with the pipeline give the allocator's inputs no Work (None): the
+    runner read inputs.work.moved and every KVAlloc case failed with an AttributeError."""
+    import dataclasses
+
+    from kvbench.ops import kv_alloc as op
+
+    real = op.alloc_inputs
+
+    def old_alloc_inputs(*args, **kwargs):
+        return dataclasses.replace(real(*args, **kwargs), work=None)
+
+    monkeypatch.setattr(op, "alloc_inputs", old_alloc_inputs)
+    monkeypatch.setenv(_common.SELECT_VAR, "KVAlloc('host/freelist', 'bump', 1)")
+    out = _common.worker().measure_group("suite")
+    found = _common.class_results(out, "KVAlloc")[("host/freelist", "bump", 1)]
+    assert "error" not in found, found.get("error")
+    assert found["samples_s"] and found["gbps"] is None
