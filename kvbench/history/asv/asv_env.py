@@ -47,8 +47,10 @@ directory holding asv.conf.json and looks a plain name up only inside asv.plugin
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
+import itertools
 import json
 import os
 import re
@@ -258,6 +260,9 @@ def keep_stored_results(add_result):
     def wrapper(self, benchmark, result, started_at=None, duration=None, record_samples=False,
                 append_samples=False, selected_idx=None):
         keep = kept_indices(self, benchmark, result, selected_idx)
+        if not hasattr(self, "_kvbench_stored"):
+            self._kvbench_stored = set()
+        self._kvbench_stored |= stored_cases(benchmark, result, selected_idx)
         if keep:
             base = set(range(len(result.result))) if selected_idx is None else set(selected_idx)
             selected_idx = base - keep
@@ -275,16 +280,42 @@ def keep_stored_results(add_result):
     return wrapper
 
 
+def stored_cases(benchmark: dict, result, selected_idx) -> set[tuple[str, str]]:
+    """(class, case key as the sidecar writes it: repr of the params tuple) of each param
+    combination of `benchmark` this run gives a number (asv stores it over the old one). A
+    sidecar record of any other case describes a measurement asv did not store: an `asv run
+    --bench X` measures every class of X's group in the suite's process but stores X alone."""
+    parts = benchmark["name"].split(".")
+    if len(parts) < 3:
+        return set()
+    cls = parts[-2]
+    combos = list(itertools.product(*(benchmark.get("params") or [])))
+    chosen = range(len(combos)) if selected_idx is None else selected_idx
+    values = list(result.result)
+    out = set()
+    for j in chosen:
+        if 0 <= j < min(len(combos), len(values)) and not util.is_na(values[j]):
+            try:
+                key = tuple(ast.literal_eval(p) for p in combos[j])
+            except (ValueError, SyntaxError):
+                continue
+            out.add((cls, repr(key)))
+    return out
+
+
 def _read_json(path: str):
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
-def merge_sidecar(old: dict, new: dict) -> tuple[dict, int]:
+def merge_sidecar(old: dict, new: dict,
+                  stored: set[tuple[str, str]] | None = None) -> tuple[dict, int]:
     """`new` with every case `old` measured and `new` records without a number (skipped,
     failed, not selected, or absent) taken from `old`, its machine state carried over: the
     result file kept that case's number (keep_stored_results), so the sidecar keeps its facts.
-    Returns (merged body, how many cases were kept)."""
+    With `stored` (stored_cases of this asv run), a case asv did not store this run keeps
+    `old`'s record even where `new` measured it. Returns (merged body, how many cases were
+    kept)."""
     merged = json.loads(json.dumps(new))
     states = merged.setdefault("states", [])
     old_states = old.get("states") or []
@@ -298,7 +329,8 @@ def merge_sidecar(old: dict, new: dict) -> tuple[dict, int]:
             if not isinstance(record, dict) or record.get("status") != "measured":
                 continue
             now = target.get(params)
-            if isinstance(now, dict) and now.get("status") == "measured":
+            if isinstance(now, dict) and now.get("status") == "measured" and (
+                    stored is None or (cls, params) in stored):
                 continue
             record = dict(record)
             index = record.get("state")
@@ -328,7 +360,8 @@ def _write_atomic(path: str, body: dict) -> None:
 
 
 def promote_sidecars(results_dir: str, filename: str, commit: str, env_name: str,
-                     run: str = RUN_TOKEN) -> list[str]:
+                     run: str = RUN_TOKEN,
+                     stored: set[tuple[str, str]] | None = None) -> list[str]:
     """Move the pending sidecars this asv command (`run`) wrote for `commit` and `env_name`
     into place beside the result file `filename` (relative to results_dir, asv's
     "<machine>/<hash>-<env>.json"); return the promoted paths. Over an existing sidecar the
@@ -362,7 +395,7 @@ def promote_sidecars(results_dir: str, filename: str, commit: str, env_name: str
             body, kept = new, 0
             if os.path.exists(final):
                 try:
-                    body, kept = merge_sidecar(_read_json(final), new)
+                    body, kept = merge_sidecar(_read_json(final), new, stored)
                 except (OSError, ValueError, AttributeError, TypeError) as exc:
                     log.warning(f"{final} not read ({exc}); the new sidecar replaces it")
             if kept:
@@ -402,7 +435,8 @@ def promote_on_save(save):
                 os.remove(os.path.join(result_dir, self._filename))
             self._filename = final
         if self._commit_hash:
-            promote_sidecars(result_dir, self._filename, self._commit_hash, self._env_name)
+            promote_sidecars(result_dir, self._filename, self._commit_hash, self._env_name,
+                             stored=getattr(self, "_kvbench_stored", None))
 
     wrapper._kvbench_guard = True
     return wrapper

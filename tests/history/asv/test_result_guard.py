@@ -213,6 +213,32 @@ def test_a_killed_run_leaves_the_stored_pair_and_a_save_promotes(tmp_path, suite
     assert seen.state_of("KVAlloc", ("c",))["before"] == "new state"
 
 
+def test_a_class_asv_did_not_store_keeps_its_sidecar_record(tmp_path, suite_env):
+    """`asv run --bench kv_alloc` over a recorded commit: the suite's process measures every
+    class of the group, asv stores KVAlloc's numbers alone, and the sidecar took KVWrite's new
+    record over the one describing KVWrite's stored number."""
+    _write(suite_env, {"KVAlloc": {("a",): _entry(10.0)},
+                       "KVWrite": {("a",): _entry(30.0)}}, "old state")
+    _store(tmp_path, [10e-6, math.nan, math.nan])
+    suite_env.setenv(RUN_VAR, THIS_RUN)
+    _write(suite_env, {"KVAlloc": {("a",): _entry(11.0)},
+                       "KVWrite": {("a",): _entry(99.0)}}, "new state")
+    _store(tmp_path, [11e-6, math.nan, math.nan])  # asv stores the selected benchmark only
+    seen = reader.read_commit(tmp_path, MACHINE, COMMIT)
+    assert seen.case("KVAlloc", ("a",))["median_us"] == 11.0
+    assert seen.case("KVWrite", ("a",))["median_us"] == 30.0
+    assert seen.state_of("KVWrite", ("a",))["before"] == "old state"
+
+
+def test_stored_cases_are_the_params_this_run_gave_a_number():
+    run = _run([1e-5, math.nan, None])
+    assert asv_env.stored_cases(_bench(), run, None) == {("KVAlloc", "('a',)")}
+    assert asv_env.stored_cases(_bench(), run, {1, 2}) == set()
+    two = {"name": "m.C.track_us", "params": [["'x'"], ["1", "64"]]}
+    assert asv_env.stored_cases(two, _run([1e-5, 2e-5]), None) == {("C", "('x', 1)"),
+                                                                     ("C", "('x', 64)")}
+
+
 def test_a_pending_sidecar_of_a_run_that_never_saved_is_removed(tmp_path, suite_env):
     suite_env.setenv(RUN_VAR, "0" * 16)  # a killed asv command
     stale = _write(suite_env, {"KVAlloc": {("a",): _entry(99.0)}}, "killed")
