@@ -121,10 +121,14 @@ def resolve_shard(option: str | None, env: Mapping[str, str]) -> Shard | None:
     Buildkite parallelism) shards the recording; a Kubernetes index without a count is an
     error, since every pod would otherwise record the whole range."""
     found = scheduler_shard(env)
+    resubmitted = _resubmitted_slurm_task(env)
     if option is not None:
         index, count = parse_shard(option)
         if index is not None:
             return Shard(index, count, "--shard")
+        if resubmitted is not None:
+            return _checked(Shard(resubmitted, count, "SLURM_ARRAY_TASK_ID of an array of one "
+                                                      "(a resubmitted task) with --shard's count"))
         if found is None:
             raise ValueError(f"--shard {option}: no shard index in the environment (none of "
                              "SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX, BUILDKITE_PARALLEL_JOB "
@@ -136,11 +140,25 @@ def resolve_shard(option: str | None, env: Mapping[str, str]) -> Shard | None:
         return _checked(Shard(index, count, f"{source} with --shard's count"))
     if found is None:
         return None
+    if resubmitted is not None:
+        raise ValueError(f"a Slurm array of one task, index {resubmitted}: a task of a larger "
+                         "array resubmitted (--array=I)? Name the shard count: --shard N (the "
+                         f"index is then {resubmitted}), or --shard I/N")
     index, count, source = found
     if count is None:
         raise ValueError(f"{source} is set but gives no shard count: pass --shard N (the "
                          "number of indexes), or --shard I/N")
     return _checked(Shard(index, count, source))
+
+
+def _resubmitted_slurm_task(env: Mapping[str, str]) -> int | None:
+    """SLURM_ARRAY_TASK_ID of an array of one task with a nonzero index (`sbatch --array=3`,
+    the docs' way to resume one task of an array 0-N), else None. Its MIN is its own index,
+    so the index relative to the array (scheduler_shard) would read 0."""
+    if env.get("SLURM_ARRAY_TASK_ID") and (env.get("SLURM_ARRAY_TASK_COUNT") or "").strip() == "1":
+        task = _integer(env["SLURM_ARRAY_TASK_ID"], "SLURM_ARRAY_TASK_ID")
+        return task if task != 0 else None
+    return None
 
 
 def _checked(shard: Shard) -> Shard:

@@ -46,6 +46,13 @@ def test_scheduler_variables():
         fleet.resolve_shard("4", slurm)
     with pytest.raises(ValueError, match="pass --shard I/4"):
         fleet.resolve_shard("4", {})
+    # the docs' resume of one task of an array 0-7: `sbatch --array=3 ... --shard 8`
+    again = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "3",
+             "SLURM_ARRAY_TASK_MAX": "3", "SLURM_ARRAY_TASK_COUNT": "1"}
+    assert (fleet.resolve_shard("8", again).index, fleet.resolve_shard("8", again).count) == (3, 8)
+    with pytest.raises(ValueError, match="array of one task, index 3.*--shard N"):
+        fleet.resolve_shard(None, again)  # was shard 0/1: the whole range, another folder
+    assert fleet.resolve_shard("3/8", again) == fleet.Shard(3, 8, "--shard")
     with pytest.raises(ValueError, match="SLURM_ARRAY_TASK_ID must be an integer"):
         fleet.resolve_shard(None, {"SLURM_ARRAY_TASK_ID": "a", "SLURM_ARRAY_TASK_COUNT": "2"})
 
