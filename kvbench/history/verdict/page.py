@@ -111,7 +111,8 @@ def render_page(by_machine: dict[str, Verdicts | str], plots: dict[str, dict[str
              "tr.sus td{background:#fdf6e0}")
     intro = ("Steps kvbench confirms in each machine's recorded history: latency (seconds) "
              "regresses up, throughput (GB/s) down; the noise of each series comes from its "
-             "own history and a step below its MDE is not reported (docs/verdicts.md). "
+             "own history; its MDE is the smallest step the run would report were it the only "
+             "one (with several, Benjamini-Hochberg admits smaller ones) (docs/verdicts.md). "
              f'Raw data: <a href="regressions.json">regressions.json</a> ({SCHEMA} per '
              'machine). <a href="../index.html">Back to the graphs</a>.')
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
