@@ -94,6 +94,9 @@ def check_machine_name(name: object) -> str:
     if "/" in name or "\\" in name or "\0" in name or name in (".", ".."):
         raise ValueError(f"machine name {name!r} is not one folder name (no '/', '\\', NUL, "
                          "'.' or '..')")
+    if name == "version":  # ~/.asv-machine.json's own key: asv would overwrite the entry
+        raise ValueError("machine name 'version' is the key asv's machine file keeps its "
+                         "format version under; choose another name")
     return name
 
 

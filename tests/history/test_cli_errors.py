@@ -28,12 +28,33 @@ def _usage_error(module, argv, capsys) -> str:
     return err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("name", ["../results/h200", "", "..", "a/b", "a\\b"])
+@pytest.mark.parametrize("name", ["../results/h200", "", "..", "a/b", "a\\b", "version"])
 def test_a_machine_name_that_is_not_one_folder_is_refused(name, tmp_path, capsys):
     line = _usage_error(regressions_cmd, ["--results", str(tmp_path), "--machine", name], capsys)
     assert "--machine" in line
     with pytest.raises(ValueError, match="machine name"):
         load_history(tmp_path, name)
+
+
+def test_kvbench_machine_refuses_the_name_asv_keeps_its_format_version_under(tmp_path, capsys):
+    """`kvbench machine --name version` said it wrote the entry, which asv's own "version"
+    key then overwrote: `record --machine version` found no such machine."""
+    from kvbench.history.asv import machine_cmd
+
+    line = _usage_error(machine_cmd, ["--name", "version", "--file",
+                                      str(tmp_path / "machines.json")], capsys)
+    assert "'version' is the key asv's machine file keeps" in line
+    assert not (tmp_path / "machines.json").exists()
+
+
+@pytest.mark.parametrize("body", ["{bad", "[]"])
+def test_a_config_that_is_not_asvs_is_a_usage_error_for_record(body, tmp_path, capsys):
+    from kvbench.history.asv import record_cmd
+
+    config = tmp_path / "asv.conf.json"
+    config.write_text(body)
+    line = _usage_error(record_cmd, ["--config", str(config), "--dry-run"], capsys)
+    assert line.startswith("kvbench record: error: --config") and "not an asv config" in line
 
 
 @pytest.mark.parametrize("module", [publish_cmd, preview_cmd, discover_cmd])

@@ -13,7 +13,7 @@ DESCRIPTION = "Write this machine's asv record (asv's keys + GPU, driver, torch,
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--name", default=None,
+    parser.add_argument("--name", default=None, type=command.machine_name,
                         help="entry name (default: from the GPU, e.g. h200, or cpu-<model>)")
     parser.add_argument("--file", default=None,
                         help="machine file (default: ~/.asv-machine.json, the one asv reads)")

@@ -67,7 +67,10 @@ def run(args) -> int:
         args.parser.error(f"--config {args.config}: no such file (run from the project root or "
                           "name its asv.conf.json)")
     machine = args.machine or default_machine()
-    results = _results_dir(conf_path)
+    try:
+        results = _results_dir(conf_path)
+    except (ValueError, AttributeError, TypeError) as exc:  # asv's reader on a file it can't use
+        args.parser.error(f"--config {args.config}: not an asv config ({exc})")
     try:
         check_machine(machine)
         shard = fleet.resolve_shard(args.shard, os.environ)
