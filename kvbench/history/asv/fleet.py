@@ -251,10 +251,14 @@ def list_gpus(text: str, env: Mapping[str, str] | None = None,
     return gpus
 
 
-def gpu_worker_dir(conf_path: Path, gpu: str) -> Path:
-    """The folder of the worker of `gpu`: results/ and env/ inside it."""
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in gpu)
-    return Path(conf_path).parent / GPU_WORK / f"gpu{safe}"
+def gpu_worker_dir(conf_path: Path, gpu: str, target: Path) -> Path:
+    """The folder of the worker of `gpu` recording into `target`: results/ and env/ inside
+    it, one per target folder (a shard's worker leftovers are merged into that shard's
+    folder only, under its lock)."""
+    def safe(text: str) -> str:
+        return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+
+    return Path(conf_path).parent / GPU_WORK / safe(Path(target).name) / f"gpu{safe(gpu)}"
 
 
 def record_gpus(the_plan: Plan, conf_path: Path, gpus: Sequence[str], *,
@@ -272,10 +276,8 @@ def record_gpus(the_plan: Plan, conf_path: Path, gpus: Sequence[str], *,
     from kvbench.history.asv.record import machine_lock
 
     machine, target = the_plan.machine, Path(the_plan.results_dir)
-    workers = {gpu: gpu_worker_dir(conf_path, gpu) for gpu in gpus}
+    workers = {gpu: gpu_worker_dir(conf_path, gpu, target) for gpu in gpus}
     todo: queue.Queue[str] = queue.Queue()
-    for commit in the_plan.todo:
-        todo.put(commit)
     failures: list[str] = []
     lock = threading.Lock()
 
@@ -303,9 +305,13 @@ def record_gpus(the_plan: Plan, conf_path: Path, gpus: Sequence[str], *,
 
     with machine_lock(target, machine):
         _merge_workers(workers, target, machine, merge, log, "left by an earlier recording")
+        recorded = recorded_commits(target, machine)  # leftovers merged: not measured again
+        for commit in the_plan.todo:
+            if commit[:8] not in recorded:
+                todo.put(commit)
         threads = [threading.Thread(target=work, args=(gpu,), name=f"kvbench-gpu{gpu}")
                    for gpu in gpus]
-        log(f"recording {len(the_plan.todo)} commit(s) on {machine} with {len(gpus)} GPU "
+        log(f"recording {todo.qsize()} commit(s) on {machine} with {len(gpus)} GPU "
             f"worker(s) ({', '.join(gpus)}), newest first")
         interrupted = False
         for thread in threads:

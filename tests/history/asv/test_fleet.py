@@ -3,6 +3,9 @@ the round-robin partition, a shard's plan, the GPU list."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from test_record import _repo, _store
 
@@ -92,3 +95,34 @@ def test_gpu_lists():
 
     with pytest.raises(ValueError, match="no GPU found"):
         fleet.list_gpus("all", {}, run=lambda *a, **k: NoGpu())
+
+
+def test_gpu_workers_resume_without_measuring_a_commit_twice(tmp_path, monkeypatch):
+    """The queue was filled before a leftover worker folder was merged, so a commit measured
+    by an interrupted recording was measured again; and one worker folder per GPU served
+    every shard, so a shard's leftovers were merged into another shard's folder."""
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text("{}")
+    target = tmp_path / "results-shard-1-of-2"
+    assert fleet.gpu_worker_dir(conf, "0", target) != fleet.gpu_worker_dir(
+        conf, "0", tmp_path / "results-shard-0-of-2")
+    commits = ["a" * 40, "b" * 40, "c" * 40]
+
+    def merge_leftover(workers, into, machine, merge, log, what):
+        if what.startswith("left by"):  # an earlier recording measured b
+            (into / machine).mkdir(parents=True, exist_ok=True)
+            (into / machine / f"{'b' * 8}-env.json").write_text('{"results": {}}')
+
+    asked = []
+
+    def fake_asv(command, cwd, env, check):
+        hashfile = Path(command[-1].removeprefix("HASHFILE:"))
+        asked.append(hashfile.read_text().strip())
+        return subprocess.CompletedProcess(command, 1)
+
+    monkeypatch.setattr(fleet, "_merge_workers", merge_leftover)
+    the_plan = record.Plan("box", target, commits, [], list(reversed(commits)))
+    code, measured = fleet.record_gpus(the_plan, conf, ["0"], run=fake_asv,
+                                       log=lambda text: None)
+    assert sorted(asked) == ["a" * 40, "c" * 40]
+    assert measured == ["b" * 40] and code == 1
