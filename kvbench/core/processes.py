@@ -4,11 +4,13 @@
 benchmark processes of its own. When kvbench was stopped by a signal its children did not
 get (SIGTERM from `timeout`, `kill`, a scheduler's preemption of the parent), asv and its
 forkserver went on measuring after kvbench had gone, and kvbench's temporary folders stayed.
-Here a child runs in a process group of its own (run_group), and when the wait for it ends in
-an exception (an interruption, a timeout) the whole group is stopped: SIGINT first, which
-asv handles as a Ctrl-C (a commit cut off keeps no result file, so a recording resumes), then
-SIGKILL after STOP_GRACE_S. `interruptible` makes SIGTERM an interruption of the command
-(KeyboardInterrupt), so its cleanup and that stop run as they do on a Ctrl-C.
+Here, when the wait for a child ends in an exception (an interruption, a timeout), the child
+and every process it started are stopped (run_tree, stop_tree): SIGINT first, which asv
+handles as a Ctrl-C (a commit cut off keeps no result file, so a recording resumes), then
+SIGKILL after STOP_GRACE_S. The child stays in kvbench's process group, so a signal to the
+whole group (a terminal's Ctrl-C, a scheduler killing the job) still reaches it as before.
+`interruptible` makes SIGTERM an interruption of the command (KeyboardInterrupt), so its
+cleanup and that stop run as they do on a Ctrl-C.
 """
 
 from __future__ import annotations
@@ -18,27 +20,29 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-#: Seconds a stopped group gets to end after SIGINT before it is killed.
+#: Seconds a stopped tree gets to end after SIGINT before it is killed.
 STOP_GRACE_S = 10.0
 
 
-def run_group(cmd: Sequence[str], *, capture_output: bool = False, text: bool = False,
-              timeout: float | None = None, check: bool = False,
-              **popen_kwargs: Any) -> subprocess.CompletedProcess:
-    """subprocess.run(cmd, ...) with the child in a new session (its own process group), and
-    the group stopped (stop_group) when the wait ends in an exception: TimeoutExpired,
-    KeyboardInterrupt, anything; the exception then propagates."""
+def run_tree(cmd: Sequence[str], *, capture_output: bool = False, text: bool = False,
+             timeout: float | None = None, check: bool = False,
+             **popen_kwargs: Any) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, ...), except that when the wait ends in an exception
+    (TimeoutExpired, KeyboardInterrupt, anything) the child and its descendants are stopped
+    (stop_tree), not the child alone; the exception then propagates."""
     if capture_output:
         popen_kwargs.setdefault("stdout", subprocess.PIPE)
         popen_kwargs.setdefault("stderr", subprocess.PIPE)
-    with subprocess.Popen(cmd, start_new_session=True, text=text, **popen_kwargs) as proc:
+    with subprocess.Popen(cmd, text=text, **popen_kwargs) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except BaseException:
-            stop_group(proc)
+            stop_tree(proc)
             raise
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check:
@@ -46,19 +50,52 @@ def run_group(cmd: Sequence[str], *, capture_output: bool = False, text: bool = 
     return done
 
 
-def stop_group(proc: subprocess.Popen) -> None:
-    """SIGINT to `proc`'s process group, SIGKILL to it after STOP_GRACE_S; reaps `proc`."""
-    for sig, wait in ((signal.SIGINT, STOP_GRACE_S), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs, from /proc (Linux; [] where there is none)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        if sig is signal.SIGINT:  # proc ended; what else is left of its group goes too
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        return
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while being read
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def stop_tree(proc: subprocess.Popen) -> None:
+    """SIGINT to `proc` and its descendants, SIGKILL to what is left of them after
+    STOP_GRACE_S; reaps `proc`. The descendants are listed before `proc` can end (an orphan
+    is re-parented and could not be found from it afterwards)."""
+    tree = [proc.pid, *descendants(proc.pid)]
+    _signal(tree, signal.SIGINT)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.1)
+    if proc.returncode is not None:  # reaped: its pid may belong to another process now
+        tree = tree[1:]
+    _signal([pid for pid in tree if _alive(pid)], signal.SIGKILL)
+    proc.wait()
+
+
+def _signal(pids: Sequence[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended and waiting to be reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 @contextlib.contextmanager

@@ -768,6 +768,8 @@ def paged_decode_gather_sdpa(
     drop = ~keep.view(p.batch, p.max_pages, p.page_size, 1, 1)
 
     def gather(cache: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+        if p.fp8:  # the bytes (masked_fill has no float8 kernel on every device)
+            cache = cache.view(torch.uint8)
         pages = cache[idx].masked_fill_(drop, 0)  # [B, max_pages, page, Hkv, D]
         if p.fp8:
             # A 1-element fp32 tensor as a 0-dim one: it scales in fp32 without promoting the

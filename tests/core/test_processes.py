@@ -54,7 +54,7 @@ def test_a_timeout_stops_the_child_and_what_it_started(tmp_path):
     """subprocess.run kills only the child; an asv forkserver it started lived on."""
     pidfile = tmp_path / "pid"
     with pytest.raises(subprocess.TimeoutExpired):
-        processes.run_group([sys.executable, "-c", FAMILY, str(pidfile)], timeout=1.5)
+        processes.run_tree([sys.executable, "-c", FAMILY, str(pidfile)], timeout=1.5)
     assert _gone(_grandchild(pidfile))
 
 
@@ -69,7 +69,7 @@ from kvbench.core import processes
 threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
 try:
     with processes.interruptible():
-        processes.run_group([sys.executable, "-c", {FAMILY!r}, {str(pidfile)!r}])
+        processes.run_tree([sys.executable, "-c", {FAMILY!r}, {str(pidfile)!r}])
 except KeyboardInterrupt as exc:
     print("interrupted:", exc)
 """
@@ -79,13 +79,13 @@ except KeyboardInterrupt as exc:
     assert _gone(_grandchild(pidfile))
 
 
-def test_run_group_returns_what_subprocess_run_does():
-    done = processes.run_group([sys.executable, "-c", ("print('out'); import sys; "
+def test_run_tree_returns_what_subprocess_run_does():
+    done = processes.run_tree([sys.executable, "-c", ("print('out'); import sys; "
                                 "sys.stderr.write('err'); sys.exit(3)")],
                                capture_output=True, text=True)
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err")
     with pytest.raises(subprocess.CalledProcessError):
-        processes.run_group([sys.executable, "-c", "raise SystemExit(1)"], check=True)
+        processes.run_tree([sys.executable, "-c", "raise SystemExit(1)"], check=True)
 
 
 def test_interruptible_restores_the_previous_handler():
@@ -93,3 +93,12 @@ def test_interruptible_restores_the_previous_handler():
     with processes.interruptible():
         assert signal.getsignal(signal.SIGTERM) is not before
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_child_stays_in_the_commands_process_group():
+    """A signal to the whole group (a terminal's Ctrl-C, a scheduler or a test killing the
+    job) must reach asv too: a child in a session of its own outlived a SIGKILL of the
+    group, and a resumed recording then built beside it."""
+    done = processes.run_tree([sys.executable, "-c", "import os; print(os.getpgid(0))"],
+                              capture_output=True, text=True)
+    assert int(done.stdout) == os.getpgid(0)

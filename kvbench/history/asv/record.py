@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvbench.core.processes import run_group
+from kvbench.core.processes import run_tree
 from kvbench.history.asv.repo import first_parent_line, resolve, resolve_range
 
 #: The lock a recording holds on its machine folder while asv writes there.
@@ -126,9 +126,9 @@ def listed(commits: Sequence[str]) -> str:
 
 def record(the_plan: Plan, conf_path: Path, *, extra: Sequence[str] = (),
            log: Callable[[str], None] = print,
-           run: Callable[..., subprocess.CompletedProcess] = run_group
+           run: Callable[..., subprocess.CompletedProcess] = run_tree
            ) -> tuple[int, list[str]]:
-    """asv run (`run`: processes.run_group, or a stand-in in tests) over the plan's commits (newest
+    """asv run (`run`: processes.run_tree, or a stand-in in tests) over the plan's commits (newest
     first) under the machine lock; returns asv's exit status and the commits that have a
     result file afterwards."""
     if not the_plan.todo:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kvbench.core.processes import run_group
+from kvbench.core.processes import run_tree
 from kvbench.history.bisect import abtest
 
 #: Variable read by the suite's worker (benchmarks/runner/worker.py): the one case it measures.
@@ -190,7 +190,7 @@ class AsvMeasurer:
                "--launch-method", "forkserver", "--bench", bench, f"HASHFILE:{hashfile}"]
         self.invocations += 1
         try:
-            proc = run_group(cmd, cwd=self.repo, env=self._env(), capture_output=True,
+            proc = run_tree(cmd, cwd=self.repo, env=self._env(), capture_output=True,
                              text=True, timeout=self.timeout_s, check=False)
         except subprocess.TimeoutExpired as exc:
             raise RuntimeError(f"asv run did not finish in {self.timeout_s:.0f} s "
