@@ -237,25 +237,6 @@ def tail_share(d: np.ndarray) -> float:
     return float(np.mean(centred > TAIL_SIGMAS * scale))
 
 
-def interval_of_all_samples(value: float, low: float | None, high: float | None,
-                            repeat: int | None, taken: int | None
-                            ) -> tuple[float | None, float | None]:
-    """asv's 99% interval of a process's median as the `taken` samples the process measured
-    would give it, from the one asv computed over the `repeat` samples stored.
-
-    The suite stores a few representative samples (quantiles of all of them: the result
-    files stay small), and asv computes its interval from what is stored, so for a process
-    of 100 to 1,000 samples the stored interval is 2-6x too wide. A median's interval spans
-    the quantiles 1/2 -+ z / (2 sqrt(n)); the stored samples are quantiles of the same
-    distribution, so with `taken` samples the interval is the stored one times
-    sqrt(repeat / taken) (a quantile function locally linear across the interval). Unchanged
-    where either count is unknown or the interval came from every sample."""
-    if low is None or high is None or not repeat or not taken or taken <= repeat:
-        return low, high
-    factor = math.sqrt(repeat / taken)
-    return value - (value - low) * factor, value + (high - value) * factor
-
-
 def within_process_sigma(values: Sequence[float], ci_low: Sequence[float | None],
                          ci_high: Sequence[float | None]) -> float | None:
     """Median relative standard error of one process's median, from asv's 99% intervals."""

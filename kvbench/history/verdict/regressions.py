@@ -732,30 +732,11 @@ def _prepare(series: Series, history: History, sidecars: SidecarCache) -> _Prepa
     adjusted = devices.adjust(x, runs, _devices(series, sidecars))
     if adjusted is not None:
         x, runs = adjusted.x, adjusted.runs
-    within_process = noise.within_process_sigma(values, *_intervals(series, sidecars))
+    within_process = noise.within_process_sigma(
+        values, [p.ci99_low for p in series.points], [p.ci99_high for p in series.points])
     own, own_differences = _own_noise(x, runs, within_process)
     return _Prepared(series, x, runs, within_process, own, own_differences, scaled,
                      {} if adjusted is None else adjusted.offsets)
-
-
-def _intervals(series: Series, sidecars: SidecarCache
-               ) -> tuple[list[float | None], list[float | None]]:
-    """Each point's 99% interval as all the samples its process took would give it
-    (noise.interval_of_all_samples: asv computed it from the stored representative samples;
-    the sidecar record says how many were taken). Points whose sidecar is missing, or whose
-    interval came from every sample, keep asv's."""
-    cls, params = case_key(series.benchmark, series.params)
-    lows, highs = [], []
-    for p in series.points:
-        found = sidecars.get(p.commit) if p.repeat else None
-        record = None if found is None else found.cases.get((cls, params))
-        taken = record.get("n_samples") if isinstance(record, dict) else None
-        taken = taken if isinstance(taken, int) and not isinstance(taken, bool) else None
-        low, high = noise.interval_of_all_samples(p.value, p.ci99_low, p.ci99_high,
-                                                  p.repeat, taken)
-        lows.append(low)
-        highs.append(high)
-    return lows, highs
 
 
 def _devices(series: Series, sidecars: SidecarCache) -> list[str | None]:

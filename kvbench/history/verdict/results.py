@@ -49,9 +49,6 @@ class Point:
     q75: float | None = None
     ci99_low: float | None = None
     ci99_high: float | None = None
-    #: how many samples asv computed the interval from (its stats_repeat): the suite's stored
-    #: representative samples, fewer than the process took (noise.interval_of_all_samples)
-    repeat: int | None = None
 
 
 @dataclass
@@ -147,12 +144,6 @@ def _number(value) -> float | None:
         return None
     value = float(value)
     return None if math.isnan(value) or math.isinf(value) else value
-
-
-def _count(value) -> int | None:
-    """A positive whole count, or None."""
-    number = _number(value)
-    return int(number) if number is not None and number >= 1 and number == int(number) else None
 
 
 def plausible(value: float, unit: str) -> bool:
@@ -264,8 +255,7 @@ def _points_of(data: dict, commit: str):
                 commit=commit, value=value,
                 q25=_at(column.get("stats_q_25"), k), q75=_at(column.get("stats_q_75"), k),
                 ci99_low=_at(column.get("stats_ci_99_a"), k),
-                ci99_high=_at(column.get("stats_ci_99_b"), k),
-                repeat=_count(_at(column.get("stats_repeat"), k)))
+                ci99_high=_at(column.get("stats_ci_99_b"), k))
 
 
 def load_history(results_dir: str | Path, machine: str, *, rev: str = "HEAD",
