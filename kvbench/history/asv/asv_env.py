@@ -309,18 +309,21 @@ def _read_json(path: str):
 
 
 def merge_sidecar(old: dict, new: dict,
-                  stored: set[tuple[str, str]] | None = None) -> tuple[dict, int]:
+                  stored: set[tuple[str, str]] | None = None) -> tuple[dict, int, int]:
     """`new` with every case `old` measured and `new` records without a number (skipped,
     failed, not selected, or absent) taken from `old`, its machine state carried over: the
     result file kept that case's number (keep_stored_results), so the sidecar keeps its facts.
     With `stored` (stored_cases of this asv run), a case asv did not store this run keeps
-    `old`'s record even where `new` measured it. Returns (merged body, how many cases were
-    kept)."""
+    `old`'s record even where `new` measured it, and a record of `new` for such a case that
+    `old` has none for is dropped: it describes a measurement no result file holds (the first
+    `asv run --bench X` of a commit measures every class of X's group). Returns (merged body,
+    how many cases were kept, how many were dropped)."""
     merged = json.loads(json.dumps(new))
     states = merged.setdefault("states", [])
     old_states = old.get("states") or []
     moved: dict[int, int] = {}
     kept = 0
+    taken: set[tuple[str, str]] = set()
     for cls, cases in (old.get("classes") or {}).items():
         if not isinstance(cases, dict):
             continue
@@ -343,7 +346,18 @@ def merge_sidecar(old: dict, new: dict,
                 record["state"] = None
             target[params] = record
             kept += 1
-    return merged, kept
+            taken.add((cls, params))
+    dropped = 0
+    if stored is not None:
+        for cls, cases in (merged.get("classes") or {}).items():
+            if not isinstance(cases, dict):
+                continue
+            for params in [p for p, r in cases.items()
+                           if isinstance(r, dict) and r.get("status") == "measured"
+                           and (cls, p) not in stored and (cls, p) not in taken]:
+                del cases[params]
+                dropped += 1
+    return merged, kept, dropped
 
 
 def _write_atomic(path: str, body: dict) -> None:
@@ -392,16 +406,25 @@ def promote_sidecars(results_dir: str, filename: str, commit: str, env_name: str
                     commit[:8]):
                 continue
             final = os.path.join(folder, head)
-            body, kept = new, 0
+            old = {}
             if os.path.exists(final):
                 try:
-                    body, kept = merge_sidecar(_read_json(final), new, stored)
-                except (OSError, ValueError, AttributeError, TypeError) as exc:
+                    old = _read_json(final)
+                except (OSError, ValueError) as exc:
                     log.warning(f"{final} not read ({exc}); the new sidecar replaces it")
-            if kept:
+            try:
+                body, kept, dropped = merge_sidecar(old, new, stored)
+            except (AttributeError, TypeError) as exc:
+                log.warning(f"{final} not merged ({exc}); the new sidecar replaces it")
+                body, kept, dropped = new, 0, 0
+            if kept or dropped:
                 _write_atomic(path, body)
+            if kept:
                 log.warning(f"{final}: kept the stored records of {kept} cases this run has "
                             "no number for")
+            if dropped:
+                log.info(f"{final}: left out {dropped} measured cases asv did not store "
+                         "this run")
             os.replace(path, final)
             done.append(final)
         except (OSError, ValueError, AttributeError, TypeError) as exc:

@@ -230,6 +230,21 @@ def test_a_class_asv_did_not_store_keeps_its_sidecar_record(tmp_path, suite_env)
     assert seen.state_of("KVWrite", ("a",))["before"] == "old state"
 
 
+def test_a_first_run_of_one_class_leaves_out_the_classes_asv_did_not_store(tmp_path, suite_env):
+    """The first `asv run --bench kv_alloc` of a commit (no sidecar yet): the suite's process
+    measured KVWrite too, asv stored no KVWrite number, so the sidecar has no KVWrite record
+    (a record there would describe a number no result file holds)."""
+    suite_env.setenv(RUN_VAR, THIS_RUN)
+    _write(suite_env, {"KVAlloc": {("a",): _entry(11.0)},
+                       "KVWrite": {("a",): _entry(99.0)}}, "new state")
+    _store(tmp_path, [11e-6, math.nan, math.nan])
+    seen = reader.read_commit(tmp_path, MACHINE, COMMIT)
+    assert seen.case("KVAlloc", ("a",))["median_us"] == 11.0
+    assert seen.case("KVWrite", ("a",)) is None
+    body = json.loads(_stored_pair(tmp_path)[1])
+    assert "('a',)" not in body["classes"].get("KVWrite", {})
+
+
 def test_stored_cases_are_the_params_this_run_gave_a_number():
     run = _run([1e-5, math.nan, None])
     assert asv_env.stored_cases(_bench(), run, None) == {("KVAlloc", "('a',)")}
