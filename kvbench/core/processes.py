@@ -71,16 +71,64 @@ def stop_tree(proc: subprocess.Popen) -> None:
     """SIGINT to `proc` and its descendants, SIGKILL to what is left of them after
     STOP_GRACE_S; reaps `proc`. The descendants are listed before `proc` can end (an orphan
     is re-parented and could not be found from it afterwards)."""
-    tree = [proc.pid, *descendants(proc.pid)]
-    _signal(tree, signal.SIGINT)
+    stop_trees([proc])
+
+
+def stop_trees(procs: Sequence[subprocess.Popen]) -> None:
+    """stop_tree for several children at once: one SIGINT to every tree, one grace period,
+    then SIGKILL to what is left; reaps each child."""
+    trees = [(proc, [proc.pid, *descendants(proc.pid)]) for proc in procs]
+    for _, tree in trees:
+        _signal(tree, signal.SIGINT)
     deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=0.1)
-    if proc.returncode is not None:  # reaped: its pid may belong to another process now
-        tree = tree[1:]
-    _signal([pid for pid in tree if _alive(pid)], signal.SIGKILL)
-    proc.wait()
+    while time.monotonic() < deadline and any(
+            _alive(pid) for _, tree in trees for pid in tree):
+        for proc, _ in trees:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.1 / len(trees))
+    for proc, tree in trees:
+        if proc.returncode is not None:  # reaped: its pid may belong to another process now
+            tree = tree[1:]
+        _signal([pid for pid in tree if _alive(pid)], signal.SIGKILL)
+        proc.wait()
+
+
+class ChildTrees:
+    """Children started by worker threads (`run`, subprocess.run's shape) and stopped
+    together by the main thread (`stop`), which is the thread an interruption reaches: a
+    SIGTERM to kvbench alone (a scheduler's preemption) reaches none of the workers' asv
+    processes, which would go on measuring after kvbench had gone. After `stop`, `run`
+    starts nothing and answers exit status 130."""
+
+    def __init__(self) -> None:
+        self._live: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self.stopping = False
+
+    def run(self, cmd: Sequence[str], *, check: bool = False,
+            **popen_kwargs: Any) -> subprocess.CompletedProcess:
+        with self._lock:
+            if self.stopping:
+                return subprocess.CompletedProcess(list(cmd), 130)
+            proc = subprocess.Popen(cmd, **popen_kwargs)
+            self._live.add(proc)
+        try:
+            proc.wait()
+        finally:
+            with self._lock:
+                self._live.discard(proc)
+        done = subprocess.CompletedProcess(proc.args, proc.returncode)
+        if check:
+            done.check_returncode()
+        return done
+
+    def stop(self) -> None:
+        """Start no more children; stop every running one with its descendants (stop_trees)."""
+        with self._lock:
+            self.stopping = True
+            live = list(self._live)
+        if live:
+            stop_trees(live)
 
 
 def _signal(pids: Sequence[int], sig: int) -> None:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvbench.core.processes import ChildTrees
 from kvbench.history.asv.record import Plan, asv_command, recorded_commits
 
 #: Where a --gpus recording keeps each worker's results and environment, under the config's
@@ -263,7 +264,7 @@ def gpu_worker_dir(conf_path: Path, gpu: str, target: Path) -> Path:
 
 def record_gpus(the_plan: Plan, conf_path: Path, gpus: Sequence[str], *,
                 extra: Sequence[str] = (), log: Callable[[str], None] = print,
-                run: Callable[..., subprocess.CompletedProcess] = subprocess.run
+                run: Callable[..., subprocess.CompletedProcess] | None = None
                 ) -> tuple[int, list[str]]:
     """One worker per GPU over `the_plan.todo` (newest first, one queue), then a merge of the
     workers' results into `the_plan.results_dir`; (exit status, commits recorded there).
@@ -271,9 +272,15 @@ def record_gpus(the_plan: Plan, conf_path: Path, gpus: Sequence[str], *,
     Each worker runs `asv run` over one commit at a time with CUDA_VISIBLE_DEVICES set to its
     GPU, writing to its own results folder with its own environment. A worker folder left by
     an interrupted recording is merged in first (merge.py's duplicate rule applies), so the
-    same command resumes. The target's machine folder is locked for the whole recording."""
+    same command resumes. The target's machine folder is locked for the whole recording.
+    An interruption (Ctrl-C, or SIGTERM under `interruptible`) stops every worker's asv
+    (ChildTrees): a commit cut off keeps no result file and is measured by the next
+    recording; what the workers finished is merged."""
     from kvbench.history.asv.merge import merge
     from kvbench.history.asv.record import machine_lock
+
+    children = ChildTrees()
+    run = run or children.run
 
     machine, target = the_plan.machine, Path(the_plan.results_dir)
     workers = {gpu: gpu_worker_dir(conf_path, gpu, target) for gpu in gpus}
@@ -298,6 +305,8 @@ def record_gpus(the_plan: Plan, conf_path: Path, gpus: Sequence[str], *,
                     log(f"GPU {gpu}: measuring {commit[:8]}")
                 code = run(asv_command(conf, machine, hashfile, extra), cwd=conf.parent,
                            env=env, check=False).returncode
+                if children.stopping:
+                    return
                 if code or commit[:8] not in recorded_commits(results, machine):
                     with lock:
                         failures.append(commit)
@@ -321,9 +330,11 @@ def record_gpus(the_plan: Plan, conf_path: Path, gpus: Sequence[str], *,
                 thread.join()
         except KeyboardInterrupt:
             interrupted = True
-            while not todo.empty():  # let each worker finish its commit, start no other
+            while not todo.empty():  # start no other commit
                 with contextlib.suppress(queue.Empty):
                     todo.get_nowait()
+            log("interrupted: stopping every GPU worker's asv")
+            children.stop()
             for thread in threads:
                 thread.join()
         _merge_workers(workers, target, machine, merge, log, "measured now")

@@ -4,6 +4,8 @@ the round-robin partition, a shard's plan, the GPU list."""
 from __future__ import annotations
 
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,66 @@ def test_gpu_workers_resume_without_measuring_a_commit_twice(tmp_path, monkeypat
                                        log=lambda text: None)
     assert sorted(asked) == ["a" * 40, "c" * 40]
     assert measured == ["b" * 40] and code == 1
+
+
+#: A stand-in for one worker's `asv run`: it starts a grandchild (asv's forkserver), writes the
+#: grandchild's pid under the folder it is given, named by its GPU, and waits.
+_WORKER_ASV = """
+import os, subprocess, sys, time
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+gpu = os.environ["CUDA_VISIBLE_DEVICES"]
+open(os.path.join(sys.argv[1], "pid" + gpu), "w").write(str(grandchild.pid))
+time.sleep(120)
+"""
+
+
+def test_a_sigterm_stops_every_gpu_workers_asv(tmp_path):
+    """SIGTERM to kvbench alone (a scheduler's preemption) reached none of the workers' asv
+    processes: the command waited for each to finish its commit, and a kill after the
+    scheduler's grace period left them measuring. Now each worker's asv tree is stopped and
+    the recording answers 130 within the stop's grace."""
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text("{}")
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = f"""
+import os, signal, sys, threading, time
+sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})
+from pathlib import Path
+from kvbench.core import processes
+from kvbench.history.asv import fleet, record
+fleet.asv_command = lambda conf, machine, hashfile, extra: [
+    sys.executable, "-c", {_WORKER_ASV!r}, {str(pids)!r}]
+fleet._merge_workers = lambda *a, **k: None
+commits = [c * 40 for c in "abcd"]
+plan = record.Plan("box", Path({str(tmp_path / "results")!r}), commits, [], commits)
+def preempt():
+    while len(os.listdir({str(pids)!r})) < 2:
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)
+threading.Thread(target=preempt, daemon=True).start()
+start = time.monotonic()
+with processes.interruptible():
+    code, measured = fleet.record_gpus(plan, Path({str(conf)!r}), ["0", "1"], log=print)
+print("code", code, "after", round(time.monotonic() - start, 1))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=90, check=True)
+    assert "code 130" in out.stdout, out.stdout + out.stderr
+    assert "not recorded" not in out.stdout
+    assert float(out.stdout.split("after")[-1]) < 30
+    for name in ("pid0", "pid1"):
+        assert _gone(int((pids / name).read_text()))
+
+
+def _gone(pid: int, within_s: float = 5.0) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
