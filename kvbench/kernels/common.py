@@ -89,12 +89,17 @@ def head_dim_unsupported(head_dim: int, kind: str) -> str | None:
 #: registry shape gate refuses the problem, so auto routes around it.
 DECODE_OPTIONS = ("window", "softcap", "per_head_scale")
 
+#: The largest window: the kernels take it as a 32-bit integer (a window past every sequence
+#: attends to all its tokens, so nothing larger is needed).
+MAX_WINDOW = 2**31 - 1
+
 
 def validate_decode_options(window: object, softcap: object) -> None:
-    """window: None or an int >= 1; softcap: None or a finite float > 0."""
+    """window: None or an int in [1, MAX_WINDOW]; softcap: None or a finite float > 0."""
     if window is not None and (isinstance(window, bool) or not isinstance(window, int)
-                               or window < 1):
-        raise ValueError(f"window must be None or an int >= 1 (tokens attended), got {window!r}")
+                               or not 1 <= window <= MAX_WINDOW):
+        raise ValueError(f"window must be None or an int >= 1 and <= {MAX_WINDOW} (tokens "
+                         f"attended), got {window!r}")
     if softcap is not None and (isinstance(softcap, bool) or not isinstance(softcap, (int, float))
                                 or not math.isfinite(softcap) or softcap <= 0):
         raise ValueError(f"softcap must be None or a finite float > 0, got {softcap!r}")
@@ -192,6 +197,13 @@ def validate_decode_inputs(
         if isinstance(k_scale, torch.Tensor) != isinstance(v_scale, torch.Tensor):
             # One rule for every row: the Triton kernels take both as pointers or both as values.
             raise ValueError("k_scale and v_scale must both be tensors or both be python floats")
+        if isinstance(k_scale, torch.Tensor) and k_scale.numel() != v_scale.numel():
+            # The kernels index both with one per-head stride, and the dispatch problem's
+            # per_head_scale option is read from k_scale.
+            raise ValueError(
+                "k_scale and v_scale must have the same shape: both one element (per tensor) "
+                f"or both [kv_heads={kv_heads}] (per kv head), got k_scale "
+                f"{tuple(k_scale.shape)} and v_scale {tuple(v_scale.shape)}")
     else:
         for name, sc in (("k_scale", k_scale), ("v_scale", v_scale)):
             if sc is not None:

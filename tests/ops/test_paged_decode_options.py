@@ -187,8 +187,14 @@ def test_reference_per_head_scales_equal_the_scalar_when_equal(scale, softcap):
     ({"window": 2.5}, r"window must be None or an int >= 1"),
     ({"softcap": 0.0}, r"softcap must be None or a finite float > 0"),
     ({"softcap": float("nan")}, r"softcap must be None or a finite float > 0"),
+    ({"window": 2**64}, r"window must be None or an int >= 1 and <= 2147483647"),
     ({"k_scale": torch.ones(3), "v_scale": torch.ones(3)},
      r"k_scale must be a 1-element float32 tensor or a contiguous \[kv_heads=2\]"),
+    # one scale per tensor beside one per head: the kernels read both with one stride
+    ({"k_scale": torch.ones(1), "v_scale": torch.ones(2)},
+     r"k_scale and v_scale must have the same shape: .* got k_scale \(1,\) and v_scale \(2,\)"),
+    ({"k_scale": torch.ones(2), "v_scale": torch.ones(1)},
+     r"k_scale and v_scale must have the same shape"),
 ])
 def test_bad_option_values_are_refused_by_name(kw, match):
     pool = _pool("cpu", "fp8" if "k_scale" in kw else "fp16", "combined")
