@@ -49,6 +49,17 @@ def test_options_every_row(device, short_tiles, dtype, storage, options):
         assert check_paged_decode(fn, pool, q, **options) >= 0.0
 
 
+@pytest.mark.parametrize("softcap", [1e3, 1e5, 1e7])
+def test_a_cap_far_above_the_scores_is_exact(device, short_tiles, softcap):
+    """A cap far above the scores leaves them almost unchanged; the Triton rows computed
+    tanh(x / cap) as 1 - 2 / (e^(2x / cap) + 1), which cancels there, and their error (fp32's
+    epsilon times the cap) failed the gate from a cap of 1e5."""
+    pool = _pool(device, "fp16", "combined")
+    q = make_decode_query(pool, 4, seed=1) * 4
+    for fn in ROWS:
+        assert check_paged_decode(fn, pool, q, softcap=softcap) >= 0.0
+
+
 def test_window_never_weighs_tokens_before_it(device, short_tiles):
     """Every K/V slot before each sequence's window holds NaN: a token weighed, or a V row not
     zeroed, makes the output NaN."""
