@@ -203,8 +203,18 @@ def test_page_table_layout():
         assert bool(((rows % 64) == torch.arange(n) % 64).all())  # contiguous inside pages
         first_of_page = pages[:: 64]
         assert first_of_page.unique().numel() == first_of_page.numel()  # distinct pages
+    pages = pt.to(torch.int64) // 64
+    # no page serves two requests (one randperm per request let 7 of 32 requests share pages)
+    per_request = [set(pages[lo : lo + n].tolist()) for lo, n in ((0, 130), (130, 64), (194, 5))]
+    assert sum(map(len, per_request)) == len(set().union(*per_request)) == 3 + 1 + 1
+    many = build_page_table_flat([64] * 32, 4096, seed=1, device="cpu").to(torch.int64) // 64
+    assert many.unique().numel() == 32
+    # a request's pages do not depend on the requests after it
+    assert torch.equal(build_page_table_flat([130], 1024, seed=2, device="cpu"), pt[:130])
     with pytest.raises(ValueError, match="kv_len"):
         build_page_table_flat([2000], 1024, device="cpu")
+    with pytest.raises(ValueError, match=r"need 17 pages of 64 tokens in all; the pool has 16"):
+        build_page_table_flat([512, 512, 1], 1024, device="cpu")
     with pytest.raises(ValueError, match="kv_lens"):
         build_page_table_flat([-1], 1024, device="cpu")
     with pytest.raises(ValueError, match="pool_tokens"):
