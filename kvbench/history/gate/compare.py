@@ -77,6 +77,10 @@ class SuiteMeasurer(AsvMeasurer):
         #: per commit of the latest measure_all that gave no value at all: why, from asv's
         #: output (its skip message or error line; "" when asv said nothing)
         self.why_none: dict[str, str] = {}
+        #: per commit of the latest measure_all: the series asv ran and recorded as failed
+        #: (a value of None: an exception in the benchmark or its process), apart from the
+        #: skipped ones (NaN: the suite does not serve the case at that commit)
+        self.failed: dict[str, set[str]] = {}
 
     def _env(self) -> dict[str, str]:
         env = super()._env()
@@ -91,6 +95,7 @@ class SuiteMeasurer(AsvMeasurer):
         code, out = self._asv_run(commits, self.bench)
         if code not in (0, 2):
             raise RuntimeError(f"asv run exited {code} (log: {self.log_path}):\n{out[-3000:]}")
+        self.failed = {}
         found = [self._read_all(commit) for commit in commits]
         self.why_none = {commit: no_value_reason(commit_output(out, commit))
                          for commit, values in zip(commits, found) if not values}
@@ -111,7 +116,10 @@ class SuiteMeasurer(AsvMeasurer):
                 samples = result.get_result_samples(name, params) or [None] * len(values)
                 for combo, value, sample in zip(itertools.product(*params), values, samples):
                     key = f"{name}({', '.join(combo)})" if combo else name
-                    if value is None or math.isnan(value):
+                    if value is None:
+                        self.failed.setdefault(commit, set()).add(key)
+                        continue
+                    if math.isnan(value):
                         continue
                     found[key] = Run(commit, abtest.median(sample) if sample else float(value),
                                      OK, samples=len(sample or []))
@@ -153,6 +161,10 @@ class Comparison:
     unmatched: dict[str, str] = field(default_factory=dict)
     #: series recheck() measured again (those the first A/B called changed)
     rechecked: list[str] = field(default_factory=list)
+    #: series broken by HEAD: asv recorded a failure at HEAD in some round and none at BASE,
+    #: where it measured them: name -> how often each side failed. A gate fails on these as
+    #: on a regression (a kernel HEAD breaks must not pass as "not comparable").
+    broken: dict[str, str] = field(default_factory=dict)
 
     def of(self, outcome: str) -> list[SeriesComparison]:
         return [s for s in self.series if s.outcome == outcome]
@@ -162,7 +174,8 @@ class Comparison:
                 "rounds": self.rounds, "fdr_q": FDR_Q, "alpha": ALPHA,
                 "summary": {o: len(self.of(o)) for o in abtest.OUTCOMES},
                 "rechecked": list(self.rechecked),
-                "series": [s.to_json() for s in self.series], "unmatched": self.unmatched}
+                "series": [s.to_json() for s in self.series], "unmatched": self.unmatched,
+                "broken": self.broken}
 
 
 #: A side whose log run values spread less than this is constant: float rounding, far below
@@ -245,12 +258,16 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
     runs: dict[str, tuple[list[float], list[float]]] = {}
     keep = set(only) if only is not None else None
     why: dict[str, str] = {}
+    failures: dict[str, list[int]] = {}  # name -> [failed runs at base, at head]
     done = 0
     for i in range(rounds):
         order = [base, head] if i % 2 == 0 else [head, base]
         measured = dict(zip(order, measurer.measure_all(order)))
         for commit, text in getattr(measurer, "why_none", {}).items():
             why.setdefault(commit, text)
+        for side, commit in enumerate((base, head)):
+            for name in getattr(measurer, "failed", {}).get(commit, ()):
+                failures.setdefault(name, [0, 0])[side] += 1
         for name in set(measured[base]) | set(measured[head]):
             a, b = runs.setdefault(name, ([], []))
             if name in measured[base]:
@@ -271,7 +288,14 @@ def run_compare(measurer: SuiteMeasurer, base: str, head: str, *, rounds: int,
             break
     if keep is not None:
         runs = {name: r for name, r in runs.items() if name in keep}
+        failures = {name: f for name, f in failures.items() if name in keep}
     out = judge(base, head, runs, units, done)
+    for name, (at_base, at_head) in sorted(failures.items()):
+        measured_at_base = len(runs.get(name, ((), ()))[0])
+        if at_head and not at_base and measured_at_base:
+            out.broken[name] = (f"failed in {at_head} of {done} run(s) at {head[:8]}, measured "
+                                f"in {measured_at_base} at {base[:8]} (asv's log has the error)")
+            out.unmatched.pop(name, None)
     for name, (a, b) in runs.items():
         lacking = [c for c, side in ((base, a), (head, b)) if not side]
         if name in out.unmatched and lacking:
@@ -307,7 +331,7 @@ def recheck(first: Comparison, measure: Callable[[list[str]], Comparison]) -> Co
         return first
     second = {s.series: s for s in measure(flagged).series}
     out = Comparison(first.base, first.head, first.rounds, unmatched=dict(first.unmatched),
-                     rechecked=flagged)
+                     rechecked=flagged, broken=dict(first.broken))
     for s in first.series:
         fresh = second.get(s.series)
         if s.outcome not in CHANGED:

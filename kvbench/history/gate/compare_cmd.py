@@ -8,9 +8,10 @@ user's results/ is never touched), then judges every series (kvbench.history.gat
 regression / improvement / no change / inconclusive, each with its effect, interval and p.
 The series called changed are then measured again, `--rounds` more runs a side of only them,
 and judged on those runs (compare.recheck; `--no-recheck` skips it). Prints one line per
-changed series (worst first), then the counts. Exit status: 0; 1 with `--fail-on regression`
-when a regression is found, or when asv failed (its log kept); 2 on bad input (a --bench or
---select naming nothing in the suite included).
+changed series (worst first) and each series HEAD broke (asv recorded it failed at HEAD,
+measured at BASE), then the counts. Exit status: 0; 1 with `--fail-on regression` when a
+regression is found or a series is broken at HEAD, or when asv failed (its log kept); 2 on bad
+input (a --bench or --select naming nothing in the suite included).
 """
 
 from __future__ import annotations
@@ -66,10 +67,14 @@ def format_comparison(result) -> str:
         lines.append(f"{s.outcome:12s} {100 * s.ab.effect:+7.2f}% [{100 * s.ab.ci_low:+.2f}, "
                      f"{100 * s.ab.ci_high:+.2f}]  p {s.p_t:.2g} (BH {s.p_adjusted:.2g})  "
                      f"{s.series}{first}")
+    for name, why in sorted(result.broken.items()):
+        lines.append(f"{'broken':12s} {name}: {why}")
     counts = ", ".join(f"{len(result.of(o))} {o}" for o in abtest.OUTCOMES)
     kept = sum(s.outcome == s.first.outcome for s in result.series if s.first)
     lines.append(f"{result.base[:8]} -> {result.head[:8]}: {len(result.series)} series over "
                  f"{result.rounds} runs a side: {counts}"
+                 + (f"; {len(result.broken)} broken at {result.head[:8]}" if result.broken
+                    else "")
                  + (f"; {len(result.unmatched)} not comparable" if result.unmatched else "")
                  + (f"; {len(result.rechecked)} called changed measured again, {kept} "
                     "reproduced" if result.rechecked else ""))
@@ -136,7 +141,7 @@ def run(args) -> int:
     if json_path is not None:
         write_json_atomic(json_path, result.to_json(), indent=1)
         print(f"wrote {json_path}", file=sys.stderr)
-    if args.fail_on == "regression" and result.of(abtest.REGRESSION):
+    if args.fail_on == "regression" and (result.of(abtest.REGRESSION) or result.broken):
         return 1
     return 0
 

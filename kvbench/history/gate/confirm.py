@@ -36,7 +36,9 @@ def confirm(verdicts, measure: Callable[[str, str, list], Comparison]):
         for f in findings:
             fresh = by_name.get(f.series.name)
             if fresh is None:
-                why = result.unmatched.get(f.series.name, "no value at either commit")
+                name = f.series.name
+                why = (f"broken at {commit[:8]}: {result.broken[name]}" if name in result.broken
+                       else result.unmatched.get(name, "no value at either commit"))
                 replaced[id(f)] = dataclasses.replace(f, confirmation={
                     "schema": SCHEMA, "base": parent, "head": commit,
                     "outcome": NOT_MEASURED_AFRESH, "reason": why})

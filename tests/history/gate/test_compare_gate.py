@@ -433,3 +433,107 @@ def test_when_asv_fails_compare_exits_1_and_keeps_the_log(monkeypatch, capsys, t
     assert (kept[0] / "asv.log").read_text() == "asv said why"
     import shutil
     shutil.rmtree(kept[0])
+
+
+def _failing_at_head(base: str, head: str, crash: set[str]):
+    """A measurer whose series `crash` fail at `head` in every run (asv stores None), the
+    others measured at both commits."""
+    rng = np.random.default_rng(3)
+    names = ["m.C.track_us('ok')", *sorted(crash)]
+
+    class Measurer:
+        def __init__(self):
+            self.failed = {}
+
+        def measure_all(self, commits):
+            self.failed = {head: set(crash)} if head in commits else {}
+            return [{n: SimpleNamespace(value=float(rng.normal(1e-5, 1e-8))) for n in names
+                     if not (c == head and n in crash)} for c in commits]
+
+    return Measurer()
+
+
+def test_a_series_that_fails_at_head_is_broken_not_uncomparable():
+    """A failed benchmark (asv's None) was dropped like a skip: a series HEAD breaks became
+    "not comparable" and a --fail-on regression gate passed."""
+    base, head = "a" * 40, "b" * 40
+    crash = "m.C.track_us('crash')"
+    result = compare.run_compare(_failing_at_head(base, head, {crash}), base, head, rounds=3,
+                                 units=UNITS, log=lambda text: None)
+    assert set(result.broken) == {crash} and crash not in result.unmatched
+    assert result.broken[crash] == ("failed in 3 of 3 run(s) at bbbbbbbb, measured in 3 at "
+                                    "aaaaaaaa (asv's log has the error)")
+    assert [s.series for s in result.series] == ["m.C.track_us('ok')"]
+    assert result.to_json()["broken"] == result.broken
+    # every series failing at HEAD: one round, and each is broken
+    whole = compare.run_compare(_failing_at_head(base, head, {crash, "m.C.track_us('ok')"}),
+                                base, head, rounds=5, units=UNITS, log=lambda text: None)
+    assert whole.rounds == 1 and set(whole.broken) == {crash, "m.C.track_us('ok')"}
+
+
+def test_a_series_failing_at_both_commits_or_only_at_base_is_not_broken():
+    base, head = "a" * 40, "b" * 40
+    name = "m.C.track_us('x')"
+
+    class Measurer:
+        def measure_all(self, commits):
+            self.failed = {base: {name}, head: {name}} if both else {base: {name}}
+            return [{} if (c == base or both) else {name: SimpleNamespace(value=1e-5)}
+                    for c in commits]
+
+    for both in (True, False):
+        result = compare.run_compare(Measurer(), base, head, rounds=2, units=UNITS,
+                                     log=lambda text: None)
+        assert result.broken == {}
+
+
+def test_the_gate_fails_on_a_series_broken_at_head(monkeypatch, capsys):
+    import json
+
+    from kvbench.history.asv.repo import resolve
+    from kvbench.history.gate import compare_cmd
+
+    base, head = resolve(Path("."), "HEAD~1"), resolve(Path("."), "HEAD")
+    bench = {"m.C.track_us": {"unit": "seconds", "params": [["'ok'", "'crash'"]]}, "version": 2}
+
+    def discover(self, commit):
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        (self.results_dir / "benchmarks.json").write_text(json.dumps(bench))
+        return bench
+
+    measurer = _failing_at_head(base, head, {"m.C.track_us('crash')"})
+    monkeypatch.setattr(compare.SuiteMeasurer, "discover", discover)
+    def measure_all(self, commits):
+        found = measurer.measure_all(commits)
+        self.failed = measurer.failed
+        return found
+
+    monkeypatch.setattr(compare.SuiteMeasurer, "measure_all", measure_all)
+    monkeypatch.setattr("kvbench.history.asv.machine.check_machine", lambda name: None)
+    code = compare_cmd.main(["HEAD~1", "HEAD", "--machine", "box", "--rounds", "2",
+                             "--fail-on", "regression"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "broken       m.C.track_us('crash'): failed in 2 of 2 run(s)" in out
+    assert "1 broken at" in out
+    assert compare_cmd.main(["HEAD~1", "HEAD", "--machine", "box", "--rounds", "2"]) == 0
+
+
+def test_suite_measurer_reads_a_failure_apart_from_a_skip(tmp_path):
+    """asv stores a failed benchmark as None and a skipped one as NaN."""
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+
+    (tmp_path / "asv.conf.json").write_text("{}")
+    m = compare.SuiteMeasurer(tmp_path, "box", tmp_path / "work")
+    commit = "c" * 40
+    res = Results({"machine": "box"}, {}, commit, 0, "3.11", "env", {})
+    bench = {"name": "m.C.track_us", "version": "1", "params": [["'a'", "'b'", "'c'"]]}
+    res.add_result(bench, BenchmarkResult(result=[1e-5, None, math.nan],
+                                          samples=[[1e-5, 1.01e-5], None, None],
+                                          number=[1, None, None], errcode=1, stderr="boom",
+                                          profile=None))
+    res.save(str(m.results_dir))
+    found = m._read_all(commit)
+    assert list(found) == ["m.C.track_us('a')"]
+    assert m.failed == {commit: {"m.C.track_us('b')"}}
