@@ -231,11 +231,14 @@ def run_bisect(measurer: Measurer, commits: list[str], *, series: str, range_tex
             log(f"  search {short[commits[m]]}: cannot run ({runs[0].status}: {runs[0].reason})")
             continue
         got = [runs[0].value]
+        tried = 1  # runs asked for, failed ones included: the cap counts these, not values
         for _ in range(search_runs - 1):
             got += [r.value for r in session.measure([commits[m]], "search") if r.value is not None]
+            tried += 1
         side, position = abtest.side_of(got, good, bad)
-        while side == abtest.UNCLEAR and len(got) < search_runs * SEARCH_RUNS_CAP_FACTOR:
+        while side == abtest.UNCLEAR and tried < search_runs * SEARCH_RUNS_CAP_FACTOR:
             got += [r.value for r in session.measure([commits[m]], "search") if r.value is not None]
+            tried += 1
             side, position = abtest.side_of(got, good, bad)
         placed = (side if side != abtest.UNCLEAR
                   else (abtest.BAD if position >= 0.5 else abtest.GOOD))

@@ -107,6 +107,31 @@ def test_a_step_behind_a_commit_that_cannot_run_names_both():
     assert report.untested_between == [commits[2]] and "or one of the 1 commits" in report.summary
 
 
+def test_an_unclear_commit_whose_later_runs_fail_is_not_measured_forever():
+    """A commit carrying half the step is unclear, so the search measures it again; the cap
+    counted values, so once its runs failed (a device lost mid-bisect) it was measured
+    without end (300 asv runs before a stand-in stopped it)."""
+    commits = _commits(8)
+
+    class HalfStepThenFailing(FakeMeasurer):
+        seen = 0
+
+        def measure(self, cs):
+            if len(self.calls) > 200:
+                raise AssertionError("the search did not stop measuring")
+            if cs == [commits[4]]:
+                self.seen += 1
+                if self.seen > 1:
+                    self.calls.append(list(cs))
+                    return [am.Run(cs[0], None, am.FAILED, "CUDA error: device lost")]
+            return super().measure(cs)
+
+    fake = HalfStepThenFailing(commits, lambda i: 100e-6 * (1.0 if i < 4 else
+                                                         1.5 if i == 4 else 2.0))
+    _bisect(commits, fake)
+    assert sum(c == [commits[4]] for c in fake.calls) <= 3 * bs.SEARCH_RUNS_CAP_FACTOR
+
+
 def test_a_drift_without_a_step_is_inconclusive_not_a_named_commit():
     commits = _commits(16)  # +0.4% a commit: the end points differ, no single commit does
     fake = FakeMeasurer(commits, lambda i: 1e-3 * (1 + 0.004 * i), noise=0.003, seed=5)
