@@ -110,15 +110,32 @@ def machine_name(text: str) -> str:
 
 def check_config(args: argparse.Namespace) -> None:
     """Exit 2 (a usage error naming it) unless args.config is a regular file this process
-    can read: asv and kvbench would otherwise stop with a traceback on it."""
+    can read holding a JSON object as asv reads it (comments allowed): asv and kvbench would
+    otherwise stop with a traceback on it."""
+    problem = config_problem(args.config)
+    if problem:
+        args.parser.error(problem)
+
+
+def config_problem(path: str) -> str | None:
+    """None when `path` is a regular file this process can read holding a JSON object as
+    asv reads it (comments allowed), else what is wrong, naming --config and the file."""
     import os
 
-    path = args.config
+    from asv import util as asv_util
+
     if not os.path.isfile(path):
-        args.parser.error(f"--config {path}: no such file (name an asv.conf.json)")
+        return f"--config {path}: no such file (name an asv.conf.json)"
     try:
         with open(path, "rb"):
             pass
     except OSError as exc:
-        args.parser.error(f"--config {path}: cannot read it ({exc.strerror})")
+        return f"--config {path}: cannot read it ({exc.strerror})"
+    try:
+        conf = asv_util.load_json(path, js_comments=True)
+    except (ValueError, asv_util.UserError) as exc:
+        return f"--config {path}: not an asv.conf.json asv can read ({exc})"
+    if not isinstance(conf, dict):
+        return f"--config {path}: an asv.conf.json is a JSON object, got {type(conf).__name__}"
+    return None
 

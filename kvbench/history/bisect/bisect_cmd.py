@@ -123,6 +123,9 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
     search_runs = SEARCH_RUNS if search_runs is None else search_runs
     series = parse_series(series_text)
     abtest.check_rounds(rounds, max_rounds)
+    if max_rounds < abtest.MIN_ROUNDS:
+        raise ValueError(f"--max-rounds {max_rounds}: at least {abtest.MIN_ROUNDS} (fewer runs "
+                         "a side can claim neither a change nor no change)")
     check_search_runs(search_runs)
     if mde is not None and not (0 < mde < 10):
         raise ValueError(f"--mde is a relative effect in (0, 10) (0.02 = 2%), got {mde}")
@@ -130,13 +133,16 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
     commits = resolve_range(root, range_text)
     if json_path:
         check_writable(Path(json_path))
-    if config is not None and not Path(config).is_file():
-        raise ValueError(f"--config {config}: no such file (name an asv.conf.json)")
+    problem = command.config_problem(config) if config is not None else None
+    if problem:
+        raise ValueError(problem)
     log_path = _log_path(log_dir) if log_dir else None
     machine = machine or default_machine()
     check_machine(machine)
-    # Every check above runs before the folder exists; from here on, finally removes it.
+    # Every check above runs before the folder exists; from here on, finally removes it,
+    # unless asv failed: its log there is the evidence, so it is kept.
     workdir = Path(tempfile.mkdtemp(prefix="kvbench-bisect-"))
+    kept = False
     try:
         measurer = AsvMeasurer(root, series, machine, workdir, log_path=log_path,
                                conf_path=Path(config) if config else None)
@@ -151,8 +157,13 @@ def run_command(range_text: str, series_text: str, *, machine: str | None = None
                                  mde=mde, subjects=_subjects(root, commits),
                                  log=_log_with_status(measurer))
         attach_context(outcome, measurer.results_dir, series)
+    except RuntimeError as exc:
+        kept = True
+        raise RuntimeError(f"{exc}\n(asv's log and the private results kept in {workdir})"
+                           ) from None
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(workdir, ignore_errors=True)
     print(format_outcome(outcome))
     if json_path:
         from kvbench.core.jsonfile import write_json_atomic

@@ -39,10 +39,20 @@ def run(args) -> int:
         if args.config:
             command.check_config(args)
         verdicts = base.judge(args)
+        if args.confirm and verdicts.suspects:
+            from kvbench.history.asv.machine import check_machine
+
+            # the fresh runs are measured here under the history's machine name: asv must
+            # know it on this host (a history recorded elsewhere is confirmed where it was)
+            check_machine(verdicts.history.machine)
     except ValueError as exc:
         args.parser.error(str(exc))
     if args.confirm and verdicts.suspects:
-        verdicts = _confirm(args, verdicts)
+        try:
+            verdicts = _confirm(args, verdicts)
+        except RuntimeError as exc:  # asv failed: its log is the evidence, so it is kept
+            print(f"kvbench regressions --confirm: {exc}", file=sys.stderr)
+            return 1
     return base.report(args, verdicts)
 
 
@@ -62,6 +72,7 @@ def _confirm(args, verdicts):
     def measure(parent: str, commit: str, findings: list):
         names = [f.series.name for f in findings]
         workdir = Path(tempfile.mkdtemp(prefix="kvbench-confirm-"))
+        kept = False
         try:
             measurer = SuiteMeasurer(root, verdicts.history.machine, workdir,
                                      bench=bench_regex(names), select=narrowest_selection(names),
@@ -74,8 +85,13 @@ def _confirm(args, verdicts):
             return run_compare(measurer, parent, commit, rounds=args.rounds, units=units,
                                only=names,
                                log=lambda text: print(text, file=sys.stderr, flush=True))
+        except RuntimeError as exc:
+            kept = True
+            raise RuntimeError(f"{exc}\n(asv's log and the private results kept in "
+                               f"{workdir})") from None
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if not kept:
+                shutil.rmtree(workdir, ignore_errors=True)
 
     return confirm(verdicts, measure)
 

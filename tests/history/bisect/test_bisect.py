@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,8 +197,11 @@ def test_bad_arguments_are_value_errors():
         _bisect(commits[:1], fake)
 
 
-def test_cli_rejects_bad_input_with_usage_errors(capsys):
+def test_cli_rejects_bad_input_with_usage_errors(capsys, tmp_path):
     from kvbench.cli import main
+
+    bad_config = tmp_path / "asv.conf.json"
+    bad_config.write_text('{"version": 1, "repo": ".",')  # cut off
 
     for argv, message in (
         (["bisect", "HEAD~1..HEAD", "paged_decode.PagedDecode.track_us"], "expected module.Class"),
@@ -205,11 +209,34 @@ def test_cli_rejects_bad_input_with_usage_errors(capsys):
         (["bisect", "HEAD~1..HEAD", SERIES, "--rounds", "6", "--max-rounds", "5"], "max_rounds"),
         (["bisect", "HEAD~1..HEAD", SERIES, "--mde", "-1"], "percentage"),
         (["bisect", "HEAD~1..HEAD", SERIES, "--search-runs", "1000000"], "from 1 to 1000"),
+        # four runs a side cannot reach bisect's p bar: every answer would be inconclusive
+        (["bisect", "HEAD~1..HEAD", SERIES, "--rounds", "2", "--max-rounds", "4"],
+         "--max-rounds 4: at least 5"),
+        (["bisect", "HEAD~1..HEAD", SERIES, "--config", str(bad_config)],
+         "not an asv.conf.json asv can read"),
     ):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_an_asv_failure_keeps_the_log_bisect_names(monkeypatch, capsys):
+    """The error named <workdir>/asv.log, and the command's cleanup had removed it."""
+    from kvbench.cli import main
+
+    def failing(self, commit):
+        (self.workdir / "asv.log").write_text("asv said why")
+        raise RuntimeError(f"asv run exited 1 (log: {self.log_path})")
+
+    monkeypatch.setattr(am.AsvMeasurer, "discover", failing)
+    monkeypatch.setattr("kvbench.history.asv.machine.check_machine", lambda name: None)
+    assert main(["bisect", "HEAD~1..HEAD", SERIES, "--machine", "box"]) == 1
+    err = capsys.readouterr().err
+    log = Path(err.split("(log: ")[1].split(")")[0])
+    assert log.read_text() == "asv said why" and f"kept in {log.parent}" in err
+    import shutil
+    shutil.rmtree(log.parent)
 
 
 ASV_OUTPUT = (

@@ -537,3 +537,61 @@ def test_suite_measurer_reads_a_failure_apart_from_a_skip(tmp_path):
     found = m._read_all(commit)
     assert list(found) == ["m.C.track_us('a')"]
     assert m.failed == {commit: {"m.C.track_us('b')"}}
+
+
+def test_a_malformed_config_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    from kvbench.cli import main
+
+    monkeypatch.setattr("kvbench.history.asv.machine.check_machine", lambda name: None)
+
+    bad = tmp_path / "asv.conf.json"
+    bad.write_text('{"version": 1, "repo": ".",')  # cut off
+    for argv in (["compare", "HEAD~1", "HEAD", "--machine", "box", "--config", str(bad)],
+                 ["regressions", "--machine", "box", "--config", str(bad)]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert f"--config {bad}: not an asv.conf.json asv can read" in capsys.readouterr().err
+
+
+def _suspects_of(monkeypatch, machine: str):
+    """regressions' judge answering one suspect of `machine`'s history."""
+    from kvbench.history.verdict import regressions_cmd as base
+
+    verdicts = SimpleNamespace(suspects=[SimpleNamespace(series=SimpleNamespace(name="m.C.t"),
+                                                         parent="a" * 40, commit="b" * 40)],
+                               history=SimpleNamespace(machine=machine))
+    monkeypatch.setattr(base, "judge", lambda args: verdicts)
+    monkeypatch.setattr(base, "check_outputs", lambda args: None)
+    monkeypatch.setattr(base, "report", lambda args, v: 0)
+
+
+def test_confirm_refuses_a_history_whose_machine_asv_does_not_know_here(monkeypatch, capsys):
+    """A history recorded on another host was confirmed under its name here: asv stopped
+    with a traceback ("No information stored about machine")."""
+    from kvbench.cli import main
+
+    _suspects_of(monkeypatch, "no-such-machine-here")
+    with pytest.raises(SystemExit) as exc:
+        main(["regressions", "--machine", "no-such-machine-here", "--confirm"])
+    assert exc.value.code == 2
+    assert "--machine no-such-machine-here" in capsys.readouterr().err
+
+
+def test_confirm_keeps_the_log_when_asv_fails(monkeypatch, capsys):
+    from kvbench.cli import main
+
+    def failing(self, commit):
+        (self.workdir / "asv.log").write_text("asv said why")
+        raise RuntimeError(f"asv could not discover the suite (log: {self.log_path})")
+
+    _suspects_of(monkeypatch, "box")
+    monkeypatch.setattr("kvbench.history.asv.machine.check_machine", lambda name: None)
+    monkeypatch.setattr(compare.SuiteMeasurer, "discover", failing)
+    assert main(["regressions", "--machine", "box", "--confirm"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kvbench regressions --confirm: asv could not discover")
+    log = Path(err.split("(log: ")[1].split(")")[0])
+    assert log.read_text() == "asv said why" and f"kept in {log.parent}" in err
+    import shutil
+    shutil.rmtree(log.parent)
