@@ -413,10 +413,10 @@ def _as_tags(tags: Iterable[str]) -> frozenset[str]:
         raise ValueError(  # noqa: TRY004 - one exception type for bad input
             f"tags: expected an iterable of tag strings, got the string {tags!r}"
         )
-    out = frozenset(tags)
-    if not all(isinstance(t, str) for t in out):
-        raise ValueError(f"tags: every tag must be a string, got {sorted(map(repr, out))}")
-    return out
+    items = list(tags)
+    if not all(isinstance(t, str) for t in items):
+        raise ValueError(f"tags: every tag must be a string, got {sorted(map(repr, items))}")
+    return frozenset(items)
 
 
 def dispatch(
@@ -435,6 +435,7 @@ def dispatch(
     tagset = _as_tags(tags)
     dev = resolve_device(device)
     bucket_name = bucket(op, shape)  # also validates op
+    _check_decision_values(op, shape)
     key = (op, dtype, tagset, bucket_name, dev, _ENV.get(_ENV_KEYS[op]),
            decision_features(op, shape))
     sel = _DECISIONS.get(key)
@@ -468,6 +469,23 @@ DECISION_KEYS: dict[str, tuple[str, ...]] = {
     "paged_decode": ("batch", "max_context", "q_heads", "kv_heads", "head_dim", "page_size",
                      "options"),
 }
+
+
+def _check_decision_values(op: str, shape: Mapping[str, Any] | None) -> None:
+    """ValueError naming the key unless each DECISION_KEYS value of the shape is absent, None,
+    an int >= 0, or for "options" a tuple of option names: the values enter the decision key
+    (a list is unhashable) and the rows' shape gates compare them with ints."""
+    for key in DECISION_KEYS.get(op, ()) if shape is not None else ():
+        value = shape.get(key)
+        if value is None:
+            continue
+        if key == "options":
+            if not (isinstance(value, tuple) and all(isinstance(o, str) for o in value)):
+                raise ValueError(f"shape['options'] for {op} must be a tuple of decode option "
+                                 f"names (e.g. ('window', 'softcap')), got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"shape[{key!r}] for {op} must be a non-negative int, got "
+                             f"{value!r}")
 
 
 def decision_features(op: str, shape: Mapping[str, Any] | None) -> tuple:

@@ -504,6 +504,14 @@ def test_bad_problem_inputs(checks):
             dispatch(OP, dtype="fp16", tags=("kv:paged",), shape={"batch": 1})
         with pytest.raises(ValueError, match="device"):
             dispatch(OP, dtype="fp16", tags=("kv:paged",), shape=SHAPE, device="gpu0")
+        # values the decision key holds: a TypeError (unhashable, or str <= int) before
+        with pytest.raises(ValueError, match="every tag must be a string"):
+            dispatch(OP, dtype="fp16", tags=[["kv:paged"]], shape=SHAPE)
+        with pytest.raises(ValueError, match=r"shape\['options'\] for paged_decode must be a tup"):
+            dispatch(OP, dtype="fp16", tags=("kv:paged",), shape={**SHAPE, "options": ["window"]})
+        for key, bad in (("head_dim", "64"), ("page_size", -16), ("kv_heads", 2.0)):
+            with pytest.raises(ValueError, match=rf"shape\['{key}'\] for paged_decode must be a"):
+                dispatch(OP, dtype="fp16", tags=("kv:paged",), shape={**SHAPE, key: bad})
 
 
 def no_check(fn, dtype, device):
