@@ -300,9 +300,10 @@ def _kept_entries(path: Path, device_name: str, op: str, new: list[dict]) -> lis
     """The stored table's entries that a run measuring `new` does not replace: those of
     another (dtype, tags), each written with its dtype and tags made explicit, and with its
     provenance (an entry of a table written before entries carried one gets that table's
-    header's). An entry without tags is replaced by a run at its dtype. The table was
-    repaired before the run (repair_stored_table); one that became unreadable since is moved
-    aside the same way."""
+    header's). An entry without tags (a table written before entries carried them) stands for
+    the engine's storage (ENGINE_STORAGE), so it is replaced by a run measuring that storage at
+    its dtype, and kept by a run of another storage. The table was repaired before the run
+    (repair_stored_table); one that became unreadable since is moved aside the same way."""
     if not path.exists():
         return []
     try:
@@ -315,12 +316,19 @@ def _kept_entries(path: Path, device_name: str, op: str, new: list[dict]) -> lis
         data = json.loads(path.read_text())
         parsed = table_entries(data, device_name, op)
     measured = {(e["dtype"], frozenset(e["tags"])) for e in new}
-    dtypes = {dtype for dtype, _ in measured}
+    engine_tags: dict[str, frozenset[str]] = {}
+
+    def engine_measured(dtype: str) -> bool:
+        if dtype not in engine_tags:
+            engine_tags[dtype] = layout_tags(op, dtype, ENGINE_STORAGE)
+        return (dtype, engine_tags[dtype]) in measured
+
     header = data.get("metadata")
     inherited = provenance(header, data.get("date")) if isinstance(header, dict) else None
     kept = []
     for raw, (_, _, dtype, tags, _) in zip(data["entries"], parsed, strict=True):
-        if (dtype, tags) in measured or (tags is None and dtype in dtypes):
+        if (dtype, tags) in measured or (
+                tags is None and any(d == dtype for d, _ in measured) and engine_measured(dtype)):
             continue
         entry = {**raw, "dtype": dtype, **({} if tags is None else {"tags": sorted(tags)})}
         if "measured_under" not in entry and inherited is not None:

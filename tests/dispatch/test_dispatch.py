@@ -933,6 +933,24 @@ def test_tune_at_another_dtype_keeps_the_other_dtypes_entries():
     assert "bf16" in tune.format_table(json.loads(path.read_text()))
 
 
+def test_a_tune_of_another_storage_keeps_the_tagless_engine_entries():
+    """A tagless entry stands for the engine's storage; `tune --storage split` (an ablation
+    storage, its own tags) dropped it, leaving the engine's problems without perf data."""
+    name = core.device_name("cpu")
+    path = perf_tables.table_path(name, "kv_write")
+    tagless = {"bucket": "decode", "spec": "torch/index_copy", "us": 9.0, "dtype": "fp16"}
+    _write_table(name, "kv_write", [tagless])
+    split = tune.default_cases("kv_write", "cpu", storage="split")[:1]
+    assert tune.layout_tags("kv_write", "fp16", "split") != tune.layout_tags(
+        "kv_write", "fp16", tune.ENGINE_STORAGE)
+    tune.tune("kv_write", device="cpu", cases=split)
+    entries = json.loads(path.read_text())["entries"]
+    assert [e for e in entries if "tags" not in e] == [tagless]
+    provider = perf_tables.load_perf_table(name)
+    engine = tune.layout_tags("kv_write", "fp16", tune.ENGINE_STORAGE)
+    assert provider("kv_write", "decode", "torch/index_copy", name, "fp16", engine) == 0.009
+
+
 def test_entries_carried_over_by_a_retune_keep_what_they_were_measured_under():
     """The table's header describes its newest run only: a bf16 tune rewrote it (commit,
     torch, command) and so relabelled the fp16 entries measured under an older torch, and
