@@ -34,7 +34,8 @@ VIOLATION_CHECKS: tuple[str, ...] = (
 #: A row whose µs is within this factor of its timer's floor measures the floor, not the op.
 FLOOR_FACTOR = 3.0
 #: The timers whose rows are compared with the event floor (timers.event_floor: the same
-#: event loop around a trivial kernel); bench_host rows are compared with host_floor().
+#: event loop around a trivial kernel); bench_host rows are compared with host_floor(), and
+#: bench_kernel rows (CUPTI kernel time, no launch or timer overhead) with neither.
 EVENT_TIMERS = ("bench", "bench_stateful")
 
 #: A row whose samples' interquartile range exceeds this fraction of its median is flagged
@@ -200,7 +201,8 @@ def report(
         if row_violations:
             flags.append("IMPLAUSIBLE" if all(v.startswith("IMPLAUSIBLE") for v in row_violations)
                          else "VIOLATION")
-        floor = event_floor_us if row.timer in EVENT_TIMERS else floor_us
+        floor = (event_floor_us if row.timer in EVENT_TIMERS
+                 else floor_us if row.timer == "bench_host" else None)
         if floor is not None and row.us <= FLOOR_FACTOR * floor:
             flags.append("~floor")
             near_floor.add("event" if row.timer in EVENT_TIMERS else "host")

@@ -102,6 +102,11 @@ def test_each_floor_marks_only_rows_of_its_own_timer():
     assert "~floor" not in only_kernel and "floor 4.70" not in only_kernel
     at_event_floor = report(rows[:1], peaks=CPU, floor_us=10.0, event_floor_us=6.0, file=None)
     assert "~floor" in _row_line(at_event_floor, "kernel") and "host floor" not in at_event_floor
+    # CUPTI kernel time excludes launch and timer overhead: no floor applies (it was compared
+    # with the host floor, which a table measures when any row syncs the host)
+    cupti = [Row("cupti", "c", 12.0, Work(), timer="bench_kernel"), rows[2]]
+    text = report(cupti, peaks=CPU, floor_us=10.0, event_floor_us=6.0, file=None)
+    assert "~floor" not in _row_line(text, "cupti") and "~floor" in _row_line(text, "host")
 
 
 def test_violation_lines_do_not_round_an_excess_away():
