@@ -61,7 +61,6 @@ from kvbench.dispatch.perf_tables import (
 )
 from kvbench.dispatch.registry import ANY_BUCKET, BUCKETS, TUNED_DTYPE, validate_op
 from kvbench.harness.calibrate import load_ceilings
-from kvbench.harness.verify import VerificationError
 from kvbench.measure import pipeline
 from kvbench.measure.options import add_tune_arguments
 from kvbench.ops import op_module
@@ -253,8 +252,10 @@ def tune(
 def _measure(inputs: OpInputs, spec, case: TuneCase, skipped: list[dict]):
     """One verified row on one case through the measuring pipeline: the full-size gate
     (recorded as the row's golden record), then the timing with its last timed call verified,
-    then plausibility. A row that fails any of them gets no entry: it is recorded unverified
-    (auto then never selects it), listed in `skipped` with the reason, and the tune goes on."""
+    then plausibility. A row that fails any of them, or raises (a launcher's error, CUDA
+    out of memory, Triton out of resources), gets no entry: it is recorded unverified (auto
+    then never selects it), listed in `skipped` with the reason, and the tune goes on (the
+    other rows' and cases' measurements reach the table)."""
     fn = spec.load()
     prob = inputs.problem
     try:
@@ -266,7 +267,7 @@ def _measure(inputs: OpInputs, spec, case: TuneCase, skipped: list[dict]):
         bad = pipeline.implausible(spec.name, timing, inputs, ceilings)
         if bad:
             raise pipeline.Implausible(bad[0])
-    except (VerificationError, pipeline.Implausible, AssertionError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of one row is that row's, see above
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         record_golden(prob.op, spec.name, prob.dtype, prob.device, max_abs_diff=None,
                       verified=False, detail=f"tune {case.label}: {reason}")

@@ -1110,6 +1110,30 @@ def test_a_row_that_fails_its_gate_gets_no_entry_and_the_tune_goes_on(monkeypatc
     assert specs == {"triton/scatter"}
 
 
+def test_a_row_that_raises_gets_no_entry_and_the_tune_goes_on(monkeypatch):
+    """A row raising at the tuned size (Triton out of resources, CUDA out of memory) ended
+    the whole tune with a traceback, and the cases measured before it were never written."""
+    from kvbench.kernels import kv_write as kernels
+
+    real = kernels.kv_write_torch
+
+    def raising(k, v, *args, **kwargs):
+        if k.shape[0] >= 64:  # the tiny golden check still passes
+            raise RuntimeError("out of resources at this shape")
+        return real(k, v, *args, **kwargs)
+
+    monkeypatch.setattr(kernels, "kv_write_torch", raising)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cases = tune.default_cases("kv_write", "cpu")[1:]  # n = 96
+    with pytest.warns(UserWarning, match="gets no entry"):
+        table = tune.tune("kv_write", device="cpu", cases=cases)
+    assert [s["spec"] for s in table["skipped"]] == ["torch/index_copy"]
+    assert table["skipped"][0]["reason"] == "RuntimeError: out of resources at this shape"
+    assert {e["spec"] for e in table["entries"] if e["bucket"] != "any"} == {"triton/scatter"}
+    path = perf_tables.table_path(table["device_name"], "kv_write")
+    assert json.loads(path.read_text())["entries"] == table["entries"]
+
+
 def test_cluster_row_gate_refuses_fp8_pages_shorter_than_16():
     """The CUDA decode copies 16 tokens of an fp8 d row at once: its gate (and its launcher,
     through the same rule) refuses fp8 pages of 8, so a tuned table that ranks it first at fp8
