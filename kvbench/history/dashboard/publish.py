@@ -402,12 +402,24 @@ def run_asv_publish(staged_conf: Path, cwd: Path, asv_args: list[str] | None) ->
     subprocess.run(cmd, check=True, cwd=cwd)
 
 
-def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | None = None) -> Path:
+def check_replaceable(html_dir: Path) -> None:
+    """ValueError unless `html_dir` is absent, empty, or a dashboard (its index.html): a
+    publish replaces the folder whole, so any other folder's files would be lost (asv's own
+    publish empties it too)."""
+    if html_dir.exists() and not html_dir.is_dir():
+        raise ValueError(f"{html_dir} is a file, not a folder for the dashboard")
+    if html_dir.is_dir() and any(html_dir.iterdir()) and not (html_dir / "index.html").is_file():
+        raise ValueError(f"{html_dir} holds files but no dashboard (index.html): a publish "
+                         "replaces the folder whole; move them or name another folder")
+
+
+def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | None = None,
+            html_dir: str | os.PathLike | None = None) -> Path:
     """Rewrite results/benchmarks.json from the suite (kvbench.history.asv.suite: asv publish
     shows only the series it lists), run `asv publish` for `config` on a staged copy of the
     results with host keys folded (one line per machine kind; stage_results), then open it
     on the GPU machines, show git tag names as text (escape_tag_names) and vendor the
-    dashboard's assets; return html_dir.
+    dashboard's assets; return html_dir (the config's, or `html_dir`; check_replaceable).
 
     The dashboard is built in a work folder and renamed over html_dir only when every step
     succeeded (kvbench.history.dashboard.swap), under the config's publish lock: a failed or
@@ -421,7 +433,8 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
     from kvbench.history.dashboard import swap
 
     conf_path = Path(config).resolve()
-    html_dir = html_dir_of(config)
+    html_dir = Path(html_dir).resolve() if html_dir is not None else html_dir_of(config)
+    check_replaceable(html_dir)
     with swap.locked(lock_file_of(config)):
         suite.write(config)  # first: the check reads the suite's units from it
         check_regressions_config(config)

@@ -1,7 +1,10 @@
-"""`kvbench publish [--config asv.conf.json] [--vendor-only] [--prefetch] [asv publish args...]`:
-asv publish, the offline assets and kvbench's regressions page (kvbench.history.dashboard.publish).
+"""`kvbench publish [--config asv.conf.json] [--html-dir DIR] [--vendor-only] [--prefetch]
+[asv publish args...]`: asv publish, the offline assets and kvbench's regressions page
+(kvbench.history.dashboard.publish).
 
-Options it does not know go to `asv publish`.
+Options it does not know go to `asv publish` (a range, --no-pull, --verbose). `--html-dir`
+(asv's `-o`) is kvbench's: the dashboard is built aside and swapped in there, and a folder
+holding anything but a dashboard is refused (asv publish would empty it).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ FORWARDS_UNKNOWN = True
 
 def add_arguments(parser) -> None:
     command.add_config_argument(parser)
+    parser.add_argument("--html-dir", "-o", default=None, metavar="DIR",
+                        help="the folder the dashboard replaces (default: the config's "
+                             "html_dir); absent, empty or an earlier dashboard")
     parser.add_argument("--vendor-only", action="store_true",
                         help="skip `asv publish`; only vendor an already published html/")
     parser.add_argument("--prefetch", action="store_true",
@@ -41,9 +47,12 @@ def run(args) -> int:
             return 0
         command.check_config(args)
         if args.vendor_only:
+            if args.html_dir:
+                raise ValueError("--vendor-only works on the config's html_dir; drop "
+                                 "--html-dir")
             html_dir = vendor_only(args.config)
         else:
-            html_dir = publish(args.config, args.rest)
+            html_dir = publish(args.config, args.rest, html_dir=args.html_dir)
     except ValueError as exc:
         args.parser.error(str(exc))
     print(f"dashboard: {html_dir}/index.html (offline assets in {html_dir / VENDOR_DIR}; "

@@ -88,6 +88,28 @@ def test_a_publish_replaces_the_dashboard_when_every_step_succeeded(repo, monkey
     assert not list(repo.glob(".html*"))
 
 
+def test_html_dir_is_kvbenchs_and_a_folder_of_other_files_is_refused(repo, monkeypatch, capsys):
+    """`kvbench publish --html-dir DIR` went to asv, which emptied DIR in place (outside the
+    swap); kvbench then failed on its missing build folder. Now it is the swap's target, and
+    a folder holding anything but a dashboard is refused before anything runs."""
+    from kvbench.history.dashboard import publish_cmd
+
+    monkeypatch.setattr(publish.subprocess, "run", fake_asv())
+    other = repo.parent / "othersite"
+    other.mkdir()
+    (other / "important.txt").write_text("keep")
+    with pytest.raises(SystemExit) as exc:
+        publish_cmd.main(["--html-dir", str(other)])
+    assert exc.value.code == 2
+    assert "holds files but no dashboard" in capsys.readouterr().err
+    assert [p.name for p in other.iterdir()] == ["important.txt"]
+    site = repo.parent / "site"
+    assert publish_cmd.main(["-o", str(site)]) == 0
+    assert (site / "index.json").is_file() and (site / "kvbench" / "regressions.html").is_file()
+    assert (repo / "html" / "index.html").read_text() == OLD_INDEX  # the config's untouched
+    assert publish_cmd.main(["-o", str(site)]) == 0  # an earlier dashboard is replaced
+
+
 def test_two_publishes_at_once_run_one_after_the_other(repo, monkeypatch):
     log: list = []
     monkeypatch.setattr(publish.subprocess, "run", fake_asv(hold_s=0.3, log=log))
