@@ -137,5 +137,14 @@ def config_problem(path: str) -> str | None:
         return f"--config {path}: not an asv.conf.json asv can read ({exc})"
     if not isinstance(conf, dict):
         return f"--config {path}: an asv.conf.json is a JSON object, got {type(conf).__name__}"
+    for key in ("repo", "results_dir", "html_dir", "env_dir", "benchmark_dir"):
+        if key in conf and not isinstance(conf[key], str):
+            return f"--config {path}: {key} must be a path (a string), got {conf[key]!r}"
+    from asv.config import Config
+
+    try:
+        Config.load(path)
+    except (ValueError, asv_util.UserError) as exc:
+        return f"--config {path}: asv refuses it ({exc})"
     return None
 

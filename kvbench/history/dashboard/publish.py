@@ -435,6 +435,10 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
     conf_path = Path(config).resolve()
     html_dir = Path(html_dir).resolve() if html_dir is not None else html_dir_of(config)
     check_replaceable(html_dir)
+    results = results_dir_of(config)
+    if not any(results.glob("*/machine.json")):
+        raise ValueError(f"{results} holds no machine's results (no <machine>/machine.json): "
+                         "nothing to publish; the dashboard is left as it was")
     with swap.locked(lock_file_of(config)):
         suite.write(config)  # first: the check reads the suite's units from it
         check_regressions_config(config)

@@ -9,6 +9,7 @@ holding anything but a dashboard is refused (asv publish would empty it).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 from kvbench.history import command
@@ -55,6 +56,13 @@ def run(args) -> int:
             html_dir = publish(args.config, args.rest, html_dir=args.html_dir)
     except ValueError as exc:
         args.parser.error(str(exc))
+    except subprocess.CalledProcessError as exc:
+        print(f"kvbench publish: asv publish failed (exit {exc.returncode}; its output is "
+              "above); the previous dashboard is as it was", file=sys.stderr)
+        return 1
+    except (RuntimeError, OSError) as exc:
+        print(f"kvbench publish: {exc} (the previous dashboard is as it was)", file=sys.stderr)
+        return 1
     print(f"dashboard: {html_dir}/index.html (offline assets in {html_dir / VENDOR_DIR}; "
           f"regressions: {html_dir}/kvbench/regressions.html); serve it with `kvbench preview` "
           "(opened from disk it shows \"Error fetching content\")")

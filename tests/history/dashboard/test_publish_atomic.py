@@ -110,6 +110,53 @@ def test_html_dir_is_kvbenchs_and_a_folder_of_other_files_is_refused(repo, monke
     assert publish_cmd.main(["-o", str(site)]) == 0  # an earlier dashboard is replaced
 
 
+@pytest.mark.parametrize(("conf", "message"), [
+    ({"version": 1}, "asv refuses it (No repo specified"),
+    ({"version": 1, "repo": ".", "html_dir": 5}, "html_dir must be a path (a string), got 5"),
+])
+def test_a_config_asv_refuses_is_a_usage_error(repo, capsys, conf, message):
+    from kvbench.history.dashboard import preview_cmd, publish_cmd
+
+    (repo / "bad.json").write_text(json.dumps(conf))
+    for cmd in (publish_cmd, preview_cmd):
+        with pytest.raises(SystemExit) as exc:
+            cmd.main(["--config", "bad.json"])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_config_naming_no_results_leaves_the_dashboard(repo, monkeypatch, capsys):
+    """A results_dir typo published an empty dashboard over the real one (exit 0)."""
+    from kvbench.history.dashboard import publish_cmd
+
+    monkeypatch.setattr(publish.subprocess, "run", fake_asv())
+    conf = json.loads((repo / "asv.conf.json").read_text())
+    (repo / "typo.json").write_text(json.dumps({**conf, "results_dir": "resluts"}))
+    with pytest.raises(SystemExit) as exc:
+        publish_cmd.main(["--config", "typo.json"])
+    assert exc.value.code == 2 and "holds no machine's results" in capsys.readouterr().err
+    assert (repo / "html" / "index.html").read_text() == OLD_INDEX
+    assert not (repo / "resluts").exists()
+
+
+def test_asv_or_asset_failures_are_one_line_errors(repo, monkeypatch, capsys):
+    from kvbench.history.dashboard import publish_cmd
+
+    monkeypatch.setattr(publish.subprocess, "run", fake_asv(fail=True))
+    assert publish_cmd.main(["--no-such-asv-option"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kvbench publish: asv publish failed (exit 1")
+    assert "Traceback" not in err
+
+    def no_npm(html_dir, cache=None):
+        raise RuntimeError("blueimp-md5@2.19.0 is not in the cache and npm is not installed")
+
+    monkeypatch.setattr(publish.subprocess, "run", fake_asv())
+    monkeypatch.setattr(publish, "vendor_dashboard", no_npm)
+    assert publish_cmd.main([]) == 1
+    assert "npm is not installed (the previous dashboard is as it was)" in capsys.readouterr().err
+    assert (repo / "html" / "index.html").read_text() == OLD_INDEX
+
+
 def test_two_publishes_at_once_run_one_after_the_other(repo, monkeypatch):
     log: list = []
     monkeypatch.setattr(publish.subprocess, "run", fake_asv(hold_s=0.3, log=log))
