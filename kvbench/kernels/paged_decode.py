@@ -52,7 +52,7 @@ import triton.language as tl
 from kvbench.kernels import _validate as V
 from kvbench.kernels._device import sm_count as _sm_count
 from kvbench.kernels._fp8 import bf16_bits_to_f32
-from kvbench.kernels.common import LOG2E, DecodeProblem, decode_row
+from kvbench.kernels.common import LOG2E, DecodeProblem, decode_row, used_entries
 
 # Launch configuration per kernel and cache kind, chosen by a sweep on the target GPU (why:
 # docs/decisions.md, "Launch config and split policy"). BLOCK_N is the KV tokens per loop
@@ -758,38 +758,37 @@ def paged_decode_gather_sdpa(
     """
     if p.batch == 0 or p.max_pages == 0:
         return torch.zeros((p.batch, p.q_heads, p.head_dim), dtype=q.dtype, device=q.device)
-    seq = p.seq_lens[:, None].long()
+    seq_lens = p.seq_lens
+    # Only the entries seq_lens reaches are read: padding entries may hold anything.
+    used = used_entries(p.block_table, seq_lens, p.page_size)
+    idx = torch.where(used, p.block_table, torch.zeros_like(p.block_table)).long()
     length = p.max_pages * p.page_size
     pos = torch.arange(length, device=q.device)[None, :]
-    first = torch.zeros_like(seq) if p.window is None else (seq - p.window).clamp(min=0)
-    keep = (pos < seq) & (pos >= first)
-    # The tokens not attended (past seq_len: the rest of the last page and the padding
-    # entries; before the window) may hold anything, NaN included, as unwritten rows do in an
-    # engine, and masking them is not enough (0 x NaN V is NaN, and SDPA adds its -inf mask to
-    # a NaN score). So each reads the sequence's first attended token instead: the gather
-    # copies attended tokens only, in one pass (a zeroing pass over the gathered K/V doubled
-    # this row's time on a GPU). Padding entries are never read; a sequence of no tokens reads
-    # page 0 (its output is zeros below).
-    src = torch.where(keep, pos, first)  # [B, L]: the token each position reads
-    page = p.block_table.long().gather(1, src // p.page_size)
-    page = torch.where(seq > 0, page, torch.zeros_like(page))
-    offset = src % p.page_size
+    keep = pos < seq_lens[:, None].long()
+    if p.window is not None:
+        keep &= pos >= seq_lens[:, None].long() - p.window
+    # The tokens not attended (past seq_len: the rest of the last page and page 0, where idx
+    # sends padding entries; before the window) may hold anything, NaN included, as unwritten
+    # rows do in an engine: zeroed in the gathered copy, not only masked (a masked NaN V row
+    # still makes 0 x NaN = NaN, and SDPA adds its -inf mask to a NaN score). In place, on
+    # the copy the gather made, in the cache's own dtype (e4m3 byte 0 is +0.0).
+    drop = ~keep.view(p.batch, p.max_pages, p.page_size, 1, 1)
 
     def gather(cache: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
-        if p.fp8:  # e4m3 bytes, widened below
+        if p.fp8:  # the bytes (masked_fill has no float8 kernel on every device)
             cache = cache.view(torch.uint8)
-        rows = cache[page, offset]  # [B, L, Hkv, D]
+        pages = cache[idx].masked_fill_(drop, 0)  # [B, max_pages, page, Hkv, D]
         if p.fp8:
             # A 1-element fp32 tensor as a 0-dim one: it scales in fp32 without promoting the
-            # rows to fp32 (SDPA needs q, k and v in one dtype). Per kv head scales ([Hkv]):
+            # pages to fp32 (SDPA needs q, k and v in one dtype). Per kv head scales ([Hkv]):
             # each head's bytes widened and scaled in fp32, rounded once to q's dtype.
             if isinstance(scale, torch.Tensor) and scale.numel() > 1:
-                rows = (rows.view(torch.float8_e4m3fn).float() * scale[:, None]).to(q.dtype)
+                pages = (pages.view(torch.float8_e4m3fn).float() * scale[:, None]).to(q.dtype)
             else:
                 if isinstance(scale, torch.Tensor):
                     scale = scale.reshape(())
-                rows = rows.view(torch.float8_e4m3fn).to(q.dtype) * scale
-        return rows.transpose(1, 2)
+                pages = pages.view(torch.float8_e4m3fn).to(q.dtype) * scale
+        return pages.reshape(p.batch, length, p.kv_heads, p.head_dim).transpose(1, 2)
 
     k = gather(k_cache, p.k_scale)
     v = gather(v_cache, p.v_scale)
@@ -813,5 +812,5 @@ def paged_decode_gather_sdpa(
         out = torch.matmul(probs, v.float()).reshape(p.batch, p.q_heads, p.head_dim).to(q.dtype)
     # A fully masked row (seq_len 0) is NaN in SDPA; the op's contract is a zero output.
     return p.finish(torch.where(
-        (p.seq_lens > 0)[:, None, None], out, torch.zeros((), dtype=out.dtype, device=out.device)
+        (seq_lens > 0)[:, None, None], out, torch.zeros((), dtype=out.dtype, device=out.device)
     ))
