@@ -241,13 +241,18 @@ def check_regressions_config(config: str | os.PathLike) -> None:
     check_asv_config(conf, load_benchmarks(results_dir_of(config)))
 
 
-def add_regressions_page(config: str | os.PathLike, html_dir: Path | None = None) -> Path:
+def add_regressions_page(config: str | os.PathLike, html_dir: Path | None = None,
+                         results: Path | None = None) -> Path:
     """kvbench's regressions page into html_dir/kvbench/ (default: the config's html_dir),
-    linked from the index; its path."""
+    linked from the index; its path. `results`: a copy of the config's results_dir to read
+    (publish's snapshot, the one its graphs are built from), placed on the repository's
+    history all the same."""
     from kvbench.history.verdict.page import link_from_index, write_page
 
     html_dir = html_dir_of(config) if html_dir is None else Path(html_dir)
-    page = write_page(html_dir, results_dir_of(config))
+    live = results_dir_of(config)
+    # git runs in the live results folder (inside the repository), the copy being elsewhere
+    page = write_page(html_dir, live if results is None else results, repo=live)
     index = html_dir / "index.html"
     index.write_text(link_from_index(index.read_text(encoding="utf-8")), encoding="utf-8")
     return page
@@ -444,8 +449,13 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
         check_regressions_config(config)
         with tempfile.TemporaryDirectory(prefix="kvbench-publish-") as tmp, \
                 swap.building(html_dir) as build:
+            # One snapshot of the results for the graphs and the regressions page alike: a
+            # `kvbench record` writing during asv publish must not put on the page a commit
+            # the graphs do not show.
+            snapshot = Path(tmp) / "snapshot"
+            shutil.copytree(results, snapshot)
             staging = Path(tmp) / "results"
-            default_machines = stage_results(results_dir_of(config), staging)
+            default_machines = stage_results(snapshot, staging)
             staged_conf = Path(tmp) / "asv.conf.json"
             staged_conf.write_text(json.dumps(staged_config(config, staging, build)),
                                    encoding="utf-8")
@@ -453,7 +463,7 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
             set_default_machines(build, default_machines)
             escape_tag_names(build)
             vendor_dashboard(build)
-            add_regressions_page(config, build)
+            add_regressions_page(config, build, results=snapshot)
     return html_dir
 
 

@@ -144,8 +144,11 @@ def render_page(by_machine: dict[str, Verdicts | str], plots: dict[str, dict[str
     return "\n".join(parts)
 
 
-def write_page(html_dir: str | Path, results_dir: str | Path) -> Path:
-    """html_dir/kvbench/regressions.{html,json} (+ plots) for every machine in results_dir."""
+def write_page(html_dir: str | Path, results_dir: str | Path,
+               repo: str | Path | None = None) -> Path:
+    """html_dir/kvbench/regressions.{html,json} (+ plots) for every machine in results_dir,
+    placed on the history of `repo` (a folder inside the repository; default: the
+    repository holding results_dir)."""
     from kvbench.core.jsonfile import write_json_atomic
     from kvbench.history.verdict.regressions import analyze
     from kvbench.history.verdict.results import load_history, machines
@@ -156,7 +159,7 @@ def write_page(html_dir: str | Path, results_dir: str | Path) -> Path:
     plots: dict[str, dict[str, str]] = {}
     for machine in machines(Path(results_dir)):
         try:
-            by_machine[machine] = analyze(load_history(results_dir, machine))
+            by_machine[machine] = analyze(load_history(results_dir, machine, repo=repo))
         except ValueError as exc:
             print(f"kvbench publish: regressions of {machine} not analyzed: {exc}",
                   file=sys.stderr)

@@ -157,6 +157,32 @@ def test_asv_or_asset_failures_are_one_line_errors(repo, monkeypatch, capsys):
     assert (repo / "html" / "index.html").read_text() == OLD_INDEX
 
 
+def test_the_page_reads_the_results_the_graphs_were_built_from(repo, monkeypatch):
+    """The regressions page read the live results after asv publish: a `kvbench record`
+    writing meanwhile put on the page a commit the graphs did not show."""
+    graphs = fake_asv()
+    late = repo / "results" / "h200" / "deadbeef-env.json"
+
+    def asv_while_record_writes(cmd, **kwargs):
+        done = graphs(cmd, **kwargs)
+        late.write_text("{}")  # a result stored during asv publish
+        return done
+
+    read = []
+
+    def page(config, build, results=None):
+        read.append((results, results is not None and (results / "h200" / late.name).exists()))
+        (build / "kvbench").mkdir()
+        (build / "kvbench" / "regressions.html").write_text("page")
+
+    monkeypatch.setattr(publish.subprocess, "run", asv_while_record_writes)
+    monkeypatch.setattr(publish, "add_regressions_page", page)
+    publish.publish(repo / "asv.conf.json")
+    ((snapshot, saw_late),) = read
+    assert snapshot is not None and snapshot != repo / "results"
+    assert late.exists() and not saw_late
+
+
 def test_two_publishes_at_once_run_one_after_the_other(repo, monkeypatch):
     log: list = []
     monkeypatch.setattr(publish.subprocess, "run", fake_asv(hold_s=0.3, log=log))
