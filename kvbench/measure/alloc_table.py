@@ -36,6 +36,7 @@ from functools import partial
 import torch
 
 from kvbench.api import KVCacheManager, paged_decode
+from kvbench.core.device import resolve_device
 from kvbench.core.jsonfile import output_path, write_json_atomic
 from kvbench.ops.kv_alloc import STATES, alloc_inputs, prepare_state
 
@@ -232,7 +233,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    # prepare_state lays out four runs of the largest request (a batch of BATCH x max(SIZES))
+    least = 4 * max(SIZES) * BATCH
+    if args.num_rows < least:
+        parser.error(f"--num-rows must be >= {least} (four runs of the batched column's "
+                     f"{BATCH} x {max(SIZES)} rows), got {args.num_rows}")
+    try:
+        device = resolve_device(args.device)
+    except ValueError as exc:
+        parser.error(f"--device: {exc}")
     command = "python -m kvbench.measure.alloc_table " + " ".join(
         argv if argv is not None else sys.argv[1:]
     )

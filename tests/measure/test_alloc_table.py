@@ -34,3 +34,17 @@ def test_rounds_must_be_positive(capsys):
         alloc_table.main(["--rounds", "0"])
     assert exc.value.code == 2
     assert "--rounds must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--num-rows", "8192"], "--num-rows must be >= 16384"),  # failed after measuring
+    (["--num-rows", "0"], "--num-rows must be >= 16384"),
+    (["--device", "foo"], "--device: "),
+    (["--device", "cuda:99"], "--device: "),
+])
+def test_bad_arguments_are_usage_errors_before_measuring(argv, message, capsys, monkeypatch):
+    monkeypatch.setattr(alloc_table, "measure_alloc",
+                        lambda *a: pytest.fail("measured before checking the arguments"))
+    with pytest.raises(SystemExit) as exc:
+        alloc_table.main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
