@@ -116,8 +116,11 @@ def _add_history_command(sub, name: str) -> None:
 
 def _cmd_plot(args: argparse.Namespace) -> int:
     """The roofline picture of a stored table (`kvbench table OP --json FILE`)."""
-    from kvbench.measure.plots import plot_roofline
+    from kvbench.measure.plots import plot_roofline, plotting_missing
 
+    if plotting_missing():
+        print(f"kvbench plot: {plotting_missing()}", file=sys.stderr)
+        return 2
     try:
         with open(args.table_json, encoding="utf-8") as fh:
             table = json.load(fh)

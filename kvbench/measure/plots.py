@@ -74,6 +74,17 @@ def check_table(table: object) -> None:
                              "string and iqr_rel a number or null")
 
 
+def plotting_missing() -> str | None:
+    """None when matplotlib can be imported, else what to install (the GPU image runs
+    without it: a --plot is refused before anything is measured)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return ("drawing a plot needs matplotlib, which this Python lacks "
+                "(pip install matplotlib, or leave out the plot)")
+    return None
+
+
 def plot_roofline(table: dict[str, Any], path: str | os.PathLike, *,
                   ceiling: str | None = None) -> Path:
     """Draw `table` (Table.as_json's dict) to `path` (format from its suffix: .png, .svg,

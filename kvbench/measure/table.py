@@ -63,7 +63,7 @@ from kvbench.harness.report import EVENT_TIMERS
 from kvbench.measure import pipeline
 from kvbench.measure.options import add_table_arguments
 from kvbench.measure.peers import decode_peers
-from kvbench.measure.plots import CEILING_FOR_OP
+from kvbench.measure.plots import CEILING_FOR_OP, plotting_missing
 from kvbench.ops.common import OpInputs
 from kvbench.ops.decode_geometry import Geometry, select_geometries
 from kvbench.ops.kv_alloc import alloc_inputs
@@ -581,6 +581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot and args.op == "kv_alloc":
         parser.error("--plot draws GB/s: kv_alloc's rows move no bytes (read its table); "
                      "--plot takes paged_decode, kv_write or kv_gather_fp8")
+    if args.plot and plotting_missing():
+        parser.error(f"--plot: {plotting_missing()}")
     kwargs: dict[str, Any] = {}
     if args.op == "paged_decode":
         kwargs = {"grid": args.grid, "ablations": not args.no_ablations,

@@ -70,3 +70,22 @@ def test_plot_of_a_stored_h200_table(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"op": "kv_write", "rows": []}))
     assert cli_main(["plot", str(bad), str(tmp_path / "b.png")]) == 2
+
+
+def test_a_plot_without_matplotlib_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
+    """The GPU image runs without matplotlib: `table --plot` measured the whole table, then
+    ended in a ModuleNotFoundError traceback; `kvbench plot` let it through too."""
+    import importlib.util
+
+    from kvbench.measure import table
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    monkeypatch.setattr(table, "Table", lambda *a, **k: pytest.fail("measured"))
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["table", "kv_gather_fp8", "--plot", str(tmp_path / "g.png")])
+    assert exc.value.code == 2 and "needs matplotlib" in capsys.readouterr().err
+    stored = max(DATA.glob("h200-*/table_kv_gather_fp8_*.json"))
+    assert cli_main(["plot", str(stored), str(tmp_path / "p.png")]) == 2
+    assert "kvbench plot: drawing a plot needs matplotlib" in capsys.readouterr().err
