@@ -94,6 +94,38 @@ apt_install() {
     fi
 }
 
+# A distribution's Python outside a virtual environment may be marked externally managed
+# (PEP 668), and pip then refuses every install. README's promise is that this script sets
+# up a machine that has only Python, so it installs into that Python anyway, and says so.
+if "$PY" -c 'import os, sys, sysconfig
+managed = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+sys.exit(0 if managed and sys.prefix == sys.base_prefix else 1)'; then
+    say "$PY is marked externally managed (PEP 668): installing into it anyway"
+    say "  (PIP_BREAK_SYSTEM_PACKAGES=1); a virtual environment keeps it clean instead"
+    export PIP_BREAK_SYSTEM_PACKAGES=1
+fi
+
+# pip itself: a distribution's Python may come without it (Debian's python3 does). First the
+# pip wheel bundled with its ensurepip, installed by running pip from that wheel (ensurepip
+# itself drops PIP_* settings, so it cannot install into an externally managed Python), then
+# the distribution's package; otherwise say what is missing.
+if ! "$PY" -m pip --version >/dev/null 2>&1; then
+    wheel=$("$PY" -c 'import ensurepip, glob, os
+found = glob.glob(os.path.join(os.path.dirname(ensurepip.__file__), "_bundled", "pip-*.whl"))
+print(found[0] if found else "")' 2>/dev/null || true)
+    if [ -n "$wheel" ]; then
+        say "$PY has no pip: installing the one its ensurepip bundles"
+        "$PY" "$wheel/pip" install --quiet --no-index "$wheel" || true
+    fi
+fi
+if ! "$PY" -m pip --version >/dev/null 2>&1; then
+    apt_install python3-pip "installs torch and kvbench"
+fi
+if ! "$PY" -m pip --version >/dev/null 2>&1; then
+    say "$PY has no pip and none could be installed: install pip for it (or run this script"
+    say "  with a virtual environment's python: PYTHON=.venv/bin/python bash scripts/setup.sh)"
+    exit 1
+fi
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     install_torch
 fi
