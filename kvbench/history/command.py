@@ -109,9 +109,8 @@ def machine_name(text: str) -> str:
 
 
 def check_config(args: argparse.Namespace) -> None:
-    """Exit 2 (a usage error naming it) unless args.config is a regular file this process
-    can read holding a JSON object as asv reads it (comments allowed): asv and kvbench would
-    otherwise stop with a traceback on it."""
+    """Exit 2 (a usage error naming it) unless args.config is an asv.conf.json asv accepts
+    (config_problem): asv and kvbench would otherwise stop with a traceback on it."""
     problem = config_problem(args.config)
     if problem:
         args.parser.error(problem)
@@ -119,7 +118,8 @@ def check_config(args: argparse.Namespace) -> None:
 
 def config_problem(path: str) -> str | None:
     """None when `path` is a regular file this process can read holding a JSON object as
-    asv reads it (comments allowed), else what is wrong, naming --config and the file."""
+    asv reads it (comments allowed), its path keys strings, and asv's Config.load accepts it
+    (a repo named); else what is wrong, naming --config and the file."""
     import os
 
     from asv import util as asv_util
