@@ -223,6 +223,8 @@ def gather_problems(draw):
 
     pool_tokens = draw(st.sampled_from([64, 128]))
     lens = draw(st.lists(st.integers(0, 40), min_size=0, max_size=3))
+    # no page serves two requests (build_page_table_flat): the pool holds every request's
+    pool_tokens = max(pool_tokens, 16 * sum(-(-n // 16) for n in lens))
     extra = draw(st.integers(0, 4))
     seed = draw(st.integers(0, 2**16))
     cache = build_gather_pool(pool_tokens, device="cpu", seed=seed)
