@@ -1087,23 +1087,28 @@ def test_tune_cases_at_fp8_dim_major_build_that_layout():
         release()
 
 
-def test_a_row_that_fails_its_gate_gets_no_entry_and_the_tune_goes_on(monkeypatch):
-    """A verified row whose full-size gate fails (here: its output scaled by 1.005) is skipped
-    with the reason, recorded unverified, and the other rows of the case are still measured."""
+def _tune_with_torch_write(monkeypatch, broken) -> dict:
+    """`kvbench tune kv_write` at n = 96 with the torch row replaced by broken(real, *args)."""
     from kvbench.kernels import kv_write as kernels
 
     real = kernels.kv_write_torch
+    monkeypatch.setattr(kernels, "kv_write_torch", lambda *a, **kw: broken(real, *a, **kw))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cases = tune.default_cases("kv_write", "cpu")[1:]  # n = 96
+    with pytest.warns(UserWarning, match="gets no entry"):
+        return tune.tune("kv_write", device="cpu", cases=cases)
 
-    def scaled(k, v, k_cache, v_cache, *args, **kwargs):
+
+def test_a_row_that_fails_its_gate_gets_no_entry_and_the_tune_goes_on(monkeypatch):
+    """A verified row whose full-size gate fails (here: its output scaled by 1.005) is skipped
+    with the reason, recorded unverified, and the other rows of the case are still measured."""
+
+    def scaled(real, k, v, k_cache, v_cache, *args, **kwargs):
         real(k, v, k_cache, v_cache, *args, **kwargs)
         if k.shape[0] >= 64:  # wrong at the tuned size only: the tiny golden check still passes
             k_cache.mul_(1.005)
 
-    monkeypatch.setattr(kernels, "kv_write_torch", scaled)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    cases = tune.default_cases("kv_write", "cpu")[1:]  # n = 96
-    with pytest.warns(UserWarning, match="gets no entry"):
-        table = tune.tune("kv_write", device="cpu", cases=cases)
+    table = _tune_with_torch_write(monkeypatch, scaled)
     assert [s["spec"] for s in table["skipped"]] == ["torch/index_copy"]
     assert "VerificationError" in table["skipped"][0]["reason"]
     specs = {e["spec"] for e in table["entries"] if e["bucket"] != "any"}
@@ -1113,20 +1118,13 @@ def test_a_row_that_fails_its_gate_gets_no_entry_and_the_tune_goes_on(monkeypatc
 def test_a_row_that_raises_gets_no_entry_and_the_tune_goes_on(monkeypatch):
     """A row raising at the tuned size (Triton out of resources, CUDA out of memory) ended
     the whole tune with a traceback, and the cases measured before it were never written."""
-    from kvbench.kernels import kv_write as kernels
 
-    real = kernels.kv_write_torch
-
-    def raising(k, v, *args, **kwargs):
+    def raising(real, k, v, *args, **kwargs):
         if k.shape[0] >= 64:  # the tiny golden check still passes
             raise RuntimeError("out of resources at this shape")
         return real(k, v, *args, **kwargs)
 
-    monkeypatch.setattr(kernels, "kv_write_torch", raising)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    cases = tune.default_cases("kv_write", "cpu")[1:]  # n = 96
-    with pytest.warns(UserWarning, match="gets no entry"):
-        table = tune.tune("kv_write", device="cpu", cases=cases)
+    table = _tune_with_torch_write(monkeypatch, raising)
     assert [s["spec"] for s in table["skipped"]] == ["torch/index_copy"]
     assert table["skipped"][0]["reason"] == "RuntimeError: out of resources at this shape"
     assert {e["spec"] for e in table["entries"] if e["bucket"] != "any"} == {"triton/scatter"}
